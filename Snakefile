@@ -1,0 +1,33 @@
+# headgeom: attention-head read/write geometry, end to end.
+#   snakemake --cores all                                  # the embedded demo study
+#   snakemake --cores all --configfile config/paper.yaml   # the paper (GPU cluster)
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+# A --configfile replaces the demo study instead of being merged into it: merging would
+# silently add the demo's models to another study.
+if not config:
+
+    configfile: "config/config.yaml"
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/corpus.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/tasks.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/patching.smk"
+include: "workflow/rules/leakage.smk"
+include: "workflow/rules/lanes.smk"
+include: "workflow/rules/tables.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        final_outputs(),

@@ -1,0 +1,3 @@
+"""headgeom: attention-head read/write geometry and head-patching concentration."""
+
+__version__ = "0.1.0"

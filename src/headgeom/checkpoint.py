@@ -1,0 +1,62 @@
+"""Checkpoints: safetensors weights (never pickle) that carry their model config and vocabulary,
+and the verified load every analysis goes through (DESIGN: "Checkpoints")."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save_file
+
+from headgeom.hashing import read_manifest_field, verify_file
+from headgeom.io import atomic_path, read_json
+from headgeom.model import GPT, ModelConfig
+
+VOCAB_KEY = "vocab.gpt2_ids"  # model id i <-> GPT-2 id vocab[i] (compacted demo vocabulary)
+
+
+def save_checkpoint(
+    path: str | os.PathLike, model: GPT, vocab: np.ndarray, metadata: dict | None = None
+) -> None:
+    """Write weights, frozen buffers and the vocabulary map; the model config rides in the
+    safetensors header so a checkpoint rebuilds its own model."""
+    tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    tensors[VOCAB_KEY] = torch.as_tensor(np.asarray(vocab, dtype=np.int64))
+    header = {"model_config": json.dumps(model.cfg.to_dict(), sort_keys=True)}
+    header.update({k: json.dumps(v, sort_keys=True) for k, v in (metadata or {}).items()})
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata=header)
+
+
+def load_checkpoint(path: str | os.PathLike) -> tuple[GPT, np.ndarray]:
+    """Rebuild the model (eval mode, fp32) and return it with its vocabulary map.
+
+    Analyses must call :func:`load_verified` instead, which checks the manifest first.
+    """
+    path = Path(path)
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            header = fh.metadata() or {}
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError) as err:
+        raise ValueError(f"{path}: not a readable safetensors checkpoint ({err})") from None
+    if "model_config" not in header or VOCAB_KEY not in tensors:
+        raise ValueError(f"{path}: checkpoint lacks its model_config header or {VOCAB_KEY}")
+    vocab = tensors.pop(VOCAB_KEY).numpy()
+    model = GPT(ModelConfig.from_dict(json.loads(header["model_config"])))
+    model.load_state_dict(tensors, strict=True)
+    return model.eval(), vocab
+
+
+def load_verified(
+    checkpoint: str | os.PathLike, manifest: str | os.PathLike
+) -> tuple[GPT, np.ndarray, dict]:
+    """Verify the checkpoint bytes against its manifest, then load. Returns the manifest too."""
+    expected = read_manifest_field(manifest, "checkpoint_file_sha256")
+    verify_file(checkpoint, expected, manifest)
+    model, vocab = load_checkpoint(checkpoint)
+    return model, vocab, read_json(manifest)

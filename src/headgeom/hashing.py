@@ -1,0 +1,115 @@
+"""Artifact identity (METHODS §2): canonical JSON, SHA-256 of exact bytes, source freeze,
+environment record, and verification of a file against the hash its manifest names."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import subprocess
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+from typing import Any
+
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# Packages whose versions can change a result; recorded in every manifest.
+TRACKED_PACKAGES = ("torch", "numpy", "pyarrow", "pandas", "safetensors", "tokenizers", "scipy")
+
+
+class ManifestMismatchError(RuntimeError):
+    """A file's bytes do not match the SHA-256 its manifest records."""
+
+
+def canonical_json(obj: Any) -> bytes:
+    """Sorted keys, compact separators, UTF-8, no trailing newline (METHODS §2.1)."""
+    return json.dumps(
+        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def content_hash(obj: Any) -> str:
+    """Structured content hash: SHA-256 of the canonical JSON bytes."""
+    return sha256_bytes(canonical_json(obj))
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _git(*args: str) -> bytes | None:
+    try:
+        return subprocess.run(
+            ["git", *args], cwd=REPO_ROOT, capture_output=True, check=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def source_freeze() -> dict[str, str | None]:
+    """Git commit and SHA-256 of `git diff HEAD` over tracked files (METHODS §2.2).
+
+    Outside a git checkout (e.g. an installed wheel) both are null: the record says so
+    rather than inventing an identity.
+    """
+    commit = _git("rev-parse", "HEAD")
+    diff = _git("diff", "HEAD", "--binary")
+    return {
+        "git_commit": commit.decode().strip() if commit else None,
+        "tracked_diff_sha256": sha256_bytes(diff) if diff is not None else None,
+    }
+
+
+def environment() -> dict[str, str | None]:
+    """Interpreter, key package versions and the accelerator runtime."""
+    env: dict[str, str | None] = {"python": platform.python_version()}
+    for name in TRACKED_PACKAGES:
+        try:
+            env[name] = importlib_metadata.version(name)
+        except importlib_metadata.PackageNotFoundError:
+            env[name] = None
+    try:
+        import torch
+
+        env["cuda"] = torch.version.cuda
+    except ImportError:  # pragma: no cover - torch is a hard dependency
+        env["cuda"] = None
+    return env
+
+
+def verify_file(path: str | os.PathLike, expected_sha256: str, manifest: str | os.PathLike) -> None:
+    """Raise ManifestMismatchError naming the file and both hashes when the bytes differ."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: named by manifest {manifest} but missing")
+    actual = sha256_file(path)
+    if actual != expected_sha256:
+        raise ManifestMismatchError(
+            f"{path}: SHA-256 is {actual} but manifest {manifest} records {expected_sha256}; "
+            "the file changed after it was hashed (rerun the producing rule, e.g. "
+            "`snakemake --forcerun train`)"
+        )
+
+
+def read_manifest_field(manifest: str | os.PathLike, key: str) -> Any:
+    """One field of a JSON manifest, with an error naming the file and key when absent."""
+    path = Path(manifest)
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: manifest not found") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: manifest is not valid JSON ({err})") from None
+    if key not in record:
+        raise KeyError(f"{path}: manifest has no field {key!r}")
+    return record[key]

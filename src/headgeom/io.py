@@ -1,0 +1,109 @@
+"""Atomic writes and the one Parquet writer every stage uses.
+
+Every result file is written to a temporary name in its own folder, fsynced and renamed,
+so a killed job never leaves a file that looks complete (DESIGN: "Writes are atomic").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from headgeom import __version__
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success fsync and rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        with open(tmp_path, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp_path, path)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    """Human-readable JSON (sorted keys, trailing newline); never the hashed form (METHODS §2.1)."""
+    write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: file not found") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: not valid JSON ({err})") from None
+
+
+def write_parquet(
+    path: str | os.PathLike,
+    data: pd.DataFrame | pa.Table,
+    schema: pa.Schema,
+    metadata: Mapping[str, Any] | None = None,
+    descriptions: Mapping[str, str] | None = None,
+) -> None:
+    """Write ``data`` with an explicit ``schema`` and file-level key-value metadata.
+
+    ``metadata`` values are stored as JSON strings under their keys; the code version is
+    always added. ``descriptions`` documents columns (stored as field metadata
+    ``description``) so a reader understands the file without the code.
+    """
+    if isinstance(data, pd.DataFrame):
+        missing = [n for n in schema.names if n not in data.columns]
+        if missing:
+            raise ValueError(f"{path}: data lacks columns {missing} required by the schema")
+        table = pa.Table.from_pandas(data[schema.names], schema=schema, preserve_index=False)
+    else:
+        table = data.select(schema.names).cast(schema)
+    if descriptions:
+        unknown = set(descriptions) - set(schema.names)
+        if unknown:
+            raise ValueError(f"descriptions name unknown columns {sorted(unknown)}")
+        fields = [
+            f.with_metadata({"description": descriptions[f.name]}) if f.name in descriptions else f
+            for f in table.schema
+        ]
+        table = table.cast(pa.schema(fields))
+    meta = {"headgeom_version": __version__}
+    meta.update({k: v for k, v in (metadata or {}).items()})
+    encoded = {
+        k: (v if isinstance(v, str) else json.dumps(v, sort_keys=True, ensure_ascii=False))
+        for k, v in meta.items()
+    }
+    table = table.replace_schema_metadata(encoded)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+
+
+def read_parquet_metadata(path: str | os.PathLike) -> dict[str, str]:
+    """File-level key-value metadata as str → str (JSON values left encoded)."""
+    md = pq.read_schema(path).metadata or {}
+    return {k.decode(): v.decode() for k, v in md.items() if not k.startswith(b"ARROW:pandas")}

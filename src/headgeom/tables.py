@@ -1,0 +1,171 @@
+"""Paper tables as pure functions of result Parquets (METHODS §17.1).
+
+Each builder takes the Parquet paths its table needs and returns a tidy DataFrame (the
+CSV) plus the rendered Markdown. Derived values are computed from unrounded numbers;
+rounding happens only when rendering (METHODS §17).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from headgeom.io import read_parquet_metadata
+
+TASK_ORDER = ["sva", "quote", "plural"]
+TASK_TITLES = {"sva": "SVA", "quote": "Quote", "plural": "Plural"}
+
+
+def _concat(paths: Sequence[str]) -> pd.DataFrame:
+    if not paths:
+        raise ValueError("no input Parquets given")
+    return pd.concat([pq.read_table(p).to_pandas() for p in paths], ignore_index=True)
+
+
+def _model_order(frame: pd.DataFrame) -> pd.DataFrame:
+    """Keep the config order of models (first appearance), then seed."""
+    order = {m: i for i, m in enumerate(dict.fromkeys(frame["model"]))}
+    return frame.assign(_o=frame["model"].map(order)).sort_values(["_o", "seed"]).drop(columns="_o")
+
+
+def _meta_json(meta: dict[str, str], key: str, path: str):
+    if key not in meta:
+        raise KeyError(f"{path}: Parquet metadata lacks {key!r}")
+    return json.loads(meta[key])
+
+
+# ----------------------------------------------------------------------------- Table 2
+def table2(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
+    """Parameters, validation loss and Δ vs learned (paper Table 2).
+
+    Δ = val loss − that of the ``learned`` model with the same seed when one exists, else
+    the mean over learned seeds; computed from unrounded losses.
+    """
+    rows = []
+    for path in paths:
+        meta = read_parquet_metadata(path)
+        cfg = _meta_json(meta, "config", path)
+        rows.append(
+            {
+                "model": cfg["model_name"],
+                "geometry": cfg["model"]["geometry"],
+                "seed": int(cfg["seed"]),
+                "n_params": int(_meta_json(meta, "n_params", path)),
+                "val_loss": float(_meta_json(meta, "val_loss_nats", path)),
+            }
+        )
+    frame = _model_order(pd.DataFrame(rows))
+    learned = frame[frame["geometry"] == "learned"].set_index("seed")["val_loss"]
+    if learned.empty:
+        frame["delta_vs_learned"] = np.nan
+    else:
+        ref = frame["seed"].map(learned).fillna(learned.mean())
+        frame["delta_vs_learned"] = frame["val_loss"] - ref
+    md = _render(
+        frame,
+        {
+            "model": ("Model", str),
+            "geometry": ("Write / readers", str),
+            "seed": ("Seed", str),
+            "n_params": ("Params", lambda v: f"{v:,}"),
+            "val_loss": ("Val loss (nats)", lambda v: f"{v:.3f}"),
+            "delta_vs_learned": ("Δ vs learned", lambda v: "—" if np.isnan(v) else f"{v:+.3f}"),
+        },
+    )
+    return frame.reset_index(drop=True), md
+
+
+# ----------------------------------------------------------------------------- Table 5
+def table5(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
+    """Clean accuracy (%) / mean logit margin on the evaluation split (paper Table 5)."""
+    frame = _concat(paths)
+    frame = frame[frame["split"] == "evaluation"]
+    tidy = _model_order(frame[["model", "seed", "task", "n", "accuracy", "margin"]])
+    wide = tidy.pivot_table(
+        index=["model", "seed"], columns="task", values=["accuracy", "margin"], sort=False
+    )
+    out = wide.index.to_frame(index=False)
+    for task in TASK_ORDER:
+        if ("accuracy", task) in wide:
+            acc, margin = wide[("accuracy", task)], wide[("margin", task)]
+            out[TASK_TITLES[task]] = [
+                f"{100 * a:.1f} / {m:.2f}" for a, m in zip(acc, margin, strict=True)
+            ]
+    md = _render(out, {c: (c.capitalize() if c in ("model", "seed") else c, str) for c in out})
+    return tidy.reset_index(drop=True), md
+
+
+# ----------------------------------------------------------------------------- Table 6
+def table6(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
+    """N_eff and E per task on the evaluation split (paper Table 6)."""
+    frame = _concat(paths)
+    frame = frame[frame["split"] == "evaluation"]
+    tidy = _model_order(frame[["model", "seed", "task", "N_eff", "E", "top_head_share"]])
+    wide = tidy.pivot_table(
+        index=["model", "seed"], columns="task", values=["N_eff", "E"], sort=False
+    )
+    out = wide.index.to_frame(index=False)
+    for stat, fmt in (("N_eff", "{:.1f}"), ("E", "{:.2f}")):
+        for task in TASK_ORDER:
+            if (stat, task) in wide:
+                out[f"{stat} {TASK_TITLES[task]}"] = [fmt.format(v) for v in wide[(stat, task)]]
+    md = _render(out, {c: (c.capitalize() if c in ("model", "seed") else c, str) for c in out})
+    return tidy.reset_index(drop=True), md
+
+
+# ----------------------------------------------------------------------------- Lanes
+def lanes(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
+    """Lane score Λ with its permutation p, Bonferroni ×3 within each model (METHODS §10.5)."""
+    frame = _model_order(_concat(paths))
+    n_tasks = frame.groupby(["model", "seed"])["task"].transform("nunique")
+    frame["p_bonferroni"] = np.minimum(1.0, frame["p_value"] * n_tasks)
+    frame = frame[
+        [
+            "model",
+            "seed",
+            "task",
+            "split",
+            "lambda_score",
+            "chance",
+            "p_value",
+            "p_bonferroni",
+            "n_permutations",
+        ]
+    ]
+
+    def fmt_lambda(v):
+        return "undefined" if v is None or pd.isna(v) else f"{v:.3f}"
+
+    def fmt_p(v):
+        return "—" if v is None or pd.isna(v) else f"{v:.4f}"
+
+    md = _render(
+        frame,
+        {
+            "model": ("Model", str),
+            "seed": ("Seed", str),
+            "task": ("Task", lambda t: TASK_TITLES.get(t, t)),
+            "lambda_score": ("Λ", fmt_lambda),
+            "chance": ("Chance", lambda v: f"{v:.3f}"),
+            "p_value": ("p", fmt_p),
+            "p_bonferroni": ("p (Bonferroni ×3)", fmt_p),
+        },
+    )
+    return frame.reset_index(drop=True), md
+
+
+def _render(frame: pd.DataFrame, columns: dict[str, tuple[str, Callable]]) -> str:
+    shown = pd.DataFrame({title: frame[col].map(fmt) for col, (title, fmt) in columns.items()})
+    return shown.to_markdown(index=False) + "\n"
+
+
+BUILDERS: dict[str, Callable[[Sequence[str]], tuple[pd.DataFrame, str]]] = {
+    "table2": table2,
+    "table5": table5,
+    "table6": table6,
+    "lanes": lanes,
+}

@@ -1,0 +1,43 @@
+"""The workflow itself: lint-clean, and bad config rejected before anything runs."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tests.e2e.conftest import REPO, make_workdir, snakemake
+
+
+def test_snakemake_lint_is_clean():
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--lint"], cwd=REPO, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Congratulations" in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expect"),
+    [
+        (("training", "steps"), 0, "steps"),
+        (("models", "learned", "geometry"), "rotated-by-hand", "rotated-by-hand"),
+        (("tasks", "sva", "splits", "evaluation"), 10, "evaluation"),
+        (("training", "lr_typo"), 1.0, "lr_typo"),
+    ],
+)
+def test_bad_config_is_rejected_naming_the_key(tmp_path, path, value, expect):
+    cfg = copy.deepcopy(yaml.safe_load((REPO / "tests" / "e2e" / "micro.yaml").read_text()))
+    node = cfg
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    work = make_workdir(tmp_path / "w", cfg)
+    proc = snakemake(work, "-n", "--cores", "1", check=False)
+    assert proc.returncode != 0
+    text = proc.stdout + proc.stderr
+    assert expect in text, text
+    assert not (work / "results").exists()

@@ -1,0 +1,158 @@
+# The only place that turns config into paths, wildcard lists and parameters.
+import json
+import re
+from pathlib import Path
+
+from snakemake.utils import validate
+
+validate(config, schema="../schemas/config.schema.yaml")
+
+# Stage scripts and the library are addressed from the workflow, so `snakemake -d elsewhere`
+# works; PYTHONPATH makes the library importable even in a bare conda environment.
+SRC = Path(workflow.basedir) / "src"
+shell.prefix(f"set -euo pipefail; export PYTHONPATH={SRC}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; ")
+
+STUDY = config["study"]
+TASKS = ["sva", "quote", "plural"]
+TABLES = ["table2", "table5", "table6", "lanes"]
+RESULTS = f"results/{STUDY}"
+
+wildcard_constraints:
+    study=STUDY,
+    model="|".join(map(re.escape, config["models"])),
+    seed=r"\d+",
+    task="|".join(TASKS),
+
+
+def model_seeds():
+    """(model, seed) pairs of the study, in config order."""
+    return [(m, s) for m, spec in config["models"].items() for s in spec["seeds"]]
+
+
+def per_model_task(stage):
+    """results/<study>/<stage>/<model>/s<seed>/<task>.parquet for every model, seed, task."""
+    return [
+        f"results/{STUDY}/{stage}/{m}/s{s}/{t}.parquet"
+        for m, s in model_seeds()
+        for t in TASKS
+    ]
+
+
+def free_reader_models():
+    """Leakage needs a shared LN_1 before free readers (METHODS §11.1)."""
+    chosen = config["leakage"].get("models", list(config["models"]))
+    unknown = set(chosen) - set(config["models"])
+    if unknown:
+        raise ValueError(f"config leakage.models names unknown models {sorted(unknown)}")
+    return chosen
+
+
+def leakage_outputs():
+    return [
+        f"{RESULTS}/leakage/{m}/s{s}/{t}.parquet"
+        for m, s in model_seeds()
+        if m in free_reader_models()
+        for t in TASKS
+    ]
+
+
+def final_outputs():
+    tables = [f"{RESULTS}/tables/{name}.{ext}" for name in TABLES for ext in ("md", "csv")]
+    return tables + leakage_outputs()
+
+
+# ------------------------------------------------------------------ per-stage configs
+# Each stage receives exactly the config it depends on, as canonical JSON in params, so a
+# change reruns what it should and nothing else (`--list-changes params`).
+def as_json(obj):
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def corpus_config_json(wildcards):
+    return as_json(config["corpus"])
+
+
+def train_config(model, seed):
+    spec = config["models"][model]
+    cfg = {
+        "model_name": model,
+        "seed": int(seed),
+        "data_seed": config["data_seed"],
+        "model": {**config["architecture"], "geometry": spec["geometry"]},
+        "training": config["training"],
+    }
+    if "repository_name" in spec:
+        cfg["repository_name"] = spec["repository_name"]
+    return cfg
+
+
+def train_config_json(wildcards):
+    return as_json(train_config(wildcards.model, wildcards.seed))
+
+
+def task_config_json(wildcards):
+    return as_json(config["tasks"][wildcards.task])
+
+
+def resource(rule_name, key, fallback):
+    """Per-rule resource from config (`resources.<rule>.<key>`, then `resources.default`)."""
+    table = config.get("resources", {})
+    for scope in (rule_name, "default"):
+        if key in table.get(scope, {}):
+            return table[scope][key]
+    return fallback
+
+
+# ------------------------------------------------------------------ paths
+def model_dir(w):
+    return f"{RESULTS}/models/{w.model}/s{w.seed}"
+
+
+def checkpoint_path(w):
+    return f"{model_dir(w)}/model.safetensors"
+
+
+def manifest_path(w):
+    return f"{model_dir(w)}/manifest.json"
+
+
+def train_log_path(w):
+    return f"{model_dir(w)}/train_log.parquet"
+
+
+def task_path(w):
+    return f"{RESULTS}/tasks/{w.task}.parquet"
+
+
+CORPUS = {
+    "train": f"{RESULTS}/corpus/train_tokens.parquet",
+    "val": f"{RESULTS}/corpus/val_tokens.parquet",
+    "vocab": f"{RESULTS}/corpus/vocab.parquet",
+    "manifest": f"{RESULTS}/corpus/manifest.json",
+}
+
+
+def check_split_choices():
+    """Lanes and leakage read effects of one split, so patching must produce it."""
+    patched = config["patching"]["splits"]
+    for key in ("lanes", "leakage"):
+        split = config[key]["split"]
+        if split not in patched:
+            raise ValueError(
+                f"config {key}.split is {split!r} but patching.splits {patched} does not "
+                f"include it; add it to patching.splits"
+            )
+
+
+check_split_choices()
+
+
+def table_inputs(wildcards):
+    """The Parquets each paper table is a pure function of."""
+    sources = {
+        "table2": [f"{RESULTS}/models/{m}/s{s}/train_log.parquet" for m, s in model_seeds()],
+        "table5": per_model_task("eval"),
+        "table6": per_model_task("concentration"),
+        "lanes": per_model_task("lanes"),
+    }
+    return sources[wildcards.table]
