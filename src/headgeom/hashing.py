@@ -101,15 +101,25 @@ def verify_file(path: str | os.PathLike, expected_sha256: str, manifest: str | o
         )
 
 
-def read_manifest_field(manifest: str | os.PathLike, key: str) -> Any:
-    """One field of a JSON manifest, with an error naming the file and key when absent."""
-    path = Path(manifest)
+def _load_manifest(path: Path) -> Any:
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: manifest not found") from None
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: manifest is not valid JSON ({err})") from None
+
+
+def read_manifest_field(manifest: str | os.PathLike, key: str) -> Any:
+    """One field of a JSON manifest, with an error naming the file and key when absent."""
+    path = Path(manifest)
+    record = _load_manifest(path)
     if key not in record:
         raise KeyError(f"{path}: manifest has no field {key!r}")
     return record[key]
+
+
+def manifest_hash(manifest: str | os.PathLike) -> str:
+    """Identity of a JSON manifest: the content hash of its parsed object, not of its
+    pretty-printed bytes (METHODS §2.1, §2.3)."""
+    return content_hash(_load_manifest(Path(manifest)))

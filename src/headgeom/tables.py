@@ -160,7 +160,7 @@ def lanes(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
 
 def _render(frame: pd.DataFrame, columns: dict[str, tuple[str, Callable]]) -> str:
     shown = pd.DataFrame({title: frame[col].map(fmt) for col, (title, fmt) in columns.items()})
-    return shown.to_markdown(index=False) + "\n"
+    return shown.to_markdown(index=False, disable_numparse=True) + "\n"
 
 
 BUILDERS: dict[str, Callable[[Sequence[str]], tuple[pd.DataFrame, str]]] = {

@@ -25,11 +25,16 @@ def test_every_output_exists_parses_and_is_described(finished_run):
     work, cfg = finished_run
     results = work / "results" / cfg["study"]
     models = [(m, s) for m, spec in cfg["models"].items() for s in spec["seeds"]]
-    expected = [results / "tables" / f"{t}.{ext}" for t in ("table2", "table5", "table6", "lanes")
-                for ext in ("md", "csv")]
+    expected = [
+        results / "tables" / f"{t}.{ext}"
+        for t in ("table2", "table5", "table6", "lanes")
+        for ext in ("md", "csv")
+    ]
     for m, s in models:
-        expected += [results / "models" / m / f"s{s}" / f for f in
-                     ("model.safetensors", "train_log.parquet", "manifest.json")]
+        expected += [
+            results / "models" / m / f"s{s}" / f
+            for f in ("model.safetensors", "train_log.parquet", "manifest.json")
+        ]
         for stage in ("eval", "patching", "concentration", "leakage", "lanes"):
             expected += [results / stage / m / f"s{s}" / f"{t}.parquet" for t in TASKS]
     missing = [str(p) for p in expected if not p.exists()]
@@ -45,7 +50,9 @@ def test_checkpoints_match_their_manifests(finished_run):
     work, cfg = finished_run
     for manifest in (work / "results" / cfg["study"] / "models").rglob("manifest.json"):
         record = json.loads(manifest.read_text())
-        assert sha256_file(manifest.parent / "model.safetensors") == record["checkpoint_file_sha256"]
+        assert (
+            sha256_file(manifest.parent / "model.safetensors") == record["checkpoint_file_sha256"]
+        )
         assert record["data"]["corpus_sha256"]
 
 
@@ -86,7 +93,12 @@ def test_one_target_plans_only_what_it_needs(tmp_path, micro_config):
     work = make_workdir(tmp_path / "fresh", micro_config)
     jobs = planned_jobs(snakemake(work, "-n", "--cores", "2", "results/micro/tables/table6.md"))
     assert set(jobs) == {
-        "tokenize_corpus", "train", "hash_checkpoint", "make_tasks", "patch_heads",
-        "concentration", "make_table",
+        "tokenize_corpus",
+        "train",
+        "hash_checkpoint",
+        "make_tasks",
+        "patch_heads",
+        "concentration",
+        "make_table",
     }, jobs
     assert jobs["make_table"] == 1

@@ -1,0 +1,340 @@
+"""The three behavioural tasks SVA, Quote and Plural (METHODS §8).
+
+Each example is a clean/reference prompt pair of equal token length that differs in exactly
+one token; that token flips which of two single-token answers is correct. Correct and
+incorrect are always defined by the clean prompt. Four conditions per task, balanced in
+every split; the lexicon is partitioned disjointly across the splits (``headgeom.lexicon``).
+
+The prompt renderers here are also used by the demo corpus, so training text and task
+prompts share the exact token-level layout.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+from tokenizers import Tokenizer
+
+from headgeom import lexicon
+from headgeom.hashing import content_hash
+from headgeom.lexicon import SPLITS
+from headgeom.tokenizer import EOT_TEXT, encode
+
+TASKS = ("sva", "quote", "plural")
+
+# Conditions in METHODS' order. SVA: subject number × attractor number. Quote: (first-line
+# quote, target quote), D = '"' and S = "'" spelled out. Plural: (first, second) numeral.
+CONDITIONS = {
+    "sva": ("SS", "SP", "PS", "PP"),
+    "quote": ("double-double", "double-single", "single-double", "single-single"),
+    "plural": ("one-one", "one-two", "two-one", "two-two"),
+}
+COLUMNS = (
+    "example_id",
+    "split",
+    "condition",
+    "lexical_group",
+    "clean_ids",
+    "ref_ids",
+    "diff_position",
+    "correct_id",
+    "incorrect_id",
+    "correct_text",
+    "incorrect_text",
+    "clean_text",
+    "ref_text",
+)
+_MAX_DRAWS = 2000  # per example: resampling budget for duplicates and validation failures
+
+
+class TaskValidationError(ValueError):
+    """An example violates the tokenisation constraints of METHODS §8.1."""
+
+
+# --- prompt renderers (shared with the demo corpus) ---------------------------------------------
+
+
+def sva_prompt(subject: str, preposition: str, attractor: str) -> str:
+    """``The [subject] [prep.] the [attractor]`` (words carry their leading space)."""
+    return f"The{subject}{preposition} the{attractor}"
+
+
+def quote_open_line(var: str, q: str, words: Sequence[str]) -> str:
+    """``{var} = {q}w1 w2 ...``: a string assignment left open after its last word."""
+    return f"{var} = {q}{' '.join(words)}"
+
+
+def quote_prompt(var1: str, q1: str, word: str, var2: str, q2: str, w1: str, w2: str) -> str:
+    """``{var1} = {q1}{word}{q1}\\n{var2} = {q2}{w1} {w2}``; line 2 is not indented.
+
+    The opening quote after ``= `` is the GPT-2 token ' "' / " '" while the answer is the
+    bare quote; ending the open string on the spaced word ``w2`` keeps them apart.
+    """
+    return quote_open_line(var1, q1, [word]) + q1 + "\n" + quote_open_line(var2, q2, [w1, w2])
+
+
+def plural_prompt(
+    subject: str, verb: str, numeral1: str, noun1: str, numeral2: str, size: str, colour: str
+) -> str:
+    """``She bought two cats and one small red`` (words carry their leading space)."""
+    return f"{subject}{verb}{numeral1}{noun1} and{numeral2}{size}{colour}"
+
+
+# --- validation ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ValidatedExample:
+    clean_ids: list[int]
+    ref_ids: list[int]
+    diff_position: int
+    correct_id: int
+    incorrect_id: int
+
+
+def _single_token(tok: Tokenizer, text: str, role: str) -> int:
+    ids = encode(tok, text)
+    if len(ids) != 1:
+        raise TaskValidationError(f"{role} answer {text!r} is {len(ids)} GPT-2 tokens {ids}, not 1")
+    return ids[0]
+
+
+def validate_example(
+    tok: Tokenizer, clean_text: str, ref_text: str, correct_text: str, incorrect_text: str
+) -> ValidatedExample:
+    """Tokenise a clean/reference pair and check METHODS §8.1 [CHECK]; raise if violated.
+
+    Checks: equal token length, exactly one differing token, both answers single distinct
+    tokens, and each prompt followed by its own correct answer tokenises as prompt + answer
+    (so the answer token never merges with the last prompt token).
+    """
+    clean_ids, ref_ids = encode(tok, clean_text), encode(tok, ref_text)
+    if len(clean_ids) != len(ref_ids):
+        raise TaskValidationError(
+            f"clean {clean_text!r} has {len(clean_ids)} tokens but reference {ref_text!r} "
+            f"has {len(ref_ids)}"
+        )
+    diffs = [i for i, (a, b) in enumerate(zip(clean_ids, ref_ids, strict=True)) if a != b]
+    if len(diffs) != 1:
+        raise TaskValidationError(
+            f"clean {clean_text!r} and reference {ref_text!r} differ at {len(diffs)} token "
+            f"positions {diffs}, not exactly 1"
+        )
+    correct_id = _single_token(tok, correct_text, "correct")
+    incorrect_id = _single_token(tok, incorrect_text, "incorrect")
+    if correct_id == incorrect_id:
+        raise TaskValidationError(f"correct and incorrect answers are both {correct_text!r}")
+    # The reference's correct answer is the clean prompt's incorrect one.
+    for prompt, ids, answer, answer_id in (
+        (clean_text, clean_ids, correct_text, correct_id),
+        (ref_text, ref_ids, incorrect_text, incorrect_id),
+    ):
+        if encode(tok, prompt + answer) != ids + [answer_id]:
+            raise TaskValidationError(
+                f"answer {answer!r} merges with the end of {prompt!r} under GPT-2 BPE"
+            )
+    return ValidatedExample(clean_ids, ref_ids, diffs[0], correct_id, incorrect_id)
+
+
+# --- per-task example construction ----------------------------------------------------------------
+# Each builder gets the condition index, the lexical-group item, the split's partition and
+# an RNG, and returns (clean, ref, correct, incorrect) texts.
+
+Rendered = tuple[str, str, str, str]
+
+
+def _build_sva(cond: int, subject: tuple[str, str], part: Mapping, rng: random.Random) -> Rendered:
+    subj_plural, attr_plural = divmod(cond, 2)  # SS, SP, PS, PP
+    attractor = rng.choice(part["attractors"])[attr_plural]
+    prep = rng.choice(part["prepositions"])
+    clean = sva_prompt(subject[subj_plural], prep, attractor)
+    ref = sva_prompt(subject[1 - subj_plural], prep, attractor)  # flip the subject's number
+    is_, are = lexicon.SVA_VERBS
+    correct, incorrect = (are, is_) if subj_plural else (is_, are)
+    return clean, ref, correct, incorrect
+
+
+def _build_quote(cond: int, var1: str, part: Mapping, rng: random.Random) -> Rendered:
+    first_single, target_single = divmod(cond, 2)  # (first, target) in ('"', "'")²
+    q1, q2 = lexicon.QUOTE_CHARS[first_single], lexicon.QUOTE_CHARS[target_single]
+    other = lexicon.QUOTE_CHARS[1 - target_single]
+    var2 = rng.choice(part["second_vars"])
+    word, w1, w2 = rng.sample(part["words"], 3)
+    clean = quote_prompt(var1, q1, word, var2, q2, w1, w2)
+    ref = quote_prompt(var1, q1, word, var2, other, w1, w2)  # swap the target's opening quote
+    return clean, ref, q2, other
+
+
+def _build_plural(cond: int, noun: tuple[str, str], part: Mapping, rng: random.Random) -> Rendered:
+    first_two, second_two = divmod(cond, 2)  # (first, second) numeral in {one, two}²
+    one_two = lexicon.PLURAL_NUMERALS
+    subject = rng.choice(lexicon.PLURAL_SUBJECTS)
+    verb = rng.choice(lexicon.PLURAL_VERBS)
+    size = rng.choice(part["size_adjectives"])
+    colour = rng.choice(part["colour_adjectives"])
+    # The first noun phrase agrees with its numeral; only the second numeral flips.
+    args = (subject, verb, one_two[first_two], noun[first_two])
+    clean = plural_prompt(*args, one_two[second_two], size, colour)
+    ref = plural_prompt(*args, one_two[1 - second_two], size, colour)
+    return clean, ref, noun[second_two], noun[1 - second_two]
+
+
+_BUILDERS: dict[str, Callable[[int, Any, Mapping, random.Random], Rendered]] = {
+    "sva": _build_sva,
+    "quote": _build_quote,
+    "plural": _build_plural,
+}
+
+
+def balanced_cells(n: int, groups: list[Any]) -> list[tuple[int, Any]]:
+    """(condition index, group item) for ``n`` examples: n/4 per condition exactly, groups
+    as equal as possible overall and within each condition (counts differ by at most 1)."""
+    if n % 4:
+        raise ValueError(f"split size {n} is not a multiple of 4 (4 balanced conditions)")
+    per_cond = n // 4
+    # Walk the groups cyclically across the concatenated condition blocks: overall group
+    # counts are exact when len(groups) divides n, and each block is a contiguous cycle run.
+    return [
+        (c, groups[(c * per_cond + j) % len(groups)]) for c in range(4) for j in range(per_cond)
+    ]
+
+
+DEFAULT_TASK_CONFIG: dict[str, Any] = {
+    "seed": 1,
+    "splits": dict(lexicon.DEFAULT_SPLIT_SIZES),
+    "prepend_eot": False,
+    "partition_counts": {},
+}
+
+
+def resolve_task_config(task: str, config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """One task's config block with defaults filled; unknown keys or bad values get one
+    clear message. ``partition_counts`` ({slot: {split: count}}) is resolved in full."""
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; allowed: {list(TASKS)}")
+    config = dict(config or {})
+    unknown = set(config) - set(DEFAULT_TASK_CONFIG)
+    if unknown:
+        raise ValueError(
+            f"tasks.{task}: unknown keys {sorted(unknown)}; allowed: {sorted(DEFAULT_TASK_CONFIG)}"
+        )
+    out = {**DEFAULT_TASK_CONFIG, **config}
+    if not isinstance(out["seed"], int) or isinstance(out["seed"], bool):
+        raise ValueError(f"tasks.{task}.seed = {out['seed']!r}: must be an integer")
+    if not isinstance(out["prepend_eot"], bool):
+        raise ValueError(f"tasks.{task}.prepend_eot = {out['prepend_eot']!r}: must be true/false")
+    splits = {**lexicon.DEFAULT_SPLIT_SIZES, **dict(out["splits"])}
+    if set(splits) != set(SPLITS):
+        raise ValueError(
+            f"tasks.{task}.splits: unknown splits {sorted(set(splits) - set(SPLITS))}; "
+            f"allowed: {list(SPLITS)}"
+        )
+    for split, n in splits.items():
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0 or n % 4:
+            raise ValueError(
+                f"tasks.{task}.splits.{split} = {n!r}: must be a non-negative multiple of 4 "
+                "(equal examples in each of the 4 conditions)"
+            )
+    out["splits"] = {s: splits[s] for s in SPLITS}
+    out["partition_counts"] = lexicon.resolve_partition_counts(task, out["partition_counts"])
+    return out
+
+
+def generate_task(
+    task: str, tokenizer: Tokenizer, config: Mapping[str, Any] | None = None
+) -> tuple[pd.DataFrame, dict[str, dict[str, list[Any]]]]:
+    """All splits of one task as a DataFrame (columns ``COLUMNS``) plus the lexicon partition.
+
+    Deterministic given (task, config). Duplicate prompts within a split and examples that
+    fail ``validate_example`` are resampled; if a split's lexicon cannot supply enough
+    distinct valid examples the error names the split and lexical group.
+    """
+    cfg = resolve_task_config(task, config)
+    partition = lexicon.partition_lexicon(task, cfg["seed"], cfg["partition_counts"])
+    group_slot = lexicon.GROUP_SLOT[task]
+    build = _BUILDERS[task]
+    prefix = EOT_TEXT if cfg["prepend_eot"] else ""
+    rng = random.Random(f"headgeom.tasks:{task}:{cfg['seed']}")
+    rows: list[dict[str, Any]] = []
+    for split in SPLITS:
+        part = partition[split]
+        seen: set[str] = set()
+        split_rows = []
+        for cond, group in balanced_cells(cfg["splits"][split], part[group_slot]):
+            for _ in range(_MAX_DRAWS):
+                clean, ref, correct, incorrect = build(cond, group, part, rng)
+                clean, ref = prefix + clean, prefix + ref
+                if clean in seen:
+                    continue
+                try:
+                    ex = validate_example(tokenizer, clean, ref, correct, incorrect)
+                except TaskValidationError:
+                    continue
+                break
+            else:
+                raise TaskValidationError(
+                    f"{task}/{split}: no new valid example for condition "
+                    f"{CONDITIONS[task][cond]} and group {lexicon.group_label(group)!r} after "
+                    f"{_MAX_DRAWS} draws; the split's lexicon is too small for its size"
+                )
+            seen.add(clean)
+            split_rows.append(
+                {
+                    "split": split,
+                    "condition": CONDITIONS[task][cond],
+                    "lexical_group": lexicon.group_label(group),
+                    "clean_ids": ex.clean_ids,
+                    "ref_ids": ex.ref_ids,
+                    "diff_position": ex.diff_position,
+                    "correct_id": ex.correct_id,
+                    "incorrect_id": ex.incorrect_id,
+                    "correct_text": correct,
+                    "incorrect_text": incorrect,
+                    "clean_text": clean,
+                    "ref_text": ref,
+                }
+            )
+        # Interleave conditions and groups so any prefix of a split is roughly balanced.
+        rng.shuffle(split_rows)
+        rows.extend(split_rows)
+    for i, row in enumerate(rows):
+        row["example_id"] = i
+    df = pd.DataFrame(rows, columns=list(COLUMNS))
+    return df, partition
+
+
+def generate_sva(tokenizer: Tokenizer, config: Mapping[str, Any] | None = None):
+    return generate_task("sva", tokenizer, config)
+
+
+def generate_quote(tokenizer: Tokenizer, config: Mapping[str, Any] | None = None):
+    return generate_task("quote", tokenizer, config)
+
+
+def generate_plural(tokenizer: Tokenizer, config: Mapping[str, Any] | None = None):
+    return generate_task("plural", tokenizer, config)
+
+
+def example_records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """Examples as plain-Python dicts (column order ``COLUMNS``), ready for canonical JSON."""
+    records = []
+    for row in df[list(COLUMNS)].itertuples(index=False):
+        rec = {}
+        for name, value in zip(COLUMNS, row, strict=True):
+            if name in ("clean_ids", "ref_ids"):
+                rec[name] = [int(v) for v in value]
+            elif isinstance(value, str):
+                rec[name] = value
+            else:
+                rec[name] = int(value)
+        records.append(rec)
+    return records
+
+
+def dataset_sha256(df: pd.DataFrame) -> str:
+    """SHA-256 of the canonical JSON of the example records (cited by downstream analyses)."""
+    return content_hash(example_records(df))
