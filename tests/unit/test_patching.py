@@ -1,0 +1,521 @@
+"""Single-head patching, the real patch perturbation δ and the patching/leakage/lanes scripts
+(METHODS §10.1, §11.2–11.3; checks C8, C9)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from headgeom.checkpoint import save_checkpoint
+from headgeom.hashing import ManifestMismatchError, sha256_file
+from headgeom.io import read_parquet_metadata, write_json, write_parquet
+from headgeom.model import GPT, ModelConfig
+from headgeom.patching import (
+    delta_patch_layer,
+    length_batches,
+    logit_difference,
+    patch_all_heads,
+    patch_perturbations,
+    perturbation_check,
+)
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+GEOMETRIES = ("learned", "write-common-axis")
+N_LAYER, N_HEAD, N_VOCAB = 3, 4, 48
+
+
+def load_script(name: str):
+    """Import ``src/<name>.py`` as a module (its own name would shadow headgeom modules)."""
+    spec = importlib.util.spec_from_file_location(f"script_{name}", SRC / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def tiny_model(geometry: str, seed: int = 0) -> GPT:
+    """A small random GPT whose weights are large enough that every head matters."""
+    torch.manual_seed(seed)
+    cfg = ModelConfig(
+        n_vocab=N_VOCAB,
+        n_ctx=16,
+        n_layer=N_LAYER,
+        n_head=N_HEAD,
+        d_model=32,
+        d_head=8,
+        d_mlp=64,
+        geometry=geometry,
+    )
+    model = GPT(cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "ln" in name and name.endswith("weight"):
+                p.copy_(1.0 + 0.3 * torch.randn_like(p))  # nontrivial LayerNorm gains γ
+            elif name.startswith("wte") or name.startswith("wpe"):
+                p.normal_(0.0, 1.0)
+            else:
+                p.normal_(0.0, 0.3)
+    return model.eval()
+
+
+def random_pairs(n: int, lengths: tuple[int, ...], seed: int = 1):
+    """Clean/reference prompts (model ids) differing in one token, plus answers."""
+    rng = np.random.default_rng(seed)
+    clean, ref, diff = [], [], []
+    for i in range(n):
+        T = lengths[i % len(lengths)]
+        x = rng.integers(0, N_VOCAB, T)
+        t = int(rng.integers(0, T - 1))
+        y = x.copy()
+        y[t] = (x[t] + 1 + rng.integers(0, N_VOCAB - 1)) % N_VOCAB
+        clean.append(x)
+        ref.append(y)
+        diff.append(t)
+    correct = rng.integers(0, N_VOCAB, n)
+    incorrect = (correct + 1 + rng.integers(0, N_VOCAB - 1, n)) % N_VOCAB
+    return clean, ref, correct, incorrect, diff
+
+
+def manual_forward(model: GPT, ids, correct, incorrect, patch=None):
+    """An independent forward for one example: explicit causal softmax attention and W_O
+    applied head by head from ``write_maps()``, not the model's forward or hooks.
+
+    ``patch = (layer, head, z)`` replaces that head's output by ``z`` (position, d_head).
+    Returns the logit difference and every layer's z (position, head, d_head).
+    """
+    cfg = model.cfg
+    ids = torch.as_tensor(ids)
+    T = len(ids)
+    x = (model.wte(ids) + model.wpe(torch.arange(T))).double()
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    zs = []
+    for layer, block in enumerate(model.blocks):
+        q, k, v = (a[0].double() for a in block.attn.reader(x[None].float()))  # (T, H, d)
+        scores = torch.einsum("thd,shd->hts", q, k) / math.sqrt(cfg.d_head)
+        z = torch.einsum("hts,shd->thd", scores.masked_fill(~mask, -math.inf).softmax(-1), v)
+        if patch is not None and patch[0] == layer:
+            z = z.clone()
+            z[:, patch[1]] = patch[2]
+        zs.append(z)
+        W = block.attn.writer.write_maps().double()  # (H, D, d)
+        bias = block.attn.writer(torch.zeros(1, 1, cfg.n_head, cfg.d_head))[0, 0].double()
+        x = x + torch.einsum("hDd,thd->tD", W, z) + bias
+        x = x + block.mlp(block.ln_2(x.float())).double()
+    logits = model.ln_f(x[-1].float()) @ model.wte.weight.T
+    return float(logits[correct] - logits[incorrect]), zs
+
+
+# --------------------------------------------------------------------------- library
+@pytest.mark.parametrize("geometry", GEOMETRIES)
+def test_identical_prompts_give_zero_effect(geometry):
+    model = tiny_model(geometry)
+    clean, _, correct, incorrect, _ = random_pairs(5, (6, 7))
+    clean_ld, patched = patch_all_heads(model, clean, clean, correct, incorrect, batch_size=3)
+    assert patched.shape == (5, N_LAYER, N_HEAD)
+    np.testing.assert_allclose(
+        patched, np.broadcast_to(clean_ld[:, None, None], patched.shape), atol=1e-12
+    )
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES)
+def test_effects_match_an_independent_forward(geometry):
+    model = tiny_model(geometry)
+    clean, ref, correct, incorrect, _ = random_pairs(3, (7,))
+    clean_ld, patched = patch_all_heads(model, clean, ref, correct, incorrect, batch_size=2)
+    effects = clean_ld[:, None, None] - patched
+    assert np.abs(effects).max() > 1e-2  # the fixture's heads matter
+    with torch.no_grad():
+        for x in range(3):
+            answers = (correct[x], incorrect[x])
+            _, ref_z = manual_forward(model, ref[x], *answers)
+            clean_manual, _ = manual_forward(model, clean[x], *answers)
+            assert clean_ld[x] == pytest.approx(clean_manual, abs=2e-5)
+            for layer in range(N_LAYER):
+                for head in range(N_HEAD):
+                    patch = (layer, head, ref_z[layer][:, head])
+                    expected, _ = manual_forward(model, clean[x], *answers, patch)
+                    assert patched[x, layer, head] == pytest.approx(expected, abs=2e-5)
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES)
+def test_delta_route_and_check_c8(geometry):
+    """Adding δ_i to the clean attention output reproduces the z patch (C8, C9)."""
+    model = tiny_model(geometry)
+    clean, ref, correct, incorrect, _ = random_pairs(4, (6,))
+    clean_ld, patched = patch_all_heads(model, clean, ref, correct, incorrect, batch_size=4)
+    c, r = torch.as_tensor(np.stack(clean)), torch.as_tensor(np.stack(ref))
+    for layer in range(N_LAYER):
+        delta, drops, c8 = delta_patch_layer(
+            model, c, r, torch.as_tensor(correct), torch.as_tensor(incorrect), layer
+        )
+        assert delta.shape == (4, 6, N_HEAD, model.cfg.d_model)
+        assert delta.dtype == torch.float64
+        assert c8 < 1e-5
+        assert perturbation_check(model, c, r, layer) == pytest.approx(c8, abs=1e-12)
+        np.testing.assert_allclose(
+            drops.numpy(), clean_ld[:, None] - patched[:, layer], rtol=0, atol=1e-5
+        )
+        # δ_i lies in Im W_O^i
+        W = model.blocks[layer].attn.writer.write_maps().detach().double()
+        for head in range(N_HEAD):
+            rows = delta[:, :, head].reshape(-1, model.cfg.d_model).T
+            coef = torch.linalg.lstsq(W[head], rows).solution
+            assert torch.allclose(W[head] @ coef, rows, atol=1e-9)
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES)
+def test_positions_before_the_differing_token_have_zero_delta(geometry):
+    model = tiny_model(geometry)
+    clean, ref, _, _, diff = random_pairs(6, (8,), seed=3)
+    c, r = torch.as_tensor(np.stack(clean)), torch.as_tensor(np.stack(ref))
+    delta = patch_perturbations(model, c, r, layer=0)
+    for x, t in enumerate(diff):
+        assert torch.all(delta[x, :t] == 0)  # causality: identical prefixes
+        assert delta[x, t].abs().max() > 1e-6  # the differing token itself moves every head
+    # later layers see the same prefix too
+    assert torch.all(patch_perturbations(model, c, r, layer=2)[0, : diff[0]] == 0)
+
+
+def test_batching_and_mixed_lengths_do_not_change_results():
+    model = tiny_model("learned")
+    clean, ref, correct, incorrect, _ = random_pairs(7, (5, 8, 6))
+    one = patch_all_heads(model, clean, ref, correct, incorrect, batch_size=1)
+    many = patch_all_heads(model, clean, ref, correct, incorrect, batch_size=16)
+    for a, b in zip(one, many, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+    # order is the input order: example 0 alone gives its own row
+    alone = patch_all_heads(model, clean[:1], ref[:1], correct[:1], incorrect[:1], batch_size=1)
+    np.testing.assert_allclose(alone[1][0], many[1][0], atol=1e-5)
+
+
+def test_length_batches_and_input_checks():
+    batches = length_batches([3, 5, 3, 3, 5], batch_size=2)
+    assert [b.tolist() for b in batches] == [[0, 2], [3], [1, 4]]
+    model = tiny_model("learned")
+    with pytest.raises(ValueError, match="equal length"):
+        patch_all_heads(model, [np.arange(4)], [np.arange(5)], [0], [1], batch_size=1)
+    logits = torch.tensor([[0.0, 2.0, -1.0]])
+    assert logit_difference(logits, torch.tensor([1]), torch.tensor([2])).item() == 3.0
+
+
+# --------------------------------------------------------------------------- scripts
+SPLIT_SIZES = {"discovery": 4, "validation": 3, "evaluation": 4, "holdout": 2}
+LABEL = pa.dictionary(pa.int32(), pa.string())
+TASK_SCHEMA = pa.schema(
+    [
+        ("example_id", pa.int32()),
+        ("split", LABEL),
+        ("condition", LABEL),
+        ("lexical_group", LABEL),
+        ("clean_ids", pa.list_(pa.int32())),
+        ("ref_ids", pa.list_(pa.int32())),
+        ("diff_position", pa.int32()),
+        ("correct_id", pa.int32()),
+        ("incorrect_id", pa.int32()),
+    ]
+)
+
+
+def make_fixture(tmp_path: Path, geometry: str = "learned") -> dict[str, Path]:
+    """Checkpoint + manifest + task Parquet (GPT-2 ids through a compacted vocabulary)."""
+    vocab = np.arange(N_VOCAB, dtype=np.int64) * 7 + 100  # model id i <-> GPT-2 id vocab[i]
+    model = tiny_model(geometry)
+    checkpoint = tmp_path / "model.safetensors"
+    save_checkpoint(checkpoint, model, vocab)
+    manifest = tmp_path / "manifest.json"
+    write_json(manifest, {"config_id": geometry, "checkpoint_file_sha256": sha256_file(checkpoint)})
+    n = sum(SPLIT_SIZES.values())
+    clean, ref, correct, incorrect, diff = random_pairs(n, (6, 7), seed=11)
+    splits = [s for s, k in SPLIT_SIZES.items() for _ in range(k)]
+    table = {
+        "example_id": list(range(n)),
+        "split": splits,
+        "condition": [["SS", "SP", "PS", "PP"][i % 4] for i in range(n)],
+        "lexical_group": [f"g{i % 2}" for i in range(n)],
+        "clean_ids": [vocab[x].tolist() for x in clean],
+        "ref_ids": [vocab[x].tolist() for x in ref],
+        "diff_position": diff,
+        "correct_id": vocab[correct].tolist(),
+        "incorrect_id": vocab[incorrect].tolist(),
+    }
+    task = tmp_path / "sva.parquet"
+    write_parquet(
+        task, pa.table(table).cast(TASK_SCHEMA), TASK_SCHEMA, metadata={"dataset_sha256": "ab" * 32}
+    )
+    return {"checkpoint": checkpoint, "manifest": manifest, "task": task}
+
+
+def run_patch_heads(paths, out: Path, splits="discovery,validation,evaluation"):
+    return load_script("patch_heads").main(
+        [
+            "--checkpoint",
+            str(paths["checkpoint"]),
+            "--manifest",
+            str(paths["manifest"]),
+            "--task",
+            str(paths["task"]),
+            "--splits",
+            splits,
+            "--batch-size",
+            "3",
+            "--model-name",
+            "learned",
+            "--seed",
+            "42",
+            "--task-name",
+            "sva",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+        ]
+    )
+
+
+def leakage_row_count() -> int:
+    return sum(N_HEAD * (N_LAYER - 1 - l) * N_HEAD * 3 for l in range(N_LAYER))  # noqa: E741
+
+
+@pytest.mark.parametrize("geometry", GEOMETRIES)
+def test_scripts_end_to_end(tmp_path, geometry):
+    paths = make_fixture(tmp_path, geometry)
+    effects_path = tmp_path / "effects.parquet"
+    assert run_patch_heads(paths, effects_path) == 0
+    effects = pq.read_table(effects_path).to_pandas()
+    n_examples = SPLIT_SIZES["discovery"] + SPLIT_SIZES["validation"] + SPLIT_SIZES["evaluation"]
+    assert len(effects) == n_examples * N_LAYER * N_HEAD
+    assert list(effects.columns) == [
+        "model",
+        "seed",
+        "task",
+        "split",
+        "example_id",
+        "condition",
+        "lexical_group",
+        "layer",
+        "head",
+        "clean_ld",
+        "patched_ld",
+        "effect",
+    ]
+    assert set(effects["split"]) == {"discovery", "validation", "evaluation"}
+    np.testing.assert_allclose(effects["effect"], effects["clean_ld"] - effects["patched_ld"])
+    meta = read_parquet_metadata(effects_path)
+    assert meta["checkpoint_sha256"] == sha256_file(paths["checkpoint"])
+    assert meta["task_dataset_sha256"] == "ab" * 32
+    assert json.loads(meta["splits"]) == ["discovery", "validation", "evaluation"]
+    assert len(meta["manifest_content_hash"]) == 64
+
+    summary_path, heads_path = tmp_path / "summary.parquet", tmp_path / "heads.parquet"
+    concentration = load_script("concentration")
+    argv = ["--effects", str(effects_path), "--out-summary", str(summary_path)]
+    assert concentration.main([*argv, "--out-heads", str(heads_path)]) == 0
+    summary = pq.read_table(summary_path).to_pandas()
+    heads = pq.read_table(heads_path).to_pandas()
+    assert len(summary) == 3 and len(heads) == 3 * N_LAYER * N_HEAD
+    assert list(heads.columns) == ["model", "seed", "task", "split", "layer", "head", "e", "p"]
+    assert list(summary.columns) == [
+        "model",
+        "seed",
+        "task",
+        "split",
+        "n_examples",
+        "E",
+        "N_eff",
+        "top_head_share",
+        "top_layer",
+        "top_head",
+        "N_index",
+        "N_layer_given_index",
+    ]
+    means = effects.groupby(["split", "layer", "head"])["effect"].mean()
+    got = heads.set_index(["split", "layer", "head"])["e"]
+    np.testing.assert_allclose(got.loc[means.index], means, atol=1e-12)  # check C10
+    ev = summary.set_index("split").loc["evaluation"]
+    assert ev["n_examples"] == SPLIT_SIZES["evaluation"]
+    assert ev["N_eff"] == pytest.approx(ev["N_index"] * ev["N_layer_given_index"], rel=1e-9)
+    assert read_parquet_metadata(summary_path)["effects_sha256"] == sha256_file(effects_path)
+
+    leakage_path = tmp_path / "leakage.parquet"
+    leakage = load_script("leakage")
+    assert (
+        leakage.main(
+            [
+                "--checkpoint",
+                str(paths["checkpoint"]),
+                "--manifest",
+                str(paths["manifest"]),
+                "--task",
+                str(paths["task"]),
+                "--effects",
+                str(effects_path),
+                "--split",
+                "evaluation",
+                "--batch-size",
+                "2",
+                "--device",
+                "cpu",
+                "--out",
+                str(leakage_path),
+            ]
+        )
+        == 0
+    )
+    leak = pq.read_table(leakage_path).to_pandas()
+    assert len(leak) == leakage_row_count()
+    assert {
+        "source_layer",
+        "source_head",
+        "reader_layer",
+        "reader_head",
+        "read_type",
+        "leakage",
+        "rho",
+        "leakage_over_rho",
+        "pk",
+    } <= set(leak.columns)
+    assert (leak["reader_layer"] > leak["source_layer"]).all()
+    assert leak["leakage"].between(0, 1).all() and leak["rho"].between(0, 1).all()
+    np.testing.assert_allclose(leak["leakage_over_rho"], leak["leakage"] / leak["rho"])
+    np.testing.assert_allclose(leak["rho"], leak["pk"] / leak["write_dim"])
+    lmeta = read_parquet_metadata(leakage_path)
+    assert float(lmeta["check_C8_max_abs_residual"]) < 1e-5
+    assert float(lmeta["check_C9_max_abs_residual"]) < 1e-5
+    assert lmeta["model"] == "learned" and json.loads(lmeta["seed"]) == 42
+
+    lanes_path = tmp_path / "lanes.parquet"
+    lanes = load_script("lanes")
+    argv = ["--heads", str(heads_path), "--split", "discovery", "--n-permutations", "200"]
+    assert lanes.main([*argv, "--seed", "7", "--out", str(lanes_path)]) == 0
+    lane = pq.read_table(lanes_path).to_pandas()
+    assert len(lane) == 1
+    assert list(lane.columns) == [
+        "model",
+        "seed",
+        "task",
+        "split",
+        "lambda_score",
+        "p_value",
+        "n_permutations",
+        "permutation_seed",
+        "chance",
+        "n_layers",
+        "n_heads",
+    ]
+    row = lane.iloc[0]
+    assert row["chance"] == 1 / N_HEAD and row["n_layers"] == N_LAYER
+    if not np.isnan(row["lambda_score"]):
+        assert 1 / 201 <= row["p_value"] <= 1
+
+
+def test_direct_leakage_into_a_reader_equals_the_manual_projection(tmp_path):
+    """One (source, reader, X) leakage value recomputed from δ and the folded read map."""
+    paths = make_fixture(tmp_path)
+    effects_path, leakage_path = tmp_path / "effects.parquet", tmp_path / "leakage.parquet"
+    run_patch_heads(paths, effects_path, splits="evaluation")
+    argv = ["--checkpoint", str(paths["checkpoint"]), "--manifest", str(paths["manifest"])]
+    argv += ["--task", str(paths["task"]), "--effects", str(effects_path), "--device", "cpu"]
+    load_script("leakage").main([*argv, "--out", str(leakage_path)])
+    leak = pq.read_table(leakage_path).to_pandas()
+    value = leak.query(
+        "source_layer == 0 and source_head == 1 and reader_layer == 2 "
+        "and reader_head == 3 and read_type == 'K'"
+    )["leakage"].item()
+
+    model = tiny_model("learned")
+    task = pq.read_table(paths["task"]).to_pandas()
+    task = task[task["split"] == "evaluation"]
+    vocab = np.arange(N_VOCAB) * 7 + 100
+    rows = []
+    for c, r in zip(task["clean_ids"], task["ref_ids"], strict=True):
+        c, r = torch.as_tensor((c - 100) // 7)[None], torch.as_tensor((r - 100) // 7)[None]
+        rows.append(patch_perturbations(model, c, r, 0)[0, :, 1])
+    delta = torch.cat(rows).numpy()  # (Σ T, D)
+    reader = model.blocks[2].attn.reader
+    A = (reader.read_maps("K")[3].double() * reader.ln_1.weight.double()).detach().numpy()
+    A = A - A.mean(axis=1, keepdims=True)  # W_K diag(γ) P_c
+    projected = delta @ np.linalg.pinv(A) @ A  # P_R δ with R = Im Aᵀ
+    assert vocab[1] == 107
+    assert value == pytest.approx(np.sum(projected**2) / np.sum(delta**2), rel=1e-5)  # fp32 z
+
+
+def test_wrong_checkpoint_byte_fails_before_any_output(tmp_path):
+    paths = make_fixture(tmp_path)
+    data = bytearray(paths["checkpoint"].read_bytes())
+    data[-1] ^= 0x01
+    paths["checkpoint"].write_bytes(bytes(data))
+    out = tmp_path / "out" / "effects.parquet"
+    with pytest.raises(ManifestMismatchError, match=str(paths["checkpoint"].name)):
+        run_patch_heads(paths, out)
+    assert not out.parent.exists() or not any(out.parent.iterdir())
+
+
+def test_leakage_refuses_effects_of_another_task_and_block_readers(tmp_path):
+    paths = make_fixture(tmp_path)
+    effects_path = tmp_path / "effects.parquet"
+    run_patch_heads(paths, effects_path, splits="evaluation")
+    table = pq.read_table(effects_path)
+    meta = dict(table.schema.metadata)
+    meta[b"task_dataset_sha256"] = b"cd" * 32
+    pq.write_table(table.replace_schema_metadata(meta), effects_path)
+    leakage = load_script("leakage")
+    argv = ["--checkpoint", str(paths["checkpoint"]), "--manifest", str(paths["manifest"])]
+    argv += ["--task", str(paths["task"]), "--effects", str(effects_path)]
+    out = tmp_path / "leakage.parquet"
+    with pytest.raises(ValueError, match="task_dataset_sha256"):
+        leakage.main([*argv, "--out", str(out)])
+    assert not out.exists()
+
+    model = tiny_model("learned")
+    model.blocks[1].attn.reader = torch.nn.Identity()  # stands in for a block reader
+    with pytest.raises(ValueError, match="free readers"):
+        leakage.require_free_readers(model, "ckpt")
+
+
+def test_lanes_reports_null_when_undefined(tmp_path):
+    heads = tmp_path / "heads.parquet"
+    lanes = load_script("lanes")
+    rows = {
+        "model": ["m"] * 6,
+        "seed": [1] * 6,
+        "task": ["sva"] * 6,
+        "split": ["discovery"] * 6,
+        "layer": [0, 0, 1, 1, 2, 2],
+        "head": [0, 1] * 3,
+        "e": [-1.0, -2.0, 0.5, -1.0, -0.3, 0.0],
+        "p": [0.1] * 6,
+    }
+    schema = pa.schema(
+        [
+            ("model", pa.string()),
+            ("seed", pa.int64()),
+            ("task", pa.string()),
+            ("split", pa.string()),
+            ("layer", pa.int32()),
+            ("head", pa.int32()),
+            ("e", pa.float64()),
+            ("p", pa.float64()),
+        ]
+    )
+    write_parquet(heads, pa.table(rows).cast(schema), schema)
+    out = tmp_path / "lanes.parquet"
+    assert lanes.main(["--heads", str(heads), "--seed", "1", "--out", str(out)]) == 0
+    lane = pq.read_table(out).to_pylist()[0]
+    assert lane["lambda_score"] is None and lane["p_value"] is None
+    assert lane["chance"] == 0.5
+    with pytest.raises(ValueError, match="split"):
+        lanes.main(
+            ["--heads", str(heads), "--split", "evaluation", "--seed", "1", "--out", str(out)]
+        )
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-q"]))
