@@ -12,11 +12,12 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from headgeom.hashing import read_manifest_field, verify_file
+from headgeom.hashing import canonical_json, read_manifest_field, verify_file
 from headgeom.io import atomic_path, read_json
 from headgeom.model import GPT, ModelConfig
 
 VOCAB_KEY = "vocab.gpt2_ids"  # model id i <-> GPT-2 id vocab[i] (compacted demo vocabulary)
+HEADER_KEY = "headgeom"  # canonical JSON: {"model_config": {...}, ...metadata}
 
 
 def save_checkpoint(
@@ -26,8 +27,10 @@ def save_checkpoint(
     safetensors header so a checkpoint rebuilds its own model."""
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     tensors[VOCAB_KEY] = torch.as_tensor(np.asarray(vocab, dtype=np.int64))
-    header = {"model_config": json.dumps(model.cfg.to_dict(), sort_keys=True)}
-    header.update({k: json.dumps(v, sort_keys=True) for k, v in (metadata or {}).items()})
+    # One header key: safetensors writes several keys in no fixed order, which would make
+    # identical checkpoints differ in bytes.
+    record = {"model_config": model.cfg.to_dict(), **(metadata or {})}
+    header = {HEADER_KEY: canonical_json(record).decode("utf-8")}
     with atomic_path(path) as tmp:
         save_file(tensors, str(tmp), metadata=header)
 
@@ -44,10 +47,10 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[GPT, np.ndarray]:
         tensors = load_file(str(path))
     except (SafetensorError, OSError) as err:
         raise ValueError(f"{path}: not a readable safetensors checkpoint ({err})") from None
-    if "model_config" not in header or VOCAB_KEY not in tensors:
-        raise ValueError(f"{path}: checkpoint lacks its model_config header or {VOCAB_KEY}")
+    if HEADER_KEY not in header or VOCAB_KEY not in tensors:
+        raise ValueError(f"{path}: checkpoint lacks its {HEADER_KEY!r} header or {VOCAB_KEY}")
     vocab = tensors.pop(VOCAB_KEY).numpy()
-    model = GPT(ModelConfig.from_dict(json.loads(header["model_config"])))
+    model = GPT(ModelConfig.from_dict(json.loads(header[HEADER_KEY])["model_config"]))
     model.load_state_dict(tensors, strict=True)
     return model.eval(), vocab
 

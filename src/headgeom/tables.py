@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
+from scipy.stats import spearmanr
 
 from headgeom.io import read_parquet_metadata
 
@@ -158,6 +159,43 @@ def lanes(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
     return frame.reset_index(drop=True), md
 
 
+# ----------------------------------------------------------------------------- Leakage
+def leakage(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
+    """Leakage summaries per model, seed and read type, pooled over tasks (METHODS §11.3):
+    median L (fraction of perturbation energy), median L/ρ and Spearman(L, ρ) across
+    source–reader pairs."""
+    frame = _concat(paths).dropna(subset=["leakage", "rho"])
+    rows = []
+    for (model, seed, read_type), group in frame.groupby(
+        ["model", "seed", "read_type"], sort=False
+    ):
+        rows.append(
+            {
+                "model": model,
+                "seed": seed,
+                "read_type": read_type,
+                "n_pairs": len(group),
+                "median_leakage": group["leakage"].median(),
+                "median_leakage_over_rho": group["leakage_over_rho"].median(),
+                "spearman_leakage_rho": spearmanr(group["leakage"], group["rho"]).statistic,
+            }
+        )
+    out = _model_order(pd.DataFrame(rows))
+    md = _render(
+        out,
+        {
+            "model": ("Model", str),
+            "seed": ("Seed", str),
+            "read_type": ("X", str),
+            "n_pairs": ("Pairs (all tasks)", str),
+            "median_leakage": ("Median L", lambda v: f"{100 * v:.1f}%"),
+            "median_leakage_over_rho": ("Median L/ρ", lambda v: f"{v:.2f}"),
+            "spearman_leakage_rho": ("Spearman(L, ρ)", lambda v: f"{v:.2f}"),
+        },
+    )
+    return out.reset_index(drop=True), md
+
+
 def _render(frame: pd.DataFrame, columns: dict[str, tuple[str, Callable]]) -> str:
     shown = pd.DataFrame({title: frame[col].map(fmt) for col, (title, fmt) in columns.items()})
     return shown.to_markdown(index=False, disable_numparse=True) + "\n"
@@ -168,4 +206,5 @@ BUILDERS: dict[str, Callable[[Sequence[str]], tuple[pd.DataFrame, str]]] = {
     "table5": table5,
     "table6": table6,
     "lanes": lanes,
+    "leakage": leakage,
 }

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from headgeom.io import write_parquet
-from headgeom.tables import lanes, table2, table5, table6
+from headgeom.tables import lanes, leakage, table2, table5, table6
 from make_table import main as make_table_main
 
 
@@ -124,3 +124,40 @@ def test_make_table_writes_md_csv_and_sources(tmp_path):
     assert (out / "t.md").read_text().startswith("|")
     assert pd.read_csv(out / "t.csv")["n_params"].tolist() == [10]
     assert paths[0] in (out / "t.json").read_text()
+
+
+def test_leakage_table_medians_and_spearman(tmp_path):
+    # Three pairs per read type with L = 2ρ except one outlier: median L/ρ = 2, and the
+    # rank correlation is perfect because L is monotone in ρ.
+    rows = [
+        {
+            "model": "learned",
+            "seed": 1,
+            "task": "sva",
+            "read_type": x,
+            "leakage": lk,
+            "rho": r,
+            "leakage_over_rho": lk / r,
+        }
+        for x in ("Q", "V")
+        for lk, r in [(0.2, 0.1), (0.4, 0.2), (0.9, 0.3)]
+    ]
+    frame = pd.DataFrame(rows)
+    schema = pa.schema(
+        [
+            ("model", pa.string()),
+            ("seed", pa.int64()),
+            ("task", pa.string()),
+            ("read_type", pa.string()),
+            ("leakage", pa.float64()),
+            ("rho", pa.float64()),
+            ("leakage_over_rho", pa.float64()),
+        ]
+    )
+    write_parquet(tmp_path / "l.parquet", frame, schema)
+    out, md = leakage([str(tmp_path / "l.parquet")])
+    q = out.set_index("read_type").loc["Q"]
+    assert q["median_leakage"] == pytest.approx(0.4)
+    assert q["median_leakage_over_rho"] == pytest.approx(2.0)
+    assert q["spearman_leakage_rho"] == pytest.approx(1.0)
+    assert "40.0%" in md

@@ -1,0 +1,171 @@
+"""Write the checkpoint manifest (METHODS §2.3) that every analysis verifies before it reads
+weights.
+
+    python src/hash_checkpoint.py --config-json '{...}' --checkpoint model.safetensors \\
+        --train-log train_log.parquet --corpus-manifest corpus/manifest.json \\
+        --out manifest.json
+
+Before writing, it checks that the training log was produced by this config, from this
+corpus manifest, and that the checkpoint bytes are the ones training wrote; any mismatch
+stops with an error naming the files and both hashes, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import pyarrow.parquet as pq
+
+from headgeom.checkpoint import load_checkpoint
+from headgeom.hashing import manifest_hash, sha256_file
+from headgeom.io import read_json, read_parquet_metadata, write_json
+from headgeom.training import parse_run_config
+
+# Corpus-manifest fields copied into ``data`` when present (names as in METHODS §2.3).
+DATASET_FIELDS = ("dataset_config", "dataset_revision", "corpus")
+
+
+# Training-log metadata this script reads (written by src/train.py).
+LOG_METADATA = (
+    "config_hash",
+    "corpus_manifest_sha256",
+    "checkpoint_file_sha256",
+    "val_loss_nats",
+    "source",
+    "environment",
+    "device",
+    "precision",
+    "threads",
+)
+
+
+class LineageError(RuntimeError):
+    """The inputs do not come from the same training run."""
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config-json", required=True, help="run config as a JSON object")
+    p.add_argument("--checkpoint", required=True, help="checkpoint .safetensors")
+    p.add_argument("--train-log", required=True, help="training log .parquet")
+    p.add_argument("--corpus-manifest", required=True, help="corpus manifest.json")
+    p.add_argument("--out", required=True, help="output checkpoint manifest.json")
+    return p.parse_args(argv)
+
+
+def _same(what: str, path: str, recorded: str, actual: str, where: str) -> None:
+    if recorded != actual:
+        raise LineageError(
+            f"{path}: {what} is {actual} but {where} records {recorded}; rerun the "
+            "producing rule (e.g. `snakemake --forcerun train`)"
+        )
+
+
+def data_record(corpus: dict, data_seed: int) -> dict:
+    """The ``data`` block of METHODS §2.3 from the corpus manifest. ``corpus_sha256`` and
+    ``val_sha256`` hash the token bytes (little-endian uint16, as corpus_R.bin would be);
+    ``files_sha256`` hashes the Parquet files as stored."""
+    source = corpus.get("dataset", corpus["config"]["source"])
+    data = {
+        "dataset": "embedded-demo" if source == "embedded" else source,
+        "tokenizer": corpus["tokenizer"]["name"],
+        "tokenizer_files_sha256": corpus["tokenizer"]["files_sha256"],
+        "corpus_sha256": corpus["train_sha256"],
+        "corpus_num_tokens": corpus["n_train_tokens"],
+        "val_sha256": corpus["val_sha256"],
+        "val_num_tokens": corpus["n_val_tokens"],
+        "vocab_sha256": corpus["vocab_sha256"],
+        "vocab_size": corpus["vocab_size"],
+        "files_sha256": corpus["files"],
+        "corpus_config_hash": corpus["config_hash"],
+        "data_seed": data_seed,
+    }
+    data.update({k: corpus[k] for k in DATASET_FIELDS if k in corpus})
+    return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    run = parse_run_config(json.loads(args.config_json))
+    meta = read_parquet_metadata(args.train_log)  # str values as stored, others JSON
+    missing = sorted(set(LOG_METADATA) - set(meta))
+    if missing:
+        raise LineageError(
+            f"{args.train_log}: not a training log of src/train.py (lacks {missing})"
+        )
+    if meta["config_hash"] != run.config_hash:
+        raise LineageError(
+            f"{args.train_log}: trained with config hash {meta['config_hash']} but "
+            f"--config-json hashes to {run.config_hash}; the config changed since training "
+            "(rerun `snakemake --forcerun train` for this model and seed)"
+        )
+    corpus_hash = manifest_hash(args.corpus_manifest)
+    _same(
+        "content hash",
+        args.corpus_manifest,
+        meta["corpus_manifest_sha256"],
+        corpus_hash,
+        f"training log {args.train_log}",
+    )
+    checkpoint_sha = sha256_file(args.checkpoint)
+    _same(
+        "SHA-256",
+        args.checkpoint,
+        meta["checkpoint_file_sha256"],
+        checkpoint_sha,
+        f"training log {args.train_log}",
+    )
+
+    model, _ = load_checkpoint(args.checkpoint)
+    expected_model = run.model_config(model.cfg.n_vocab)
+    if model.cfg != expected_model:
+        raise LineageError(
+            f"{args.checkpoint}: model config {model.cfg.to_dict()} differs from the run "
+            f"config's {expected_model.to_dict()}"
+        )
+    steps = pq.read_table(args.train_log, columns=["step", "tokens"]).to_pylist()
+    last = steps[-1] if steps else {"step": 0, "tokens": 0}
+    if last["step"] != run.training.steps:
+        raise LineageError(
+            f"{args.train_log}: ends at step {last['step']}, config asks for "
+            f"{run.training.steps} steps"
+        )
+    try:
+        data = data_record(read_json(args.corpus_manifest), run.data_seed)
+    except KeyError as err:
+        raise ValueError(f"{args.corpus_manifest}: corpus manifest lacks field {err}") from None
+
+    manifest = {
+        "record_type": "checkpoint_manifest",
+        "config_id": run.config_id,
+        "model_name": run.model_name,
+        "display_name": run.display_name,
+        "config_hash": run.config_hash,
+        "config": run.raw,
+        "init_seed": run.seed,
+        "data": data,
+        "basis_family_hash": None,  # filled when the model zoo's rotated bases exist (§5.7)
+        "source": json.loads(meta["source"]),
+        "environment": json.loads(meta["environment"]),
+        "training_runtime": {
+            "device": meta["device"],
+            "precision": meta["precision"],
+            "threads": json.loads(meta["threads"]),
+        },
+        "step": last["step"],
+        "tokens_seen": last["tokens"],
+        "n_trainable_params": model.n_params(),
+        "val_loss_nats": json.loads(meta["val_loss_nats"]),
+        "checkpoint_file_sha256": checkpoint_sha,
+        "train_log_sha256": sha256_file(args.train_log),
+        "corpus_manifest_sha256": corpus_hash,
+    }
+    write_json(args.out, manifest)
+    print(f"{args.out}: manifest {manifest_hash(args.out)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

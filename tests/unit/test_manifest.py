@@ -1,0 +1,293 @@
+"""The train → hash_checkpoint → evaluate_clean scripts end to end on a micro corpus, and the
+manifest checks that stop analyses from reading weights that changed after hashing."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from headgeom.checkpoint import load_checkpoint, load_verified
+from headgeom.hashing import (
+    ManifestMismatchError,
+    canonical_json,
+    content_hash,
+    manifest_hash,
+    sha256_file,
+)
+from headgeom.io import read_json, read_parquet_metadata
+
+
+def _load_script(name: str):
+    """Import ``src/<name>.py`` (stage scripts are not a package)."""
+    path = Path(__file__).resolve().parents[2] / "src" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_script_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+tokenize_corpus = _load_script("tokenize_corpus")
+make_tasks = _load_script("make_tasks")
+train_script = _load_script("train")
+hash_checkpoint = _load_script("hash_checkpoint")
+evaluate_clean = _load_script("evaluate_clean")
+
+CORPUS = {"source": "embedded", "seed": 7, "n_train_tokens": 20_000, "n_val_tokens": 1_200}
+TASK = {"seed": 11, "splits": {"discovery": 8, "validation": 4, "evaluation": 8, "holdout": 4}}
+CONFIG = {
+    "model_name": "write-common-axis",
+    "seed": 1,
+    "data_seed": 1729,
+    "model": {
+        "n_ctx": 32,
+        "n_layer": 2,
+        "n_head": 2,
+        "d_model": 16,
+        "d_head": 8,
+        "d_mlp": 32,
+        "geometry": "write-common-axis",
+    },
+    "training": {
+        "steps": 12,
+        "batch_size": 4,
+        "lr_max": 3e-3,
+        "lr_min": 3e-4,
+        "warmup_steps": 3,
+        "schedule": "cosine",
+        "weight_decay": 0.1,
+        "betas": [0.9, 0.95],
+        "eps": 1e-8,
+        "grad_clip": 1.0,
+        "eval_every": 5,
+        "eval_batch_size": 8,
+    },
+}
+CONFIG_JSON = json.dumps(CONFIG)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _train_args(d: Path, **override) -> list[str]:
+    paths = {
+        "config-json": CONFIG_JSON,
+        "train-tokens": d / "train_tokens.parquet",
+        "val-tokens": d / "val_tokens.parquet",
+        "vocab": d / "vocab.parquet",
+        "corpus-manifest": d / "corpus.json",
+        "threads": 1,
+        "checkpoint": d / "model.safetensors",
+        "log": d / "train_log.parquet",
+        **override,
+    }
+    return [x for k, v in paths.items() for x in (f"--{k}", str(v))] + ["--no-progress"]
+
+
+def _hash_args(d: Path, **override) -> list[str]:
+    paths = {
+        "config-json": CONFIG_JSON,
+        "checkpoint": d / "model.safetensors",
+        "train-log": d / "train_log.parquet",
+        "corpus-manifest": d / "corpus.json",
+        "out": d / "manifest.json",
+        **override,
+    }
+    return [x for k, v in paths.items() for x in (f"--{k}", str(v))]
+
+
+def _eval_args(d: Path, **override) -> list[str]:
+    paths = {
+        "checkpoint": d / "model.safetensors",
+        "manifest": d / "manifest.json",
+        "task": d / "sva.parquet",
+        "out": d / "eval_sva.parquet",
+        **override,
+    }
+    return [x for k, v in paths.items() for x in (f"--{k}", str(v))]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    """Corpus, task, training, manifest and clean evaluation through the real scripts."""
+    d = tmp_path_factory.mktemp("run")
+    tokenize_corpus.main(
+        [
+            "--config-json",
+            json.dumps(CORPUS),
+            *("--train", str(d / "train_tokens.parquet")),
+            *("--val", str(d / "val_tokens.parquet")),
+            *("--vocab", str(d / "vocab.parquet")),
+            *("--manifest", str(d / "corpus.json")),
+        ]
+    )
+    make_tasks.main(
+        ["--task", "sva", "--config-json", json.dumps(TASK), "--out", str(d / "sva.parquet")]
+    )
+    assert train_script.main(_train_args(d)) == 0
+    assert hash_checkpoint.main(_hash_args(d)) == 0
+    assert evaluate_clean.main(_eval_args(d)) == 0
+    return d
+
+
+def _flip_byte(src: Path, dst: Path, offset: int = -100) -> None:
+    data = bytearray(src.read_bytes())
+    data[offset] ^= 0x01
+    dst.write_bytes(bytes(data))
+
+
+# --------------------------------------------------------------------------- train log
+def test_train_log_columns_and_metadata(run):
+    log = pd.read_parquet(run / "train_log.parquet")
+    steps = CONFIG["training"]["steps"]
+    assert list(log.columns) == ["step", "tokens", "loss", "lr", "grad_norm", "seconds", "val_loss"]
+    assert log["step"].tolist() == list(range(1, steps + 1))
+    assert log.loc[log["val_loss"].notna(), "step"].tolist() == [5, 10, 12]
+    schema = pq.read_schema(run / "train_log.parquet")
+    assert str(schema.field("val_loss").type) == "double"
+    assert b"description" in schema.field("val_loss").metadata
+    meta = read_parquet_metadata(run / "train_log.parquet")
+    assert meta["config_hash"] == content_hash(CONFIG)
+    assert json.loads(meta["config"]) == CONFIG
+    assert json.loads(meta["val_loss_nats"]) == log["val_loss"].iloc[-1]
+    assert meta["corpus_manifest_sha256"] == manifest_hash(run / "corpus.json")
+    assert meta["checkpoint_file_sha256"] == sha256_file(run / "model.safetensors")
+    assert meta["model_name"] == "write-common-axis" and json.loads(meta["seed"]) == 1
+    model, vocab = load_checkpoint(run / "model.safetensors")
+    assert json.loads(meta["n_params"]) == model.n_params()
+    corpus_vocab = pq.read_table(run / "vocab.parquet").column("gpt2_id").to_numpy()
+    np.testing.assert_array_equal(vocab, corpus_vocab)
+
+
+def test_training_refuses_tokens_that_do_not_match_the_corpus_manifest(run, tmp_path):
+    for name in ("train_tokens.parquet", "val_tokens.parquet", "vocab.parquet", "corpus.json"):
+        shutil.copy(run / name, tmp_path / name)
+    _flip_byte(run / "val_tokens.parquet", tmp_path / "val_tokens.parquet", offset=200)
+    with pytest.raises(ManifestMismatchError) as err:
+        train_script.main(_train_args(tmp_path))
+    assert "val_tokens.parquet" in str(err.value)
+    assert sha256_file(tmp_path / "val_tokens.parquet") in str(err.value)
+    assert not (tmp_path / "model.safetensors").exists()
+    assert not (tmp_path / "train_log.parquet").exists()
+
+
+# --------------------------------------------------------------------------- manifest
+def test_checkpoint_manifest_fields(run):
+    m = read_json(run / "manifest.json")
+    corpus = read_json(run / "corpus.json")
+    log = pd.read_parquet(run / "train_log.parquet")
+    assert m["record_type"] == "checkpoint_manifest"
+    assert m["config_id"] == "write-common-axis-s1"
+    assert m["display_name"] == m["model_name"] == "write-common-axis"
+    assert m["config_hash"] == content_hash(CONFIG) and m["config"] == CONFIG
+    assert m["init_seed"] == 1 and m["basis_family_hash"] is None
+    assert m["data"]["dataset"] == "embedded-demo"
+    assert m["data"]["corpus_sha256"] == corpus["train_sha256"]
+    assert m["data"]["val_sha256"] == corpus["val_sha256"]
+    assert m["data"]["vocab_sha256"] == corpus["vocab_sha256"]
+    assert m["data"]["tokenizer_files_sha256"] == corpus["tokenizer"]["files_sha256"]
+    assert m["data"]["corpus_num_tokens"] == CORPUS["n_train_tokens"]
+    assert m["data"]["val_num_tokens"] == CORPUS["n_val_tokens"]
+    assert m["data"]["data_seed"] == 1729
+    assert set(m["source"]) == {"git_commit", "tracked_diff_sha256"}
+    assert m["environment"]["torch"] == importlib.metadata.version("torch")
+    t = CONFIG["training"]
+    assert m["step"] == t["steps"]
+    assert m["tokens_seen"] == t["steps"] * t["batch_size"] * CONFIG["model"]["n_ctx"]
+    assert m["n_trainable_params"] == load_checkpoint(run / "model.safetensors")[0].n_params()
+    assert m["val_loss_nats"] == log["val_loss"].iloc[-1]  # unrounded
+    assert m["checkpoint_file_sha256"] == sha256_file(run / "model.safetensors")
+    assert m["train_log_sha256"] == sha256_file(run / "train_log.parquet")
+    assert m["corpus_manifest_sha256"] == manifest_hash(run / "corpus.json")
+    assert "manifest_sha256" not in m
+
+
+def test_manifest_identity_is_the_canonical_content_hash(run):
+    text = (run / "manifest.json").read_text()
+    assert text.endswith("}\n") and "\n  " in text  # pretty-printed copy on disk
+    assert manifest_hash(run / "manifest.json") == content_hash(json.loads(text))
+    assert manifest_hash(run / "manifest.json") != sha256_file(run / "manifest.json")
+    assert canonical_json(json.loads(text)) != text.encode()
+
+
+def test_load_verified_catches_one_flipped_byte(run, tmp_path):
+    bad = tmp_path / "model.safetensors"
+    _flip_byte(run / "model.safetensors", bad)
+    expected = read_json(run / "manifest.json")["checkpoint_file_sha256"]
+    with pytest.raises(ManifestMismatchError) as err:
+        load_verified(bad, run / "manifest.json")
+    message = str(err.value)
+    assert str(bad) in message and expected in message and sha256_file(bad) in message
+    model, _, manifest = load_verified(run / "model.safetensors", run / "manifest.json")
+    assert manifest["config_id"] == "write-common-axis-s1"
+
+
+def test_hash_checkpoint_refuses_a_corrupted_checkpoint(run, tmp_path):
+    _flip_byte(run / "model.safetensors", tmp_path / "model.safetensors")
+    args = _hash_args(run, checkpoint=tmp_path / "model.safetensors", out=tmp_path / "m.json")
+    with pytest.raises(hash_checkpoint.LineageError) as err:
+        hash_checkpoint.main(args)
+    message = str(err.value)
+    assert "model.safetensors" in message
+    assert sha256_file(tmp_path / "model.safetensors") in message
+    assert sha256_file(run / "model.safetensors") in message
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_hash_checkpoint_refuses_a_changed_config(run, tmp_path):
+    changed = json.loads(CONFIG_JSON)
+    changed["training"]["lr_max"] = 1e-3
+    args = _hash_args(run, out=tmp_path / "m.json")
+    args[args.index("--config-json") + 1] = json.dumps(changed)
+    with pytest.raises(hash_checkpoint.LineageError) as err:
+        hash_checkpoint.main(args)
+    assert content_hash(CONFIG) in str(err.value) and content_hash(changed) in str(err.value)
+    assert not (tmp_path / "m.json").exists()
+
+
+def test_hash_checkpoint_refuses_another_corpus_manifest(run, tmp_path):
+    corpus = read_json(run / "corpus.json")
+    corpus["n_val_tokens"] += 1
+    (tmp_path / "corpus.json").write_text(json.dumps(corpus))
+    args = _hash_args(run, **{"corpus-manifest": tmp_path / "corpus.json", "out": tmp_path / "m"})
+    with pytest.raises(hash_checkpoint.LineageError, match="corpus.json: content hash"):
+        hash_checkpoint.main(args)
+    assert not (tmp_path / "m").exists()
+
+
+# --------------------------------------------------------------------------- evaluation
+def test_evaluate_clean_rows_and_metadata(run):
+    out = pd.read_parquet(run / "eval_sva.parquet")
+    assert out["split"].tolist() == ["discovery", "validation", "evaluation", "holdout"]
+    assert out["n"].tolist() == [8, 4, 8, 4]
+    assert set(out["model"]) == {"write-common-axis"} and set(out["seed"]) == {1}
+    assert set(out["task"]) == {"sva"}
+    assert out["accuracy"].between(0, 1).all() and np.isfinite(out["margin"]).all()
+    meta = read_parquet_metadata(run / "eval_sva.parquet")
+    assert meta["checkpoint_manifest_sha256"] == manifest_hash(run / "manifest.json")
+    assert meta["checkpoint_file_sha256"] == sha256_file(run / "model.safetensors")
+    task_meta = read_parquet_metadata(run / "sva.parquet")
+    assert meta["task_dataset_sha256"] == task_meta["dataset_sha256"]
+    assert meta["task_file_sha256"] == sha256_file(run / "sva.parquet")
+
+
+def test_evaluate_clean_refuses_a_flipped_checkpoint_and_writes_nothing(run, tmp_path):
+    _flip_byte(run / "model.safetensors", tmp_path / "model.safetensors")
+    out = tmp_path / "eval.parquet"
+    with pytest.raises(ManifestMismatchError, match="model.safetensors: SHA-256 is"):
+        evaluate_clean.main(_eval_args(run, checkpoint=tmp_path / "model.safetensors", out=out))
+    assert not out.exists()
+    assert not list(tmp_path.glob(".eval.parquet*"))
