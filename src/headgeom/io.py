@@ -71,6 +71,21 @@ def read_json(path: str | os.PathLike) -> Any:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
 
 
+# Columns that mean the same in every result file; a writer's own description wins.
+STANDARD_DESCRIPTIONS = {
+    "model": "model configuration name (config key, e.g. learned, write-common-axis)",
+    "seed": "training (initialisation) seed of the model",
+    "task": "behavioural task (sva, quote, plural; METHODS §8)",
+    "split": "task split (discovery, validation, evaluation, holdout)",
+    "example_id": "example id in the task Parquet",
+    "condition": "task condition of the example (METHODS §8)",
+    "lexical_group": "lexical group of the example (METHODS §8.1)",
+    "layer": "layer l, 0-based (0 is closest to the embedding)",
+    "head": "head index h within the layer, 0-based",
+    "read_type": "reader input X: Q, K or V",
+}
+
+
 def write_parquet(
     path: str | os.PathLike,
     data: pd.DataFrame | pa.Table,
@@ -91,6 +106,10 @@ def write_parquet(
         table = pa.Table.from_pandas(data[schema.names], schema=schema, preserve_index=False)
     else:
         table = data.select(schema.names).cast(schema)
+    descriptions = {
+        **{k: v for k, v in STANDARD_DESCRIPTIONS.items() if k in schema.names},
+        **(descriptions or {}),
+    }
     if descriptions:
         unknown = set(descriptions) - set(schema.names)
         if unknown:
