@@ -18,7 +18,7 @@ import sys
 
 import pyarrow.parquet as pq
 
-from headgeom.checkpoint import load_checkpoint
+from headgeom.checkpoint import load_checkpoint, model_config_from_dict
 from headgeom.hashing import manifest_hash, sha256_file
 from headgeom.io import read_json, read_parquet_metadata, write_json
 from headgeom.training import parse_run_config
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     model, _ = load_checkpoint(args.checkpoint)
-    expected_model = run.model_config(model.cfg.n_vocab)
+    expected_model = model_config_from_dict(run.model_config(model.cfg.n_vocab))
     if model.cfg != expected_model:
         raise LineageError(
             f"{args.checkpoint}: model config {model.cfg.to_dict()} differs from the run "

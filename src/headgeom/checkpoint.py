@@ -20,6 +20,26 @@ VOCAB_KEY = "vocab.gpt2_ids"  # model id i <-> GPT-2 id vocab[i] (compacted demo
 HEADER_KEY = "headgeom"  # canonical JSON: {"model_config": {...}, ...metadata}
 
 
+def model_config_from_dict(model_config: dict):
+    """The typed config of the architecture a model config names (GPT unless ``multiscreen``);
+    unknown or missing keys fail here with the key named."""
+    if model_config.get("architecture") == "multiscreen":
+        from headgeom.multiscreen import MultiscreenConfig
+
+        return MultiscreenConfig.from_dict(model_config)
+    return ModelConfig.from_dict(model_config)
+
+
+def model_from_config(model_config: dict) -> torch.nn.Module:
+    """Build the model a config dict describes (the constructor seeds nothing itself)."""
+    cfg = model_config_from_dict(model_config)
+    if model_config.get("architecture") == "multiscreen":
+        from headgeom.multiscreen import build_multiscreen
+
+        return build_multiscreen(cfg)
+    return GPT(cfg)
+
+
 def save_checkpoint(
     path: str | os.PathLike, model: GPT, vocab: np.ndarray, metadata: dict | None = None
 ) -> None:
@@ -50,7 +70,7 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[GPT, np.ndarray]:
     if HEADER_KEY not in header or VOCAB_KEY not in tensors:
         raise ValueError(f"{path}: checkpoint lacks its {HEADER_KEY!r} header or {VOCAB_KEY}")
     vocab = tensors.pop(VOCAB_KEY).numpy()
-    model = GPT(ModelConfig.from_dict(json.loads(header[HEADER_KEY])["model_config"]))
+    model = model_from_config(json.loads(header[HEADER_KEY])["model_config"])
     model.load_state_dict(tensors, strict=True)
     return model.eval(), vocab
 

@@ -24,8 +24,9 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
+from headgeom.checkpoint import model_config_from_dict, model_from_config
 from headgeom.hashing import content_hash
-from headgeom.model import GPT, ModelConfig
+from headgeom.model import GPT
 
 SCHEDULES = ("cosine", "linear")
 PRECISIONS = ("auto", "fp32", "bf16")  # auto: bf16 autocast on CUDA, fp32 on CPU (§7.2)
@@ -124,8 +125,9 @@ class RunConfig:
     def display_name(self) -> str:
         return self.raw.get("display_name") or self.model_name
 
-    def model_config(self, n_vocab: int) -> ModelConfig:
-        return ModelConfig.from_dict({**self.model, "n_vocab": int(n_vocab)})
+    def model_config(self, n_vocab: int) -> dict:
+        """The model config dict with the vocabulary size filled in."""
+        return {**self.model, "n_vocab": int(n_vocab)}
 
 
 def parse_run_config(obj: Mapping) -> RunConfig:
@@ -152,7 +154,7 @@ def parse_run_config(obj: Mapping) -> RunConfig:
         model=dict(obj["model"]),
         training=TrainConfig.from_dict(obj["training"]),
     )
-    run.model_config(n_vocab=1)  # unknown or missing model keys fail here, before any data
+    model_config_from_dict(run.model_config(n_vocab=1))  # bad model keys fail before any data
     return run
 
 
@@ -163,11 +165,11 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build_model(config: Mapping | RunConfig, n_vocab: int) -> GPT:
+def build_model(config: Mapping | RunConfig, n_vocab: int) -> torch.nn.Module:
     """The step-0 model of a run: seeded from ``seed``, then constructed (same bytes each time)."""
     run = config if isinstance(config, RunConfig) else parse_run_config(config)
     seed_everything(run.seed)
-    return GPT(run.model_config(n_vocab))
+    return model_from_config(run.model_config(n_vocab))
 
 
 # --------------------------------------------------------------------------- schedule
