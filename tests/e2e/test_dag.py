@@ -8,7 +8,8 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from headgeom.hashing import sha256_file
+from headgeom.hashing import content_hash, sha256_file
+from headgeom.io import read_parquet_metadata
 from tests.e2e.conftest import make_workdir, planned_jobs, snakemake
 
 TASKS = ("sva", "quote", "plural")
@@ -27,7 +28,7 @@ def test_every_output_exists_parses_and_is_described(finished_run):
     models = [(m, s) for m, spec in cfg["models"].items() for s in spec["seeds"]]
     expected = [
         results / "tables" / f"{t}.{ext}"
-        for t in ("table2", "table5", "table6", "lanes")
+        for t in ("table2", "table5", "table6", "lanes", "leakage")
         for ext in ("md", "csv")
     ]
     for m, s in models:
@@ -46,14 +47,22 @@ def test_every_output_exists_parses_and_is_described(finished_run):
         assert b"headgeom_version" in meta, f"{parquet} lacks file metadata"
 
 
-def test_checkpoints_match_their_manifests(finished_run):
+def test_checkpoints_and_results_match_their_manifests(finished_run):
     work, cfg = finished_run
-    for manifest in (work / "results" / cfg["study"] / "models").rglob("manifest.json"):
+    results = work / "results" / cfg["study"]
+    corpus = json.loads((results / "corpus" / "manifest.json").read_text())
+    for manifest in (results / "models").rglob("manifest.json"):
         record = json.loads(manifest.read_text())
-        assert (
-            sha256_file(manifest.parent / "model.safetensors") == record["checkpoint_file_sha256"]
-        )
-        assert record["data"]["corpus_sha256"]
+        checkpoint_sha = sha256_file(manifest.parent / "model.safetensors")
+        assert checkpoint_sha == record["checkpoint_file_sha256"]
+        assert record["data"]["corpus_sha256"] == corpus["train_sha256"]
+        assert record["data"]["val_sha256"] == corpus["val_sha256"]
+        model, seed = manifest.parent.parent.name, manifest.parent.name
+        for stage in ("patching", "leakage"):
+            for parquet in (results / stage / model / seed).glob("*.parquet"):
+                meta = read_parquet_metadata(parquet)
+                assert json.loads(meta["checkpoint_sha256"]) == checkpoint_sha, parquet
+                assert json.loads(meta["manifest_content_hash"]) == content_hash(record), parquet
 
 
 def test_patching_covers_every_head_and_example(finished_run):
