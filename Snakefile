@@ -19,11 +19,13 @@ report: "workflow/report/workflow.rst"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/corpus.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/models.smk"
 include: "workflow/rules/tasks.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/patching.smk"
 include: "workflow/rules/leakage.smk"
 include: "workflow/rules/lanes.smk"
+include: "workflow/rules/geometry.smk"
 include: "workflow/rules/tables.smk"
 
 

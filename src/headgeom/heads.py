@@ -9,20 +9,70 @@ weight-space maps so geometric analyses read the same matrices the forward pass 
 * ``reader.read_maps(X)``         -> (head, d_head, d_model): W_X^{l,h}
 * ``reader.folded_read_maps(X)``  -> (head, d_head, d_model): W_X diag(γ) P_c (METHODS §9.2)
 
-A configuration (``learned``, ``write-common-axis``, ...) is registered in ``GEOMETRIES``
-as a factory ``(cfg, layer) -> (reader, writer)``; the block never branches on its name.
+A configuration is registered in ``GEOMETRIES`` as a :class:`Geometry`: calling it is the
+factory ``(cfg, layer) -> (reader, writer)``; the block never branches on its name.
+
+Registered geometries (D = d_model, d = d_head, H = n_head, L = n_layer, l = layer,
+g = init_std·sqrt(D/2L); E_h is coordinate block h, B_i member i of the Kerdock ⊗ Haar family
+of ``headgeom.geometry``). All except the routed ones need H·d = D.
+
+====================  ===================================  ==================================
+geometry              write W_O^{l,h} (frozen unless said)  readers
+====================  ===================================  ==================================
+learned               learned (+ b_O)                       free
+write-common-axis     g E_h (+ learned b_O)                 free
+write-common          g B_0 E_h                             free
+write-rotated         g B_l E_h                             free
+read-common           learned (+ b_O)                       block E_h
+all-common-axis       g E_h                                 block E_h
+all-rotated           g B_l E_h                             block h of B_{L+l}
+all-rotated-self      g B_l E_h                             block h of B_l (its own write)
+fixeddiag             g sqrt(d/w) E_h diag(m)               free
+identity-original     E_h (scale 1)                         free
+value384              g E_h                                 free + head-local value adapter
+mlp3456               g E_h (MLP width: ``cfg.d_mlp``)      free
+write-routed-a/b/c    routings of H > D/d heads, no b_O     free
+====================  ===================================  ==================================
+
+Every parameter a geometry uses, and every METHODS ``[UNSPECIFIED → CHOICE]`` it makes, is
+an entry of ``ModelConfig.geometry_params``: :func:`resolve_geometry_params` fills the
+defaults below when the model config is made, so the config (hashed, and stored in every
+checkpoint header) states them all.
+
+* ``write_scale`` — gain of a frozen W_O: g (§5.6); fixeddiag g·sqrt(d/w) (§6.3);
+  identity-original 1 (§6.3).
+* ``basis_m``, ``basis_r``, ``basis_members`` — the family D = 2^m·r with members
+  0..basis_members−1 (§5.3). Default: the largest even m (paper: m = 8, r = 3) and 2L members
+  (the paper's B_0..B_23), or as many as the geometry needs when the family is smaller.
+* ``block_init_std`` — [CHOICE §4.3.1] A_{Q,K,V} ~ N(0, (init_std·sqrt(D/d))²) = N(0, 0.0693²).
+* ``write_width``, ``write_mask`` — fixeddiag: w = ⌊4d/5⌋ written coordinates (§6.3, 51 at
+  d = 64); [CHOICE §6.3] ``"first"``: head-internal indices 0..w−1 onto lane coordinates
+  dh..dh+w−1.
+* ``value_adapter_width``, ``value_adapter_init_std``, ``value_adapter_layout`` — value384:
+  width D/2 (384 at paper size, [DERIVED] from the count), [CHOICE §6.4] U1 ~ N(0, 0.02²),
+  U2 = 0, ``"head-local"`` layout v_h ← v_h + U2^h GELU(U1^h v_h) without biases.
+* ``attn_out_bias`` — routed controls: [CHOICE §6.5] no b_O (false).
+* ``angle_offset`` — write-routed-c: [CHOICE §6.5] b(h) = (h + 5) mod (D/d).
+
+Frozen maps are persistent float64 buffers (saved in the checkpoint, never parameters, never
+seen by the optimizer) cast to the activation dtype at use (METHODS §5.4 step 8, §7.1).
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 if TYPE_CHECKING:
+    from headgeom.geometry import BasisFamily
     from headgeom.model import ModelConfig
 
 READ_TYPES = ("Q", "K", "V")
@@ -43,6 +93,11 @@ def coordinate_blocks(cfg: ModelConfig) -> torch.Tensor:
     return torch.eye(cfg.d_model, dtype=torch.float64)
 
 
+def _blocks(basis: torch.Tensor, n_head: int, d_head: int) -> torch.Tensor:
+    """(D, H·d) columns [M_0 | ... | M_{H−1}] -> (H, D, d) per-head blocks."""
+    return basis.reshape(basis.shape[0], n_head, d_head).permute(1, 0, 2)
+
+
 # --------------------------------------------------------------------------- writers
 class LearnedWriter(nn.Module):
     """Attention output Σ_h W_O^h z^h + b_O with a trained W_O (GPT-2's ``c_proj``)."""
@@ -57,15 +112,16 @@ class LearnedWriter(nn.Module):
         return self.c_proj(z.flatten(-2))  # (B, T, H·d) -> (B, T, D)
 
     def write_maps(self) -> torch.Tensor:
-        w = self.c_proj.weight  # (D, H·d)
-        return w.reshape(w.shape[0], self.n_head, self.d_head).permute(1, 0, 2)
+        return _blocks(self.c_proj.weight, self.n_head, self.d_head)
 
 
 class FrozenWriter(nn.Module):
-    """W_O^h = g·B·E_h frozen as a float64 buffer; the output bias b_O stays learned (§4.3).
+    """W_O^h = scale·M_h frozen as a float64 buffer; the output bias b_O stays learned (§4.3)
+    unless ``bias=False`` (the routed controls, §6.5).
 
-    ``basis`` holds the columns [B E_0 | ... | B E_{H-1}] (d_model, head·d_head). It is a
-    persistent buffer: saved in the checkpoint, never trained, never counted as a parameter.
+    ``basis`` holds the columns [M_0 | ... | M_{H-1}] (d_model, head·d_head), e.g.
+    [B E_0 | ... | B E_{H-1}]. It is a persistent buffer: saved in the checkpoint, never
+    trained, never counted as a parameter.
     """
 
     def __init__(self, cfg: ModelConfig, basis: torch.Tensor, scale: float, bias: bool = True):
@@ -85,8 +141,7 @@ class FrozenWriter(nn.Module):
         return nn.functional.linear(z.flatten(-2), w, self.b_O)
 
     def write_maps(self) -> torch.Tensor:
-        w = self.scale * self.basis
-        return w.reshape(w.shape[0], self.n_head, self.d_head).permute(1, 0, 2)
+        return _blocks(self.scale * self.basis, self.n_head, self.d_head)
 
 
 # --------------------------------------------------------------------------- readers
@@ -116,8 +171,335 @@ class FreeReader(nn.Module):
         return w - w.mean(dim=-1, keepdim=True)  # · P_c (centering acts on the D axis)
 
 
-# --------------------------------------------------------------------------- registry
-GeometryFactory = Callable[["ModelConfig", int], tuple[nn.Module, nn.Module]]
+class ValueAdapterReader(FreeReader):
+    """A free reader whose values pass a head-local residual adapter (value384, METHODS §6.4):
+
+        v_h ← v_h + U_2^h GELU(U_1^h v_h),   U_1^h (W × d), U_2^h (d × W), no biases.
+
+    [CHOICE §6.4] head-local layout, U_1 ~ N(0, ``value_adapter_init_std``²) (0.02), U_2 = 0,
+    so training starts exactly as write-common-axis; GELU is the tanh approximation (§4.1).
+    The adapter acts after W_V and before ``hook_v``, so z^{l,h} still depends on head h's
+    value path only. ``read_maps("V")`` is the linear W_V the adapter follows.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        p = cfg.geometry_params
+        width = p["value_adapter_width"]
+        self.U1 = nn.Parameter(torch.empty(cfg.n_head, width, cfg.d_head))  # (H, W, d)
+        nn.init.normal_(self.U1, 0.0, p["value_adapter_init_std"])
+        self.U2 = nn.Parameter(torch.zeros(cfg.n_head, cfg.d_head, width))  # (H, d, W)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        q, k, v = super().forward(x)  # (B, T, H, d) each
+        hidden = F.gelu(torch.einsum("bthi,hwi->bthw", v, self.U1), approximate="tanh")
+        return q, k, v + torch.einsum("bthw,hiw->bthi", hidden, self.U2)
+
+
+class BlockReader(nn.Module):
+    """Block reader (METHODS §4.3.1): head h reads one d-dim block S_h of the residual, the
+    same block for Q, K and V:
+
+        b_h = S_hᵀ x;   u_h = LN_h(b_h);   X_h = A_X^h u_h + b_X^h   (X in Q, K, V)
+
+    ``basis`` [S_0 | ... | S_{H−1}] (D, H·d) is a frozen float64 buffer with orthonormal
+    columns. LN_h is a LayerNorm over the d block coordinates with its own gain γ_h and bias
+    β_h; it *replaces* the shared LN_1 ([DERIVED] from the count, §4.3.1), so centering acts
+    within the block. A_X^h are learned d×d maps, [CHOICE §4.3.1] initialised
+    N(0, ``block_init_std``²) = N(0, (init_std·sqrt(D/d))²); b_{Q,K,V} are learned (3·H·d).
+    Gains, biases and LN parameters are stored flat (rank 1: no weight decay, §7.2).
+    """
+
+    def __init__(self, cfg: ModelConfig, basis: torch.Tensor):
+        super().__init__()
+        H, d = cfg.n_head, cfg.d_head
+        if basis.shape != (cfg.d_model, H * d):
+            raise ValueError(
+                f"read basis has shape {tuple(basis.shape)}, expected ({cfg.d_model}, {H * d})"
+            )
+        self.n_head, self.d_head, self.eps = H, d, cfg.ln_eps
+        self.register_buffer("basis", basis.to(torch.float64).contiguous())
+        self.ln_weight = nn.Parameter(torch.ones(H * d))  # γ_h, head-major
+        self.ln_bias = nn.Parameter(torch.zeros(H * d))  # β_h
+        std = cfg.geometry_params["block_init_std"]
+        self.A_Q, self.A_K, self.A_V = (
+            nn.Parameter(nn.init.normal_(torch.empty(H, d, d), 0.0, std)) for _ in READ_TYPES
+        )
+        self.b_QKV = nn.Parameter(torch.zeros(3 * H * d))  # q | k | v, head-major
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        H, d = self.n_head, self.d_head
+        b = (x @ self.basis.to(x.dtype)).unflatten(-1, (H, d))  # (B, T, H, d): S_hᵀ x
+        u = F.layer_norm(b, (d,), eps=self.eps)
+        u = u * self.ln_weight.view(H, d) + self.ln_bias.view(H, d)
+        bias = self.b_QKV.view(3, H, d)
+        return tuple(
+            torch.einsum("bthi,hoi->btho", u, A) + bias[i]
+            for i, A in enumerate((self.A_Q, self.A_K, self.A_V))
+        )
+
+    def read_blocks(self) -> torch.Tensor:
+        """S_h for every head, (head, d_model, d_head), float64."""
+        return _blocks(self.basis, self.n_head, self.d_head)
+
+    def block_maps(self, X: str) -> torch.Tensor:
+        """A_X^h, (head, d_head, d_head)."""
+        return {"Q": self.A_Q, "K": self.A_K, "V": self.A_V}[X]
+
+    def read_maps(self, X: str) -> torch.Tensor:
+        """W_X^h = A_X^h S_hᵀ, (head, d_head, d_model), float64."""
+        return self.block_maps(X).double() @ self.read_blocks().mT
+
+    def folded_read_maps(self, X: str) -> torch.Tensor:
+        """A_X^h diag(γ_h) P_c^(d) S_hᵀ (METHODS §9.2): centering within the block, so the
+        row space has dimension at most d − 1."""
+        gamma = self.ln_weight.double().view(self.n_head, 1, self.d_head)
+        w = self.block_maps(X).double() * gamma  # A_X diag(γ_h)
+        w = w - w.mean(dim=-1, keepdim=True)  # · P_c^(d)
+        return w @ self.read_blocks().mT
+
+
+# --------------------------------------------------------------------------- frozen maps
+@functools.lru_cache(maxsize=4)
+def _family(d_model: int, d_head: int, n_members: int, m: int, r: int) -> BasisFamily:
+    from headgeom.geometry import build_basis_family
+
+    return build_basis_family(d_model, d_head, n_members, m=m, r=r)
+
+
+def basis_family(cfg: ModelConfig) -> BasisFamily | None:
+    """The Kerdock ⊗ Haar family a model's frozen maps come from (built once per process,
+    checks C2–C5 included), or None for geometries that use none. Its ``family_hash`` is
+    the manifests' ``basis_family_hash`` (METHODS §5.7)."""
+    p = cfg.geometry_params
+    if "basis_members" not in p:
+        return None
+    return _family(cfg.d_model, cfg.d_head, p["basis_members"], p["basis_m"], p["basis_r"])
+
+
+def member(cfg: ModelConfig, i: int) -> torch.Tensor:
+    """B_i as a float64 (D, D) tensor: its column blocks are B_i E_0 | ... | B_i E_{H−1}."""
+    family = basis_family(cfg)
+    if family is None:
+        raise ValueError(f"geometry {cfg.geometry!r} uses no basis family")
+    return torch.from_numpy(np.array(family.members[i]))
+
+
+def diagonal_write_basis(cfg: ModelConfig) -> torch.Tensor:
+    """[E_0 diag(m) | ... ]: fixeddiag writes head-internal coordinates 0..w−1 of each head
+    onto lane coordinates dh..dh+w−1 and discards the rest (METHODS §6.3, CHOICE "first")."""
+    mask = (torch.arange(cfg.d_head) < cfg.geometry_params["write_width"]).to(torch.float64)
+    return coordinate_blocks(cfg) * mask.repeat(cfg.n_head)
+
+
+def sum_hub_routing(d_model: int, d_head: int, n_head: int) -> torch.Tensor:
+    """Routing A, sum-hub (METHODS §6.5 CHOICE): with Λ = D/d lanes, heads h < Λ write E_h;
+    hub head Λ + k writes (E_{sk} + ... + E_{sk+s−1})/sqrt(s), s = Λ/(H − Λ) (paper: 12
+    lanes, 4 hubs of 3). Returns the unscaled (D, H·d) write columns."""
+    lanes, hubs = d_model // d_head, n_head - d_model // d_head
+    s = lanes // hubs
+    W = torch.zeros(d_model, n_head, d_head, dtype=torch.float64)
+    eye = torch.eye(d_head, dtype=torch.float64)
+    for h in range(lanes):
+        W[h * d_head : (h + 1) * d_head, h] = eye
+    for k in range(hubs):
+        for lane in range(s * k, s * (k + 1)):
+            W[lane * d_head : (lane + 1) * d_head, lanes + k] = eye / math.sqrt(s)
+    return W.reshape(d_model, n_head * d_head)
+
+
+def split_cycle_routing(d_model: int, d_head: int, n_head: int) -> torch.Tensor:
+    """Routing B, split-cycle (METHODS §6.5 CHOICE): half-head c = 2h + j (its internal dims
+    j·d/2 .. (j+1)·d/2 − 1) is written to residual half-block c mod (2D/d), each half-block
+    d/2 coordinates wide (paper: 32 half-heads onto 24 half-blocks)."""
+    half, n_half_blocks = d_head // 2, 2 * d_model // d_head
+    W = torch.zeros(d_model, n_head, 2, half, dtype=torch.float64)
+    eye = torch.eye(half, dtype=torch.float64)
+    for h in range(n_head):
+        for j in range(2):
+            t = (2 * h + j) % n_half_blocks
+            W[t * half : (t + 1) * half, h, j] = eye
+    return W.reshape(d_model, n_head * d_head)
+
+
+def angle_split_routing(d_model: int, d_head: int, n_head: int, offset: int) -> torch.Tensor:
+    """Routing C, angle-split (METHODS §6.5 CHOICE): head h writes
+    cos θ_h E_{a(h)} + sin θ_h E_{b(h)}, a(h) = h mod Λ, b(h) = (h + offset) mod Λ,
+    θ_h = (π/2)(h + 1)/(H + 1) (paper: Λ = 12, offset 5, H + 1 = 17)."""
+    lanes = d_model // d_head
+    W = torch.zeros(d_model, n_head, d_head, dtype=torch.float64)
+    eye = torch.eye(d_head, dtype=torch.float64)
+    for h in range(n_head):
+        theta = 0.5 * math.pi * (h + 1) / (n_head + 1)
+        a, b = h % lanes, (h + offset) % lanes
+        W[a * d_head : (a + 1) * d_head, h] += math.cos(theta) * eye
+        W[b * d_head : (b + 1) * d_head, h] += math.sin(theta) * eye
+    return W.reshape(d_model, n_head * d_head)
+
+
+# --------------------------------------------------------------------------- parameters
+def _fail(cfg: ModelConfig, message: str) -> None:
+    raise ValueError(
+        f"geometry {cfg.geometry!r} cannot exist at n_layer={cfg.n_layer}, n_head={cfg.n_head}, "
+        f"d_model={cfg.d_model}, d_head={cfg.d_head}: {message}"
+    )
+
+
+def _param(cfg: ModelConfig, given: Mapping, name: str, default: Any, ok, allowed: str) -> Any:
+    value = given.get(name, default)
+    if not ok(value):
+        raise ValueError(
+            f"geometry {cfg.geometry!r}: geometry_params.{name}={value!r} is not allowed; "
+            f"expected {allowed}"
+        )
+    return value
+
+
+def _positive(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def _lanes(cfg: ModelConfig, given: Mapping) -> dict:
+    if cfg.n_head * cfg.d_head != cfg.d_model:
+        _fail(cfg, "its head blocks must tile the residual stream (n_head·d_head == d_model)")
+    return {}
+
+
+def _scale(cfg: ModelConfig, given: Mapping, default: float | None = None) -> dict:
+    g = write_scale(cfg) if default is None else default
+    return {"write_scale": _param(cfg, given, "write_scale", g, _positive, "a number > 0")}
+
+
+def _kerdock(needed: Callable[[ModelConfig], int]) -> Callable[[ModelConfig, Mapping], dict]:
+    def params(cfg: ModelConfig, given: Mapping) -> dict:
+        from headgeom.geometry import kerdock_shape
+
+        _lanes(cfg, given)
+        try:
+            m, r = kerdock_shape(cfg.d_model, given.get("basis_m"), given.get("basis_r"))
+        except ValueError as err:
+            _fail(cfg, f"it needs a Kerdock ⊗ Haar basis family for D: {err}")
+        available, need = 1 << (m - 1), needed(cfg)
+        if need > available:
+            _fail(
+                cfg,
+                f"it uses Kerdock members 0..{need - 1}, but the family for D={cfg.d_model} "
+                f"with m={m}, r={r} has at most 2^(m-1) = {available} members",
+            )
+        default = 2 * cfg.n_layer if 2 * cfg.n_layer <= available else need
+        n = _param(
+            cfg,
+            given,
+            "basis_members",
+            default,
+            lambda v: _count(v) and need <= v <= available,
+            f"an integer in [{need}, {available}] (members it uses .. 2^(m-1))",
+        )
+        return {"basis_m": m, "basis_r": r, "basis_members": n}
+
+    return params
+
+
+def _block(cfg: ModelConfig, given: Mapping) -> dict:
+    std = cfg.init_std * math.sqrt(cfg.d_model / cfg.d_head)
+    return {"block_init_std": _param(cfg, given, "block_init_std", std, _positive, "> 0")}
+
+
+def _fixeddiag(cfg: ModelConfig, given: Mapping) -> dict:
+    _lanes(cfg, given)
+    w = _param(
+        cfg,
+        given,
+        "write_width",
+        (4 * cfg.d_head) // 5,
+        lambda v: _count(v) and v <= cfg.d_head,
+        f"an integer in [1, d_head={cfg.d_head}]",
+    )
+    mask = _param(cfg, given, "write_mask", "first", lambda v: v == "first", "'first'")
+    scale = _scale(cfg, given, write_scale(cfg) * math.sqrt(cfg.d_head / w))
+    return {"write_width": w, "write_mask": mask, **scale}
+
+
+def _value_adapter(cfg: ModelConfig, given: Mapping) -> dict:
+    if "value_adapter_width" not in given and cfg.d_model % 2:
+        _fail(cfg, "the value adapter is D/2 wide, so d_model must be even")
+    width = _param(cfg, given, "value_adapter_width", cfg.d_model // 2, _count, "an integer >= 1")
+    std = _param(cfg, given, "value_adapter_init_std", cfg.init_std, _positive, "> 0")
+    layout = _param(
+        cfg,
+        given,
+        "value_adapter_layout",
+        "head-local",
+        lambda v: v == "head-local",
+        "'head-local'",
+    )
+    return {
+        "value_adapter_width": width,
+        "value_adapter_init_std": std,
+        "value_adapter_layout": layout,
+    }
+
+
+def _routed(
+    extra: Callable[[ModelConfig, Mapping], dict],
+) -> Callable[[ModelConfig, Mapping], dict]:
+    def params(cfg: ModelConfig, given: Mapping) -> dict:
+        if cfg.d_model % cfg.d_head:
+            _fail(cfg, "routed writes use the D/d_head lanes E_h, so d_head must divide d_model")
+        if cfg.n_head * cfg.d_head <= cfg.d_model:
+            _fail(cfg, "a routed control has more head dimensions than the residual (H·d > D)")
+        bias = _param(
+            cfg, given, "attn_out_bias", False, lambda v: isinstance(v, bool), "true or false"
+        )
+        return {"attn_out_bias": bias, **extra(cfg, given), **_scale(cfg, given)}
+
+    return params
+
+
+def _sum_hub(cfg: ModelConfig, given: Mapping) -> dict:
+    lanes = cfg.d_model // cfg.d_head
+    if lanes % (cfg.n_head - lanes):
+        _fail(cfg, f"the {cfg.n_head - lanes} hub heads must split the {lanes} lanes evenly")
+    return {}
+
+
+def _split_cycle(cfg: ModelConfig, given: Mapping) -> dict:
+    if cfg.d_head % 2:
+        _fail(cfg, "split-cycle halves every head, so d_head must be even")
+    return {}
+
+
+def _angle_split(cfg: ModelConfig, given: Mapping) -> dict:
+    lanes = cfg.d_model // cfg.d_head
+    offset = _param(
+        cfg,
+        given,
+        "angle_offset",
+        5,
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and v % lanes != 0,
+        f"an integer that is not a multiple of the {lanes} lanes (a(h) != b(h))",
+    )
+    return {"angle_offset": offset}
+
+
+def _combine(*parts: Callable[[ModelConfig, Mapping], dict]):
+    def params(cfg: ModelConfig, given: Mapping) -> dict:
+        out: dict[str, Any] = {}
+        for part in parts:
+            out.update(part(cfg, given))
+        return out
+
+    return params
+
+
+# --------------------------------------------------------------------------- factories
+def _frozen(cfg: ModelConfig, basis: torch.Tensor) -> FrozenWriter:
+    p = cfg.geometry_params
+    return FrozenWriter(cfg, basis, p["write_scale"], bias=p.get("attn_out_bias", True))
 
 
 def _learned(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
@@ -125,20 +507,132 @@ def _learned(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
 
 
 def _write_common_axis(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
-    return FreeReader(cfg), FrozenWriter(cfg, coordinate_blocks(cfg), write_scale(cfg))
+    return FreeReader(cfg), _frozen(cfg, coordinate_blocks(cfg))
 
 
-GEOMETRIES: dict[str, GeometryFactory] = {
-    "learned": _learned,
-    "write-common-axis": _write_common_axis,
+def _write_common(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+    return FreeReader(cfg), _frozen(cfg, member(cfg, 0))
+
+
+def _write_rotated(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+    return FreeReader(cfg), _frozen(cfg, member(cfg, layer))
+
+
+def _read_common(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+    return BlockReader(cfg, coordinate_blocks(cfg)), LearnedWriter(cfg)
+
+
+def _all_common_axis(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+    return BlockReader(cfg, coordinate_blocks(cfg)), _frozen(cfg, coordinate_blocks(cfg))
+
+
+def _all_rotated(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+    return BlockReader(cfg, member(cfg, cfg.n_layer + layer)), _frozen(cfg, member(cfg, layer))
+
+
+def _all_rotated_self(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+    return BlockReader(cfg, member(cfg, layer)), _frozen(cfg, member(cfg, layer))
+
+
+def _fixeddiag_geometry(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+    return FreeReader(cfg), _frozen(cfg, diagonal_write_basis(cfg))
+
+
+def _value384(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+    return ValueAdapterReader(cfg), _frozen(cfg, coordinate_blocks(cfg))
+
+
+def _write_routed_a(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+    return FreeReader(cfg), _frozen(cfg, sum_hub_routing(cfg.d_model, cfg.d_head, cfg.n_head))
+
+
+def _write_routed_b(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+    basis = split_cycle_routing(cfg.d_model, cfg.d_head, cfg.n_head)
+    return FreeReader(cfg), _frozen(cfg, basis)
+
+
+def _write_routed_c(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+    offset = cfg.geometry_params["angle_offset"]
+    basis = angle_split_routing(cfg.d_model, cfg.d_head, cfg.n_head, offset)
+    return FreeReader(cfg), _frozen(cfg, basis)
+
+
+# --------------------------------------------------------------------------- registry
+GeometryFactory = Callable[["ModelConfig", int], tuple[nn.Module, nn.Module]]
+ParamsFn = Callable[["ModelConfig", Mapping], dict]
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """A registered geometry: calling it is the factory ``(cfg, layer) -> (reader, writer)``.
+
+    ``params(cfg, given)`` returns every parameter and labelled choice the geometry uses,
+    defaults filled and values checked; it raises ValueError when the geometry cannot exist
+    at ``cfg``'s size. ``free_readers``: a shared LN_1 before learned W_{Q,K,V} (§11.1).
+    """
+
+    build: GeometryFactory
+    params: ParamsFn
+    free_readers: bool
+
+    def __call__(self, cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+        return self.build(cfg, layer)
+
+
+def _no_params(cfg: ModelConfig, given: Mapping) -> dict:
+    return {}
+
+
+_AXIS = _combine(_lanes, _scale)
+_BLOCK = {"free_readers": False}
+_FREE = {"free_readers": True}
+GEOMETRIES: dict[str, Geometry] = {
+    "learned": Geometry(_learned, _no_params, **_FREE),
+    "write-common-axis": Geometry(_write_common_axis, _AXIS, **_FREE),
+    "write-common": Geometry(_write_common, _combine(_kerdock(lambda c: 1), _scale), **_FREE),
+    "write-rotated": Geometry(
+        _write_rotated, _combine(_kerdock(lambda c: c.n_layer), _scale), **_FREE
+    ),
+    "read-common": Geometry(_read_common, _combine(_lanes, _block), **_BLOCK),
+    "all-common-axis": Geometry(_all_common_axis, _combine(_AXIS, _block), **_BLOCK),
+    "all-rotated": Geometry(
+        _all_rotated, _combine(_kerdock(lambda c: 2 * c.n_layer), _scale, _block), **_BLOCK
+    ),
+    "all-rotated-self": Geometry(
+        _all_rotated_self, _combine(_kerdock(lambda c: c.n_layer), _scale, _block), **_BLOCK
+    ),
+    "fixeddiag": Geometry(_fixeddiag_geometry, _fixeddiag, **_FREE),
+    "identity-original": Geometry(
+        _write_common_axis, _combine(_lanes, lambda c, g: _scale(c, g, 1.0)), **_FREE
+    ),
+    "value384": Geometry(_value384, _combine(_AXIS, _value_adapter), **_FREE),
+    "mlp3456": Geometry(_write_common_axis, _AXIS, **_FREE),  # d_mlp comes from the config
+    "write-routed-a": Geometry(_write_routed_a, _routed(_sum_hub), **_FREE),
+    "write-routed-b": Geometry(_write_routed_b, _routed(_split_cycle), **_FREE),
+    "write-routed-c": Geometry(_write_routed_c, _routed(_angle_split), **_FREE),
 }
 
 
-def make_geometry(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+def geometry_spec(name: str) -> Geometry:
     try:
-        factory = GEOMETRIES[cfg.geometry]
+        return GEOMETRIES[name]
     except KeyError:
+        raise ValueError(f"unknown geometry {name!r}; known: {sorted(GEOMETRIES)}") from None
+
+
+def resolve_geometry_params(cfg: ModelConfig) -> dict[str, Any]:
+    """``cfg.geometry_params`` with every default of its geometry filled (sorted keys)."""
+    spec = geometry_spec(cfg.geometry)
+    given = dict(cfg.geometry_params)
+    params = spec.params(cfg, given)
+    unknown = set(given) - set(params)
+    if unknown:
         raise ValueError(
-            f"unknown geometry {cfg.geometry!r}; known: {sorted(GEOMETRIES)}"
-        ) from None
-    return factory(cfg, layer)
+            f"geometry {cfg.geometry!r} takes no geometry_params {sorted(unknown)}; "
+            f"it takes {sorted(params) or 'none'}"
+        )
+    return dict(sorted(params.items()))
+
+
+def make_geometry(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+    return geometry_spec(cfg.geometry)(cfg, layer)

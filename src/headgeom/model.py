@@ -23,13 +23,14 @@ import contextlib
 import dataclasses
 import math
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from headgeom.heads import make_geometry
+from headgeom.heads import make_geometry, resolve_geometry_params
 
 SITE_AXES: dict[str, tuple[str, ...]] = {
     "hook_resid_pre": ("batch", "position", "d_model"),
@@ -65,6 +66,13 @@ class ModelConfig:
     init_std: float = 0.02
     # [UNSPECIFIED → CHOICE] METHODS §4.2: position embeddings ~ N(0, 0.01²).
     pos_init_std: float = 0.01
+    # Parameters and labelled choices of the geometry (write scale, basis family, block-reader
+    # init, ...; see ``headgeom.heads``). Missing entries are filled with the geometry's
+    # defaults on construction, so a stored or hashed config states every one of them.
+    geometry_params: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "geometry_params", resolve_geometry_params(self))
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

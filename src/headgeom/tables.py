@@ -40,15 +40,33 @@ def _meta_json(meta: dict[str, str], key: str, path: str):
 
 
 # ----------------------------------------------------------------------------- Table 2
-def table2(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
-    """Parameters, validation loss and Δ vs learned (paper Table 2).
+#: Geometry columns Table 2 takes from the geometry_stats summaries (METHODS §9.4, §14.1).
+TABLE2_GEOMETRY_COLUMNS = [
+    "own_best_fraction",
+    "rho_self_mean",
+    "write_write_pk_same_index_mean",
+    "write_write_pk_other_index_mean",
+    "prop1_applies",
+    "prop1_max_residual",
+]
 
-    Δ = val loss − that of the ``learned`` model with the same seed when one exists, else
-    the mean over learned seeds; computed from unrounded losses.
+
+def table2(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
+    """Parameters, validation loss and Δ vs learned (paper Table 2), with the designed
+    weight-space geometry of each model.
+
+    ``paths`` holds training logs (``train_log.parquet``) and, optionally, geometry
+    summaries (metadata ``analysis`` = ``geometry_stats``); the two are told apart by that
+    metadata and joined on (model, seed). Δ = val loss − that of the ``learned`` model with
+    the same seed when one exists, else the mean over learned seeds; computed from
+    unrounded losses.
     """
-    rows = []
+    rows, geometry = [], []
     for path in paths:
         meta = read_parquet_metadata(path)
+        if meta.get("analysis") == "geometry_stats":
+            geometry.append(pq.read_table(path).to_pandas())
+            continue
         cfg = _meta_json(meta, "config", path)
         rows.append(
             {
@@ -59,6 +77,8 @@ def table2(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
                 "val_loss": float(_meta_json(meta, "val_loss_nats", path)),
             }
         )
+    if not rows:
+        raise ValueError("table2 needs at least one training log")
     frame = _model_order(pd.DataFrame(rows))
     learned = frame[frame["geometry"] == "learned"].set_index("seed")["val_loss"]
     if learned.empty:
@@ -66,6 +86,22 @@ def table2(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
     else:
         ref = frame["seed"].map(learned).fillna(learned.mean())
         frame["delta_vs_learned"] = frame["val_loss"] - ref
+    if geometry:
+        geo = pd.concat(geometry, ignore_index=True)[["model", "seed", *TABLE2_GEOMETRY_COLUMNS]]
+        if geo.duplicated(["model", "seed"]).any():
+            raise ValueError("table2: more than one geometry summary for a (model, seed)")
+        frame = frame.merge(geo, on=["model", "seed"], how="left", validate="one_to_one")
+    else:
+        frame = frame.assign(**{c: np.nan for c in TABLE2_GEOMETRY_COLUMNS})
+
+    def fmt(spec):
+        return lambda v: "—" if v is None or pd.isna(v) else spec.format(v)
+
+    # NaN where Proposition 1 does not apply (no orthogonal write decomposition) or where
+    # no geometry summary was given
+    def fmt_prop1(v):
+        return "n/a" if v is None or pd.isna(v) else f"{v:.1e}"
+
     md = _render(
         frame,
         {
@@ -74,7 +110,12 @@ def table2(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
             "seed": ("Seed", str),
             "n_params": ("Params", lambda v: f"{v:,}"),
             "val_loss": ("Val loss (nats)", lambda v: f"{v:.3f}"),
-            "delta_vs_learned": ("Δ vs learned", lambda v: "—" if np.isnan(v) else f"{v:+.3f}"),
+            "delta_vs_learned": ("Δ vs learned", fmt("{:+.3f}")),
+            "write_write_pk_same_index_mean": ("WW PK same index", fmt("{:.2f}")),
+            "write_write_pk_other_index_mean": ("WW PK other index", fmt("{:.2f}")),
+            "own_best_fraction": ("Own-best (L ≥ 1)", fmt("{:.2f}")),
+            "rho_self_mean": ("ρ_self", fmt("{:.3f}")),
+            "prop1_max_residual": ("Prop. 1 residual (C14)", fmt_prop1),
         },
     )
     return frame.reset_index(drop=True), md

@@ -61,8 +61,8 @@ def test_checkpoints_and_results_match_their_manifests(finished_run):
         for stage in ("patching", "leakage"):
             for parquet in (results / stage / model / seed).glob("*.parquet"):
                 meta = read_parquet_metadata(parquet)
-                assert json.loads(meta["checkpoint_sha256"]) == checkpoint_sha, parquet
-                assert json.loads(meta["manifest_content_hash"]) == content_hash(record), parquet
+                assert meta["checkpoint_sha256"] == checkpoint_sha, parquet
+                assert meta["manifest_content_hash"] == content_hash(record), parquet
 
 
 def test_patching_covers_every_head_and_example(finished_run):

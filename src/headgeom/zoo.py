@@ -1,0 +1,350 @@
+"""The model zoo: the study's 21 configurations (METHODS §6.1, paper Table 4) by name, and
+the rule that sizes each geometry for a study's base architecture.
+
+Names. A :class:`Configuration` is one model of ``config/paper.yaml``: its ``key`` there
+(``learned-r``), the paper's display name (``learned``), geometry, corpus (R or S), seeds and
+one repository name per seed (``plain-learned42``). Its 21 (configuration, seed) runs are the
+21 rows of §6.1. :func:`lookup` takes a key, display name or repository name; a repository
+name gives ``(configuration, seed)``. Display names shared by two corpora (``learned``,
+``write-rotated``) need ``corpus=``.
+
+Sizes. A study config gives one base ``architecture`` (paper: 12 layers, 12 heads, D = 768,
+d = 64, MLP 3072, context 512). :func:`derive_model_config` turns (geometry, architecture)
+into the model section of a run config with every size and choice explicit:
+
+* value384: value adapter width D/2 (384 at paper size);
+* mlp3456: MLP width d_mlp + D/2 (3072 + 384 = 3456);
+* write-routed-a/b/c: n_head = 4H/3 (16), which needs 3 | H;
+* multiscreen-*: n_head = 4H/3 tiles, d_model = n_head·d, n_layer = 7L/4 (21), d_key = d/4
+  (16), which needs 3 | H, 4 | L and 4 | d (METHODS §6.6);
+* everything else: the base architecture as it is.
+
+A geometry that cannot exist at the requested size (axis lanes need H·d = D, rotated ones a
+Kerdock family for D with enough members, ...) raises ValueError naming the geometry, the
+size and the reason. Multiscreen models come from ``headgeom.multiscreen`` (another
+module's factory ``build_multiscreen``); if it cannot be imported they stay listed here and
+fail with a clear error only when sized or built.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType, ModuleType
+from typing import Any
+
+from torch import nn
+
+from headgeom.checkpoint import model_from_config
+from headgeom.heads import GEOMETRIES
+from headgeom.model import ModelConfig
+
+#: The paper's base architecture (METHODS §4.1) and vocabulary (GPT-2, unpadded, §4.4).
+PAPER_ARCHITECTURE: Mapping[str, int] = MappingProxyType(
+    {"n_layer": 12, "n_head": 12, "d_model": 768, "d_head": 64, "d_mlp": 3072, "n_ctx": 512}
+)
+PAPER_N_VOCAB = 50257
+CORPORA = ("R", "S")
+
+#: The softmax-free controls (METHODS §6.6) and the write geometry each uses inside
+#: ``headgeom.multiscreen``.
+MULTISCREEN_GEOMETRIES: Mapping[str, str] = MappingProxyType(
+    {"multiscreen-learned": "learned", "multiscreen-identity": "write-common-axis"}
+)
+MULTISCREEN_MODULE = "headgeom.multiscreen"
+#: Every geometry a study config may name.
+GEOMETRY_NAMES: tuple[str, ...] = (*GEOMETRIES, *MULTISCREEN_GEOMETRIES)
+
+
+@dataclass(frozen=True, eq=False)
+class Configuration:
+    """One model configuration of the study (paper Table 4), seeds included."""
+
+    key: str  # model name in config/paper.yaml and results/<study>/models/<key>/
+    display_name: str  # the paper's name in its text
+    geometry: str
+    corpus: str  # "R" (200M tokens, with replacement) or "S" (1.07B, read once)
+    repository_names: Mapping[int, str]  # seed -> repository name
+    n_params: int  # exact trainable parameters at paper size (METHODS §4.4, §6.1)
+    printed: str  # as paper Table 4 prints it
+    val_loss: Mapping[int, float | None]  # seed -> paper validation loss (nats), None: "---"
+    rows: Mapping[int, int]  # seed -> row of METHODS §6.1
+    description: str  # write / readers, as §6.1 describes them
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        return tuple(self.repository_names)
+
+    def repository_name(self, seed: int) -> str:
+        try:
+            return self.repository_names[seed]
+        except KeyError:
+            raise ValueError(
+                f"configuration {self.key!r} has no seed {seed}; seeds: {list(self.seeds)}"
+            ) from None
+
+
+def _config(
+    key: str,
+    display: str,
+    geometry: str,
+    corpus: str,
+    repos: dict[int, str],
+    n_params: int,
+    printed: str,
+    val_loss: dict[int, float | None],
+    rows: dict[int, int],
+    description: str,
+) -> Configuration:
+    return Configuration(
+        key,
+        display,
+        geometry,
+        corpus,
+        MappingProxyType(repos),
+        n_params,
+        printed,
+        MappingProxyType(val_loss),
+        MappingProxyType(rows),
+        description,
+    )
+
+
+#: METHODS §6.1, in row order. Seeds: from the repository names; [CHOICE §6.1] 42 for
+#: ``dense``, ``value384`` and ``mlp3456``, which name none.
+CONFIGURATIONS: tuple[Configuration, ...] = (
+    _config("learned-r", "learned", "learned", "R",
+            {42: "plain-learned42", 43: "plain-learned43"}, 124_046_592, "124.05M",
+            {42: 3.604, 43: 3.595}, {42: 1, 43: 2}, "learned W_O; free readers"),
+    _config("learned-s", "learned", "learned", "S", {42: "dense"}, 124_046_592, "124.05M",
+            {42: 3.508}, {42: 3}, "learned W_O; free readers"),
+    _config("write-common-axis", "write-common-axis", "write-common-axis", "R",
+            {42: "plain-identity42", 43: "plain-identity43"}, 116_968_704, "116.97M",
+            {42: 3.643, 43: 3.643}, {42: 4, 43: 5}, "g E_h (all layers); free readers"),
+    _config("write-common", "write-common", "write-common", "R", {42: "common42"},
+            116_968_704, "116.97M", {42: 3.648}, {42: 6}, "g B_0 E_h (all layers); free"),
+    _config("write-rotated-r", "write-rotated", "write-rotated", "R", {42: "layered42"},
+            116_968_704, "116.97M", {42: 3.654}, {42: 7}, "g B_l E_h (member l); free"),
+    _config("write-rotated-s", "write-rotated", "write-rotated", "S", {42: "rotated-m1-42"},
+            116_968_704, "116.97M", {42: 3.563}, {42: 8}, "g B_l E_h (member l); free"),
+    _config("read-common", "read-common", "read-common", "S", {42: "headblock-learned42"},
+            104_582_400, "104.58M", {42: 3.610}, {42: 9}, "learned W_O; block readers E_h"),
+    _config("all-common-axis", "all-common-axis", "all-common-axis", "S",
+            {42: "headblock-identity42"}, 97_504_512, "97.50M", {42: 3.698}, {42: 10},
+            "g E_h; block readers E_h"),
+    _config("all-rotated", "all-rotated", "all-rotated", "S", {42: "rotated-m2-42"},
+            97_504_512, "97.50M", {42: 3.751}, {42: 11},
+            "g B_l E_h; block readers: block h of B_{12+l} (other basis)"),
+    _config("all-rotated-self", "all-rotated-self", "all-rotated-self", "S",
+            {42: "rotated-m3-42"}, 97_504_512, "97.50M", {42: 3.753}, {42: 12},
+            "g B_l E_h; block readers: block h of B_l (own basis)"),
+    _config("write-routed-a", "write-routed A", "write-routed-a", "S", {42: "fixed-sum-hub42"},
+            124_046_592, "124.05M", {42: 3.542}, {42: 13},
+            "routed 16→12 (frozen, sum-hub), no b_O; free readers, 16 heads"),
+    _config("write-routed-b", "write-routed B", "write-routed-b", "S",
+            {42: "fixed-split-cycle42"}, 124_046_592, "124.05M", {42: 3.543}, {42: 14},
+            "routed 16→12 (frozen, split-cycle), no b_O; free readers, 16 heads"),
+    _config("write-routed-c", "write-routed C", "write-routed-c", "S",
+            {42: "fixed-angle-split42"}, 124_046_592, "124.05M", {42: 3.553}, {42: 15},
+            "routed 16→12 (frozen, angle-split), no b_O; free readers, 16 heads"),
+    _config("fixeddiag", "fixeddiag", "fixeddiag", "R", {42: "fixeddiag42"}, 116_968_704,
+            "116.97M", {42: None}, {42: 16},
+            "write-common-axis variant, restricted diagonal: g sqrt(64/51) E_h diag(m)"),
+    _config("value384", "value384", "value384", "S", {42: "value384"}, 124_046_592,
+            "124.05M", {42: None}, {42: 17},
+            "write-common-axis variant, capacity-compensated: g E_h + value adapter"),
+    _config("mlp3456", "mlp3456", "mlp3456", "S", {42: "mlp3456"}, 124_051_200, "124.05M",
+            {42: None}, {42: 18},
+            "write-common-axis variant, parameter-matched: g E_h, MLP width 3456"),
+    _config("identity-original", "identity-original", "identity-original", "R",
+            {42: "identity-original42"}, 116_968_704, "116.97M", {42: None}, {42: 19},
+            "write-common-axis variant, unscaled: E_h (scale 1)"),
+    _config("multiscreen-identity", "multiscreen-identity", "multiscreen-identity", "R",
+            {42: "multiscreen-identity42"}, 106_514_418, "106.51M", {42: None}, {42: 20},
+            "write-common-axis variant, softmax-free: g E_h; 21 layers × 16 tiles"),
+    _config("multiscreen-learned", "multiscreen-learned", "multiscreen-learned", "R",
+            {42: "multiscreen-learned42"}, 128_534_514, "128.53M", {42: None}, {42: 21},
+            "learned, softmax-free: 21 layers × 16 tiles"),
+)  # fmt: skip
+
+BY_KEY: Mapping[str, Configuration] = MappingProxyType({c.key: c for c in CONFIGURATIONS})
+BY_REPOSITORY_NAME: Mapping[str, tuple[Configuration, int]] = MappingProxyType(
+    {name: (c, seed) for c in CONFIGURATIONS for seed, name in c.repository_names.items()}
+)
+#: Exact paper-size count of each geometry (every configuration of a geometry shares it).
+PAPER_N_PARAMS: Mapping[str, int] = MappingProxyType(
+    {c.geometry: c.n_params for c in CONFIGURATIONS}
+)
+
+
+def paper_runs() -> list[tuple[Configuration, int]]:
+    """The 21 (configuration, seed) runs in the row order of METHODS §6.1."""
+    runs = [(c, seed) for c in CONFIGURATIONS for seed in c.seeds]
+    return sorted(runs, key=lambda run: run[0].rows[run[1]])
+
+
+def lookup(name: str, corpus: str | None = None) -> tuple[Configuration, int | None]:
+    """A configuration by key, display name or repository name.
+
+    A repository name also gives its seed: ``lookup("rotated-m3-42")`` is
+    ``(all-rotated-self, 42)``; keys and display names give seed None. ``corpus`` ("R" or
+    "S") picks between configurations that share a display name.
+    """
+    if corpus is not None and corpus not in CORPORA:
+        raise ValueError(f"corpus={corpus!r}; expected one of {list(CORPORA)}")
+    if name in BY_REPOSITORY_NAME:
+        found, seed = BY_REPOSITORY_NAME[name]
+        if corpus is not None and found.corpus != corpus:
+            raise ValueError(f"{name!r} is trained on corpus {found.corpus}, not {corpus}")
+        return found, seed
+    if name in BY_KEY and (corpus is None or BY_KEY[name].corpus == corpus):
+        return BY_KEY[name], None
+    matches = [
+        c
+        for c in CONFIGURATIONS
+        if c.display_name == name and (corpus is None or c.corpus == corpus)
+    ]
+    if len(matches) == 1:
+        return matches[0], None
+    if matches:
+        choices = ", ".join(f"{c.key} (corpus {c.corpus})" for c in matches)
+        raise ValueError(
+            f"display name {name!r} names {len(matches)} configurations: {choices}; "
+            f"pass corpus='R' or 'S', or a key or repository name"
+        )
+    names = sorted({*BY_KEY, *BY_REPOSITORY_NAME, *(c.display_name for c in CONFIGURATIONS)})
+    close = difflib.get_close_matches(name, names, n=3)
+    hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+    where = f" on corpus {corpus}" if corpus else ""
+    raise ValueError(f"no configuration is named {name!r}{where}{hint}")
+
+
+# --------------------------------------------------------------------------- sizing
+def _size_error(geometry: str, arch: Mapping, reason: str) -> ValueError:
+    size = ", ".join(f"{k}={arch[k]}" for k in ("n_layer", "n_head", "d_model", "d_head"))
+    return ValueError(f"geometry {geometry!r} cannot exist at {size}: {reason}")
+
+
+def _multiscreen() -> ModuleType:
+    try:
+        return importlib.import_module(MULTISCREEN_MODULE)
+    except ImportError as err:
+        raise RuntimeError(
+            f"the multiscreen configurations (METHODS §6.6) need {MULTISCREEN_MODULE}, which "
+            f"cannot be imported ({err}); the zoo lists them but cannot size or build them"
+        ) from err
+
+
+def _derive_multiscreen(geometry: str, arch: Mapping) -> dict[str, Any]:
+    L, H, d = arch["n_layer"], arch["n_head"], arch["d_head"]
+    if H % 3 or L % 4 or d % 4:
+        raise _size_error(
+            geometry,
+            arch,
+            "a multiscreen control has 4H/3 tiles of width d, 7L/4 layers and key width d/4, "
+            "so 3 must divide n_head, 4 n_layer and 4 d_head (paper: 12, 12, 64)",
+        )
+    n_head = 4 * H // 3
+    sized = {
+        "n_ctx": arch["n_ctx"],
+        "n_layer": 7 * L // 4,
+        "n_head": n_head,
+        "d_model": n_head * d,
+        "d_head": d,
+        "d_key": d // 4,
+        "geometry": MULTISCREEN_GEOMETRIES[geometry],
+        "architecture": "multiscreen",
+    }
+    try:
+        module = _multiscreen()
+    except RuntimeError:
+        return sized  # sizes only; building says why it cannot
+    resolved = module.MultiscreenConfig.from_dict({**sized, "n_vocab": 1}).to_dict()
+    del resolved["n_vocab"]
+    return resolved
+
+
+def derive_model_config(
+    geometry: str, architecture: Mapping[str, Any], geometry_params: Mapping | None = None
+) -> dict[str, Any]:
+    """The model section of a run config (every field but n_vocab, defaults and choices
+    filled) for ``geometry`` in a study whose base architecture is ``architecture``."""
+    if geometry in MULTISCREEN_GEOMETRIES:
+        if geometry_params:
+            raise ValueError(f"geometry {geometry!r} takes no geometry_params")
+        return _derive_multiscreen(geometry, architecture)
+    if geometry not in GEOMETRIES:
+        raise ValueError(f"unknown geometry {geometry!r}; known: {list(GEOMETRY_NAMES)}")
+    arch = dict(architecture)
+    D, H = arch["d_model"], arch["n_head"]
+    if geometry == "mlp3456":
+        if D % 2:
+            raise _size_error(geometry, arch, "the MLP grows by D/2, so d_model must be even")
+        arch["d_mlp"] += D // 2
+    elif geometry.startswith("write-routed"):
+        if H % 3 or H * arch["d_head"] != D:
+            raise _size_error(
+                geometry,
+                arch,
+                "a routed control has 4H/3 heads writing into the H lanes of width d_head, "
+                "so 3 must divide n_head and n_head·d_head must equal d_model",
+            )
+        arch["n_head"] = 4 * H // 3
+    try:
+        cfg = ModelConfig(
+            **arch, n_vocab=1, geometry=geometry, geometry_params=dict(geometry_params or {})
+        )
+    except TypeError as err:
+        raise ValueError(f"architecture {dict(architecture)}: {err}") from None
+    model = cfg.to_dict()
+    del model["n_vocab"]
+    return model
+
+
+def paper_model_config(geometry: str) -> dict[str, Any]:
+    """:func:`derive_model_config` at paper size."""
+    return derive_model_config(geometry, PAPER_ARCHITECTURE)
+
+
+def _shape(model_config: Mapping) -> dict[str, Any]:
+    """What decides a count: every integer, boolean and string field (not the float scales)."""
+    flat = {k: v for k, v in model_config.items() if k != "geometry_params"}
+    params = model_config.get("geometry_params", {})
+    flat.update({f"geometry_params.{k}": v for k, v in params.items()})
+    return {k: v for k, v in flat.items() if not isinstance(v, float)}
+
+
+def expected_n_params(geometry: str, model_config: Mapping, n_vocab: int) -> int | None:
+    """The exact paper count (METHODS §6.1) when the model has the paper's size, else None."""
+    if geometry not in PAPER_N_PARAMS or n_vocab != PAPER_N_VOCAB:
+        return None
+    paper = paper_model_config(geometry)
+    return PAPER_N_PARAMS[geometry] if _shape(model_config) == _shape(paper) else None
+
+
+def has_free_readers(geometry: str) -> bool:
+    """A shared LN_1 before learned W_{Q,K,V}: what leakage needs (METHODS §11.1)."""
+    if geometry in MULTISCREEN_GEOMETRIES:
+        return False
+    if geometry not in GEOMETRIES:
+        raise ValueError(f"unknown geometry {geometry!r}; known: {list(GEOMETRY_NAMES)}")
+    return GEOMETRIES[geometry].free_readers
+
+
+# --------------------------------------------------------------------------- building
+def build_model(model_config: Mapping[str, Any], n_vocab: int) -> nn.Module:
+    """The real constructor for a run config's model section (``GPT``, or for
+    ``architecture: multiscreen`` ``headgeom.multiscreen``), exactly as training and
+    checkpoints build it. Seed the RNGs first for fixed bytes; build under
+    ``torch.device("meta")`` to count without memory."""
+    if model_config.get("architecture") == "multiscreen":
+        _multiscreen()  # a clear error when the module is missing
+    return model_from_config({**model_config, "n_vocab": int(n_vocab)})
+
+
+def count_parameters(model: nn.Module) -> tuple[int, int]:
+    """(trainable parameters, tied embedding once; frozen buffer elements) (METHODS §4.4)."""
+    n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return n_params, sum(b.numel() for b in model.buffers())
