@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from headgeom.checkpoint import load_checkpoint, model_config_from_dict
 from headgeom.hashing import manifest_hash, sha256_file
+from headgeom.heads import basis_family
 from headgeom.io import read_json, read_parquet_metadata, write_json
 from headgeom.training import parse_run_config
 
@@ -125,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.checkpoint}: model config {model.cfg.to_dict()} differs from the run "
             f"config's {expected_model.to_dict()}"
         )
+    # Multiscreen configs carry no geometry_params; only GPT geometries use Kerdock bases.
+    family = basis_family(model.cfg) if hasattr(model.cfg, "geometry_params") else None
     steps = pq.read_table(args.train_log, columns=["step", "tokens"]).to_pylist()
     last = steps[-1] if steps else {"step": 0, "tokens": 0}
     if last["step"] != run.training.steps:
@@ -146,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         "config": run.raw,
         "init_seed": run.seed,
         "data": data,
-        "basis_family_hash": None,  # filled when the model zoo's rotated bases exist (§5.7)
+        "basis_family_hash": family.family_hash if family is not None else None,  # §5.7
         "source": json.loads(meta["source"]),
         "environment": json.loads(meta["environment"]),
         "training_runtime": {

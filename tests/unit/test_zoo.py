@@ -630,3 +630,31 @@ def test_multiscreen_entries_survive_a_missing_module_until_built(monkeypatch):
     }
     with pytest.raises(RuntimeError, match="need headgeom.no_such_module"):
         zoo.build_model(sized, V_PAPER)
+
+
+def test_manifest_names_the_basis_family_of_a_rotated_model(tmp_path):
+    """hash_checkpoint records the family hash (METHODS §5.7) of the bases a model uses."""
+    from headgeom import heads
+    from headgeom.geometry import build_basis_family
+    from headgeom.model import GPT, ModelConfig
+
+    cfg = ModelConfig(
+        n_vocab=8,
+        n_ctx=8,
+        n_layer=2,
+        n_head=2,
+        d_model=16,
+        d_head=8,
+        d_mlp=16,
+        geometry="all-rotated",
+    )
+    family = heads.basis_family(GPT(cfg).cfg)
+    p = GPT(cfg).cfg.geometry_params
+    independent = build_basis_family(16, 8, p["basis_members"], m=p["basis_m"], r=p["basis_r"])
+    assert family is not None and family.family_hash == independent.family_hash
+    assert (
+        heads.basis_family(
+            GPT(ModelConfig(**{**cfg.to_dict(), "geometry": "learned", "geometry_params": {}})).cfg
+        )
+        is None
+    )
