@@ -4,7 +4,6 @@ manifest checks that stop analyses from reading weights that changed after hashi
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -24,22 +23,13 @@ from headgeom.hashing import (
     sha256_file,
 )
 from headgeom.io import read_json, read_parquet_metadata
+from tests.scripts import load_script
 
-
-def _load_script(name: str):
-    """Import ``src/<name>.py`` (stage scripts are not a package)."""
-    path = Path(__file__).resolve().parents[2] / "src" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"_script_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-tokenize_corpus = _load_script("tokenize_corpus")
-make_tasks = _load_script("make_tasks")
-train_script = _load_script("train")
-hash_checkpoint = _load_script("hash_checkpoint")
-evaluate_clean = _load_script("evaluate_clean")
+tokenize_corpus = load_script("tokenize_corpus")
+make_tasks = load_script("make_tasks")
+train_script = load_script("train")
+hash_checkpoint = load_script("hash_checkpoint")
+evaluate_clean = load_script("evaluate_clean")
 
 CORPUS = {"source": "embedded", "seed": 7, "n_train_tokens": 20_000, "n_val_tokens": 1_200}
 TASK = {"seed": 11, "splits": {"discovery": 8, "validation": 4, "evaluation": 8, "holdout": 4}}

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import sys
@@ -27,18 +26,10 @@ from headgeom.patching import (
     patch_perturbations,
     perturbation_check,
 )
+from tests.scripts import load_script
 
-SRC = Path(__file__).resolve().parents[2] / "src"
 GEOMETRIES = ("learned", "write-common-axis")
 N_LAYER, N_HEAD, N_VOCAB = 3, 4, 48
-
-
-def load_script(name: str):
-    """Import ``src/<name>.py`` as a module (its own name would shadow headgeom modules)."""
-    spec = importlib.util.spec_from_file_location(f"script_{name}", SRC / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def tiny_model(geometry: str, seed: int = 0) -> GPT:

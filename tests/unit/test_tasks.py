@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import itertools
 import json
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -23,6 +21,7 @@ from headgeom.tasks import (
     validate_example,
 )
 from headgeom.tokenizer import EOT_ID, decode, encode, load_gpt2_tokenizer
+from tests.scripts import load_script
 
 SIZES = {"discovery": 300, "validation": 240, "evaluation": 240, "holdout": 32}
 # Tokens every prompt of a task shares; everything else is a partitioned lexical item.
@@ -33,14 +32,6 @@ FRAME = {
 }
 # Prompt token length per task (all lexicon items are single tokens).
 LENGTH = {"sva": 5, "quote": 11, "plural": 8}
-
-
-def _load_script(name: str):
-    path = Path(__file__).resolve().parents[2] / "src" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"_script_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -254,7 +245,7 @@ def test_validator_rejects(tok, clean, ref, correct, incorrect, message):
 
 
 def test_make_tasks_cli(tmp_path):
-    make_tasks = _load_script("make_tasks")
+    make_tasks = load_script("make_tasks")
     out = tmp_path / "tasks" / "quote.parquet"
     cfg = {"seed": 5, "splits": {"discovery": 16, "validation": 8, "evaluation": 8, "holdout": 4}}
     assert (

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import re
 import shutil
 import struct
-from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -26,18 +24,9 @@ from headgeom.tokenizer import (
     load_gpt2_tokenizer,
     tokenizer_files_sha256,
 )
+from tests.scripts import load_script
 
-
-def _load_script(name: str):
-    """Import ``src/<name>.py`` (stage scripts are not a package)."""
-    path = Path(__file__).resolve().parents[2] / "src" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"_script_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-tokenize_corpus = _load_script("tokenize_corpus")
+tokenize_corpus = load_script("tokenize_corpus")
 SMALL = dict(seed=11, n_train_tokens=40_000, n_val_tokens=6_000)
 
 

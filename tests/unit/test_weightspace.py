@@ -3,7 +3,6 @@ script and the geometry columns of Table 2, from first principles."""
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 from pathlib import Path
 
@@ -34,17 +33,9 @@ from headgeom.weightspace import (
     write_read_pk,
     write_write_pk,
 )
+from tests.scripts import load_script
 
-SRC = Path(__file__).resolve().parents[2] / "src"
 N_LAYER, N_HEAD, D_MODEL, D_HEAD = 3, 4, 32, 8
-
-
-def load_script(name: str):
-    """Import ``src/<name>.py`` as a module (its own name would shadow headgeom modules)."""
-    spec = importlib.util.spec_from_file_location(f"script_{name}", SRC / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def tiny_model(geometry: str, seed: int = 0) -> GPT:
