@@ -121,15 +121,21 @@ def table2(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
     return frame.reset_index(drop=True), md
 
 
+def _evaluation_by_task(
+    paths: Sequence[str], columns: list[str], values: list[str]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Evaluation-split rows (tidy) and the same pivoted to (model, seed) × (value, task)."""
+    frame = _concat(paths)
+    frame = frame[frame["split"] == "evaluation"]
+    tidy = _model_order(frame[["model", "seed", "task", *columns]])
+    wide = tidy.pivot_table(index=["model", "seed"], columns="task", values=values, sort=False)
+    return tidy, wide
+
+
 # ----------------------------------------------------------------------------- Table 5
 def table5(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
     """Clean accuracy (%) / mean logit margin on the evaluation split (paper Table 5)."""
-    frame = _concat(paths)
-    frame = frame[frame["split"] == "evaluation"]
-    tidy = _model_order(frame[["model", "seed", "task", "n", "accuracy", "margin"]])
-    wide = tidy.pivot_table(
-        index=["model", "seed"], columns="task", values=["accuracy", "margin"], sort=False
-    )
+    tidy, wide = _evaluation_by_task(paths, ["n", "accuracy", "margin"], ["accuracy", "margin"])
     out = wide.index.to_frame(index=False)
     for task in TASK_ORDER:
         if ("accuracy", task) in wide:
@@ -144,12 +150,7 @@ def table5(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
 # ----------------------------------------------------------------------------- Table 6
 def table6(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
     """N_eff and E per task on the evaluation split (paper Table 6)."""
-    frame = _concat(paths)
-    frame = frame[frame["split"] == "evaluation"]
-    tidy = _model_order(frame[["model", "seed", "task", "N_eff", "E", "top_head_share"]])
-    wide = tidy.pivot_table(
-        index=["model", "seed"], columns="task", values=["N_eff", "E"], sort=False
-    )
+    tidy, wide = _evaluation_by_task(paths, ["N_eff", "E", "top_head_share"], ["N_eff", "E"])
     out = wide.index.to_frame(index=False)
     for stat, fmt in (("N_eff", "{:.1f}"), ("E", "{:.2f}")):
         for task in TASK_ORDER:
