@@ -57,9 +57,10 @@ def table2(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
 
     ``paths`` holds training logs (``train_log.parquet``) and, optionally, geometry
     summaries (metadata ``analysis`` = ``geometry_stats``); the two are told apart by that
-    metadata and joined on (model, seed). Δ = val loss − that of the ``learned`` model with
-    the same seed when one exists, else the mean over learned seeds; computed from
-    unrounded losses.
+    metadata and joined on (model, seed). Δ = val loss − that of the ``learned`` model on
+    the same corpus (comparisons are only ever within a corpus, METHODS §0) with the same
+    seed when one exists, else the mean over that corpus's learned seeds; computed from
+    unrounded losses. Runs without a ``corpus`` key (the demo) share one corpus.
     """
     rows, geometry = [], []
     for path in paths:
@@ -73,6 +74,7 @@ def table2(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
                 "model": cfg["model_name"],
                 "geometry": cfg["model"]["geometry"],
                 "seed": int(cfg["seed"]),
+                "corpus": cfg.get("corpus", "—"),
                 "n_params": int(_meta_json(meta, "n_params", path)),
                 "val_loss": float(_meta_json(meta, "val_loss_nats", path)),
             }
@@ -80,12 +82,7 @@ def table2(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
     if not rows:
         raise ValueError("table2 needs at least one training log")
     frame = _model_order(pd.DataFrame(rows))
-    learned = frame[frame["geometry"] == "learned"].set_index("seed")["val_loss"]
-    if learned.empty:
-        frame["delta_vs_learned"] = np.nan
-    else:
-        ref = frame["seed"].map(learned).fillna(learned.mean())
-        frame["delta_vs_learned"] = frame["val_loss"] - ref
+    frame["delta_vs_learned"] = frame["val_loss"] - _learned_reference(frame)
     if geometry:
         geo = pd.concat(geometry, ignore_index=True)[["model", "seed", *TABLE2_GEOMETRY_COLUMNS]]
         if geo.duplicated(["model", "seed"]).any():
@@ -107,6 +104,7 @@ def table2(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
         {
             "model": ("Model", str),
             "geometry": ("Write / readers", str),
+            "corpus": ("Corpus", str),
             "seed": ("Seed", str),
             "n_params": ("Params", lambda v: f"{v:,}"),
             "val_loss": ("Val loss (nats)", lambda v: f"{v:.3f}"),
@@ -130,6 +128,16 @@ def _evaluation_by_task(
     tidy = _model_order(frame[["model", "seed", "task", *columns]])
     wide = tidy.pivot_table(index=["model", "seed"], columns="task", values=values, sort=False)
     return tidy, wide
+
+
+def _learned_reference(frame: pd.DataFrame) -> pd.Series:
+    """Validation loss of the learned model each row is compared with (NaN if none)."""
+    learned = frame[frame["geometry"] == "learned"]
+    same_seed = learned.set_index(["corpus", "seed"])["val_loss"]
+    corpus_mean = learned.groupby("corpus")["val_loss"].mean()
+    keys = pd.MultiIndex.from_frame(frame[["corpus", "seed"]])
+    ref = pd.Series(same_seed.reindex(keys).to_numpy(), index=frame.index)
+    return ref.fillna(frame["corpus"].map(corpus_mean))
 
 
 # ----------------------------------------------------------------------------- Table 5

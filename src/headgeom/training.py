@@ -31,7 +31,7 @@ from headgeom.model import GPT
 SCHEDULES = ("cosine", "linear")
 PRECISIONS = ("auto", "fp32", "bf16")  # auto: bf16 autocast on CUDA, fp32 on CPU (§7.2)
 RUN_KEYS_REQUIRED = ("model_name", "seed", "data_seed", "model", "training")
-RUN_KEYS_OPTIONAL = ("repository_name", "display_name")
+RUN_KEYS_OPTIONAL = ("repository_name", "display_name", "corpus")
 
 
 def _fail(key: str, value: Any, allowed: str) -> None:

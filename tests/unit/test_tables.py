@@ -161,3 +161,34 @@ def test_leakage_table_medians_and_spearman(tmp_path):
     assert q["median_leakage_over_rho"] == pytest.approx(2.0)
     assert q["spearman_leakage_rho"] == pytest.approx(1.0)
     assert "40.0%" in md
+
+
+def test_table2_compares_within_a_corpus(tmp_path):
+    """learned-r and learned-s both have seed 42: each model is compared on its own corpus."""
+
+    def log(name, model, geometry, corpus, val_loss):
+        path = tmp_path / f"{name}.parquet"
+        cfg = {"model_name": model, "seed": 42, "corpus": corpus, "model": {"geometry": geometry}}
+        schema = pa.schema([("step", pa.int64())])
+        meta = {"config": cfg, "n_params": 1, "val_loss_nats": val_loss}
+        write_parquet(path, pd.DataFrame({"step": [1]}), schema, meta)
+        return str(path)
+
+    paths = [
+        log("a", "learned-r", "learned", "R", 3.604),
+        log("b", "learned-s", "learned", "S", 3.508),
+        log("c", "write-rotated-r", "write-rotated", "R", 3.654),
+        log("d", "all-rotated", "all-rotated", "S", 3.751),
+    ]
+    frame, md = table2(paths)
+    delta = frame.set_index("model")["delta_vs_learned"]
+    assert delta["write-rotated-r"] == pytest.approx(0.050)
+    assert delta["all-rotated"] == pytest.approx(0.243)
+    assert delta["learned-s"] == 0.0
+    assert frame.set_index("model")["corpus"].to_dict() == {
+        "learned-r": "R",
+        "learned-s": "S",
+        "write-rotated-r": "R",
+        "all-rotated": "S",
+    }
+    assert "Corpus" in md

@@ -130,8 +130,9 @@ def train_config(model, seed):
     }
     if repository_name(model, seed):
         cfg["repository_name"] = repository_name(model, seed)
-    if "display_name" in spec:
-        cfg["display_name"] = spec["display_name"]
+    for key in ("display_name", "corpus"):  # corpus: Table 2 compares within a corpus
+        if key in spec:
+            cfg[key] = spec[key]
     return cfg
 
 
