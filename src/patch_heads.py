@@ -23,7 +23,13 @@ from tqdm import tqdm
 from headgeom.checkpoint import load_verified
 from headgeom.hashing import content_hash, source_freeze
 from headgeom.io import write_parquet
-from headgeom.patching import length_batches, model_inputs, patch_all_heads, read_task
+from headgeom.patching import (
+    length_batches,
+    model_inputs,
+    patch_all_heads,
+    patch_all_heads_fast,
+    read_task,
+)
 
 DESCRIPTIONS = {
     "model": "model configuration name (display name, e.g. learned, write-common-axis)",
@@ -74,6 +80,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, required=True, help="the model's training seed")
     parser.add_argument("--task-name", required=True)
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
+    parser.add_argument(
+        "--engine",
+        choices=("fast", "plain"),
+        default="fast",
+        help="patching engine: fast (layer resumption, stacked heads; equal within 1e-5) "
+        "or plain (one full forward per head)",
+    )
     parser.add_argument("--out", required=True, help="effects Parquet")
     args = parser.parse_args(argv)
     args.splits = [s for s in args.splits.split(",") if s]
@@ -104,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         with tqdm(
             total=n_batches * n_layer * n_head, desc=f"patch {split}", unit="head", file=sys.stderr
         ) as bar:
-            clean_ld, patched_ld = patch_all_heads(
+            engine = patch_all_heads_fast if args.engine == "fast" else patch_all_heads
+            clean_ld, patched_ld = engine(
                 model,
                 inputs.clean_ids,
                 inputs.ref_ids,
@@ -156,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             "task_file_sha256": task.file_sha256,
             "patch_site": "blocks.{l}.attn.hook_z, head h, all positions (METHODS §10.1)",
             "batch_size": args.batch_size,
+            "engine": args.engine,
             "device": str(device),
             "dtype": "float32 forward, float64 logit differences",
             "source": source_freeze(),
