@@ -184,6 +184,14 @@ def patch_all_heads(
     ``clean_ld[:, None, None] - patched_ld``. ``progress(k)`` reports k more heads done
     (``len(length_batches(...)) · L · H`` in all).
     """
+    return _patch_in_batches(
+        model, clean_ids, ref_ids, correct, incorrect, batch_size, progress, patch_batch
+    )
+
+
+def _patch_in_batches(model, clean_ids, ref_ids, correct, incorrect, batch_size, progress, run):
+    """Group examples by length, run ``run(model, clean, ref, correct, incorrect, progress)``
+    on each batch and scatter its ``(clean_ld, patched_ld)`` back into input order."""
     lengths = _check_pairs(clean_ids, ref_ids, correct, incorrect)
     device = _model_device(model)
     n = len(lengths)
@@ -193,7 +201,7 @@ def patch_all_heads(
     incorrect_t = torch.as_tensor(np.asarray(incorrect, dtype=np.int64), device=device)
     for index in length_batches(lengths, batch_size):
         index_t = torch.as_tensor(index, device=device)
-        ld, patched = patch_batch(
+        ld, patched = run(
             model,
             _stack(clean_ids, index, device),
             _stack(ref_ids, index, device),
@@ -325,27 +333,13 @@ def patch_all_heads_fast(
     """
     if not supports_fast(model):
         return patch_all_heads(model, clean_ids, ref_ids, correct, incorrect, batch_size, progress)
-    lengths = _check_pairs(clean_ids, ref_ids, correct, incorrect)
-    device = _model_device(model)
-    n = len(lengths)
-    clean_ld = np.empty(n, dtype=np.float64)
-    patched_ld = np.empty((n, model.cfg.n_layer, model.cfg.n_head), dtype=np.float64)
-    correct_t = torch.as_tensor(np.asarray(correct, dtype=np.int64), device=device)
-    incorrect_t = torch.as_tensor(np.asarray(incorrect, dtype=np.int64), device=device)
-    for index in length_batches(lengths, batch_size):
-        index_t = torch.as_tensor(index, device=device)
-        ld, patched = patch_batch_fast(
-            model,
-            _stack(clean_ids, index, device),
-            _stack(ref_ids, index, device),
-            correct_t[index_t],
-            incorrect_t[index_t],
-            max_rows,
-            progress,
-        )
-        clean_ld[index] = ld.cpu().numpy()
-        patched_ld[index] = patched.cpu().numpy()
-    return clean_ld, patched_ld
+
+    def run(model, clean, ref, correct, incorrect, progress):
+        return patch_batch_fast(model, clean, ref, correct, incorrect, max_rows, progress)
+
+    return _patch_in_batches(
+        model, clean_ids, ref_ids, correct, incorrect, batch_size, progress, run
+    )
 
 
 # --------------------------------------------------------------------------- perturbations
