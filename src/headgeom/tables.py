@@ -91,13 +91,9 @@ def table2(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
     else:
         frame = frame.assign(**{c: np.nan for c in TABLE2_GEOMETRY_COLUMNS})
 
-    def fmt(spec):
-        return lambda v: "—" if v is None or pd.isna(v) else spec.format(v)
-
     # NaN where Proposition 1 does not apply (no orthogonal write decomposition) or where
     # no geometry summary was given
-    def fmt_prop1(v):
-        return "n/a" if v is None or pd.isna(v) else f"{v:.1e}"
+    fmt_prop1 = _fmt("{:.1e}", missing="n/a")
 
     md = _render(
         frame,
@@ -108,11 +104,11 @@ def table2(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
             "seed": ("Seed", str),
             "n_params": ("Params", lambda v: f"{v:,}"),
             "val_loss": ("Val loss (nats)", lambda v: f"{v:.3f}"),
-            "delta_vs_learned": ("Δ vs learned", fmt("{:+.3f}")),
-            "write_write_pk_same_index_mean": ("WW PK same index", fmt("{:.2f}")),
-            "write_write_pk_other_index_mean": ("WW PK other index", fmt("{:.2f}")),
-            "own_best_fraction": ("Own-best (L ≥ 1)", fmt("{:.2f}")),
-            "rho_self_mean": ("ρ_self", fmt("{:.3f}")),
+            "delta_vs_learned": ("Δ vs learned", _fmt("{:+.3f}")),
+            "write_write_pk_same_index_mean": ("WW PK same index", _fmt("{:.2f}")),
+            "write_write_pk_other_index_mean": ("WW PK other index", _fmt("{:.2f}")),
+            "own_best_fraction": ("Own-best (L ≥ 1)", _fmt("{:.2f}")),
+            "rho_self_mean": ("ρ_self", _fmt("{:.3f}")),
             "prop1_max_residual": ("Prop. 1 residual (C14)", fmt_prop1),
         },
     )
@@ -188,11 +184,8 @@ def lanes(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
         ]
     ]
 
-    def fmt_lambda(v):
-        return "undefined" if v is None or pd.isna(v) else f"{v:.3f}"
-
-    def fmt_p(v):
-        return "—" if v is None or pd.isna(v) else f"{v:.4f}"
+    fmt_lambda = _fmt("{:.3f}", missing="undefined")
+    fmt_p = _fmt("{:.4f}")
 
     md = _render(
         frame,
@@ -244,6 +237,11 @@ def leakage(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
         },
     )
     return out.reset_index(drop=True), md
+
+
+def _fmt(spec: str, missing: str = "—") -> Callable:
+    """Formatter for a possibly missing (None/NaN) value."""
+    return lambda v: missing if v is None or pd.isna(v) else spec.format(v)
 
 
 def _render(frame: pd.DataFrame, columns: dict[str, tuple[str, Callable]]) -> str:
