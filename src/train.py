@@ -17,11 +17,10 @@ import sys
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 
 from headgeom.checkpoint import save_checkpoint
-from headgeom.corpus import compact
+from headgeom.corpus import compact, read_tokens, read_vocab
 from headgeom.hashing import (
     environment,
     manifest_hash,
@@ -70,24 +69,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--log", required=True, help="output training log .parquet")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     return p.parse_args(argv)
-
-
-def read_tokens(path: str) -> np.ndarray:
-    column = pq.read_table(path, columns=["token"]).column("token")
-    if column.type != pa.uint16():
-        raise ValueError(f"{path}: column 'token' has type {column.type}, expected uint16")
-    return column.to_numpy()
-
-
-def read_vocab(path: str) -> np.ndarray:
-    """GPT-2 ids indexed by model id (model id i ↔ vocab[i])."""
-    table = pq.read_table(path, columns=["model_id", "gpt2_id"])
-    model_id = table.column("model_id").to_numpy()
-    if not np.array_equal(np.sort(model_id), np.arange(len(model_id))):
-        raise ValueError(f"{path}: model_id is not a permutation of 0..{len(model_id) - 1}")
-    vocab = np.empty(len(model_id), dtype=np.int64)
-    vocab[model_id] = table.column("gpt2_id").to_numpy()
-    return vocab
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
 from headgeom import lexicon as lx
@@ -289,3 +291,22 @@ def token_bytes_sha256(arr: np.ndarray) -> str:
 def vocab_sha256(vocab: np.ndarray) -> str:
     """SHA-256 of the vocabulary's little-endian int32 bytes."""
     return hashlib.sha256(np.ascontiguousarray(vocab, dtype="<i4").tobytes()).hexdigest()
+
+
+def read_tokens(path: str) -> np.ndarray:
+    """GPT-2 ids of a token file written by src/tokenize_corpus.py (uint16)."""
+    column = pq.read_table(path, columns=["token"]).column("token")
+    if column.type != pa.uint16():
+        raise ValueError(f"{path}: column 'token' has type {column.type}, expected uint16")
+    return column.to_numpy()
+
+
+def read_vocab(path: str) -> np.ndarray:
+    """GPT-2 ids indexed by model id (model id i ↔ vocab[i])."""
+    table = pq.read_table(path, columns=["model_id", "gpt2_id"])
+    model_id = table.column("model_id").to_numpy()
+    if not np.array_equal(np.sort(model_id), np.arange(len(model_id))):
+        raise ValueError(f"{path}: model_id is not a permutation of 0..{len(model_id) - 1}")
+    vocab = np.empty(len(model_id), dtype=np.int64)
+    vocab[model_id] = table.column("gpt2_id").to_numpy()
+    return vocab
