@@ -17,15 +17,16 @@ import json
 import sys
 
 import pyarrow.parquet as pq
+import torch
 
 from headgeom.checkpoint import load_checkpoint, model_config_from_dict
 from headgeom.hashing import manifest_hash, sha256_file
 from headgeom.heads import basis_family
 from headgeom.io import read_json, read_parquet_metadata, write_json
-from headgeom.training import parse_run_config
+from headgeom.training import RunConfig, parse_run_config
 
 # Corpus-manifest fields copied into ``data`` when present (names as in METHODS §2.3).
-DATASET_FIELDS = ("dataset_config", "dataset_revision", "corpus")
+DATASET_FIELDS = ("dataset_config", "dataset_revision", "dataset_split", "source_files")
 
 
 # Training-log metadata this script reads (written by src/train.py).
@@ -65,12 +66,16 @@ def _same(what: str, path: str, recorded: str, actual: str, where: str) -> None:
 
 
 def data_record(corpus: dict, data_seed: int) -> dict:
-    """The ``data`` block of METHODS §2.3 from the corpus manifest. ``corpus_sha256`` and
+    """The ``data`` block of METHODS §2.3 from the corpus manifest of the model's corpus.
+    ``corpus`` names it (R, S, or the study's single corpus); ``corpus_sha256`` and
     ``val_sha256`` hash the token bytes (little-endian uint16, as corpus_R.bin would be);
-    ``files_sha256`` hashes the Parquet files as stored."""
+    ``files_sha256`` hashes the Parquet files as stored; ``sampling`` is how training drew
+    from it (with_replacement or read_once)."""
     source = corpus.get("dataset", corpus["config"]["source"])
     data = {
         "dataset": "embedded-demo" if source == "embedded" else source,
+        "corpus": corpus.get("corpus", corpus["config"].get("name")),
+        "sampling": corpus.get("sampling", "with_replacement"),
         "tokenizer": corpus["tokenizer"]["name"],
         "tokenizer_files_sha256": corpus["tokenizer"]["files_sha256"],
         "corpus_sha256": corpus["train_sha256"],
@@ -85,6 +90,49 @@ def data_record(corpus: dict, data_seed: int) -> dict:
     }
     data.update({k: corpus[k] for k in DATASET_FIELDS if k in corpus})
     return data
+
+
+def checkpoint_manifest(
+    *,
+    run: RunConfig,
+    model: torch.nn.Module,
+    data: dict,
+    source: dict,
+    environment: dict,
+    runtime: dict,
+    step: int,
+    tokens_seen: int,
+    val_loss: float,
+    checkpoint_sha256: str,
+    train_log_sha256: str | None,
+    corpus_manifest_sha256: str,
+) -> dict:
+    """The checkpoint manifest (METHODS §2.3) of ``model`` after ``step`` updates; the one
+    builder of the final manifest (below) and of the intermediate ones (src/train.py, where
+    ``train_log_sha256`` is null: the log is written after them)."""
+    # Multiscreen configs carry no geometry_params; only GPT geometries use Kerdock bases.
+    family = basis_family(model.cfg) if hasattr(model.cfg, "geometry_params") else None
+    return {
+        "record_type": "checkpoint_manifest",
+        "config_id": run.config_id,
+        "model_name": run.model_name,
+        "display_name": run.display_name,
+        "config_hash": run.config_hash,
+        "config": run.raw,
+        "init_seed": run.seed,
+        "data": data,
+        "basis_family_hash": family.family_hash if family is not None else None,  # §5.7
+        "source": source,
+        "environment": environment,
+        "training_runtime": runtime,
+        "step": step,
+        "tokens_seen": tokens_seen,
+        "n_trainable_params": model.n_params(),
+        "val_loss_nats": val_loss,
+        "checkpoint_file_sha256": checkpoint_sha256,
+        "train_log_sha256": train_log_sha256,
+        "corpus_manifest_sha256": corpus_manifest_sha256,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,8 +174,6 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.checkpoint}: model config {model.cfg.to_dict()} differs from the run "
             f"config's {expected_model.to_dict()}"
         )
-    # Multiscreen configs carry no geometry_params; only GPT geometries use Kerdock bases.
-    family = basis_family(model.cfg) if hasattr(model.cfg, "geometry_params") else None
     steps = pq.read_table(args.train_log, columns=["step", "tokens"]).to_pylist()
     last = steps[-1] if steps else {"step": 0, "tokens": 0}
     if last["step"] != run.training.steps:
@@ -140,31 +186,24 @@ def main(argv: list[str] | None = None) -> int:
     except KeyError as err:
         raise ValueError(f"{args.corpus_manifest}: corpus manifest lacks field {err}") from None
 
-    manifest = {
-        "record_type": "checkpoint_manifest",
-        "config_id": run.config_id,
-        "model_name": run.model_name,
-        "display_name": run.display_name,
-        "config_hash": run.config_hash,
-        "config": run.raw,
-        "init_seed": run.seed,
-        "data": data,
-        "basis_family_hash": family.family_hash if family is not None else None,  # §5.7
-        "source": json.loads(meta["source"]),
-        "environment": json.loads(meta["environment"]),
-        "training_runtime": {
+    manifest = checkpoint_manifest(
+        run=run,
+        model=model,
+        data=data,
+        source=json.loads(meta["source"]),
+        environment=json.loads(meta["environment"]),
+        runtime={
             "device": meta["device"],
             "precision": meta["precision"],
             "threads": json.loads(meta["threads"]),
         },
-        "step": last["step"],
-        "tokens_seen": last["tokens"],
-        "n_trainable_params": model.n_params(),
-        "val_loss_nats": json.loads(meta["val_loss_nats"]),
-        "checkpoint_file_sha256": checkpoint_sha,
-        "train_log_sha256": sha256_file(args.train_log),
-        "corpus_manifest_sha256": corpus_hash,
-    }
+        step=last["step"],
+        tokens_seen=last["tokens"],
+        val_loss=json.loads(meta["val_loss_nats"]),
+        checkpoint_sha256=checkpoint_sha,
+        train_log_sha256=sha256_file(args.train_log),
+        corpus_manifest_sha256=corpus_hash,
+    )
     write_json(args.out, manifest)
     print(f"{args.out}: manifest {manifest_hash(args.out)}", file=sys.stderr)
     return 0

@@ -1,31 +1,56 @@
-"""Render one paper table (Markdown + CSV) from result Parquets, with a sidecar of input hashes."""
+"""Render one paper table (Markdown, LaTeX and CSV) from result Parquets, with a sidecar of
+input hashes (METHODS §17).
+
+Inputs come in kinds, one ``--input KIND PATH...`` per kind (see ``headgeom.tables``)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from headgeom.hashing import sha256_file
 from headgeom.io import write_json, write_text
-from headgeom.tables import BUILDERS
+from headgeom.tables import BUILDERS, grouped_inputs
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--table", required=True, choices=sorted(BUILDERS))
-    parser.add_argument("--inputs", nargs="+", required=True, help="result Parquets")
+    parser.add_argument(
+        "--input",
+        nargs="+",
+        action="append",
+        required=True,
+        metavar=("KIND", "PATH"),
+        help="an input kind (runs, eval, summaries, robustness, ...) and its Parquets",
+    )
     parser.add_argument("--out-md", required=True)
     parser.add_argument("--out-csv", required=True)
+    parser.add_argument("--out-tex", required=True)
     parser.add_argument("--out-sources", required=True)
     args = parser.parse_args(argv)
 
-    frame, markdown = BUILDERS[args.table](args.inputs)
-    write_text(args.out_csv, frame.to_csv(index=False))
+    inputs = grouped_inputs(args.input)
+    table = BUILDERS[args.table](inputs)
+    # build every text first: a failing renderer leaves no partial set of outputs
+    csv, markdown, latex = table.frame.to_csv(index=False), table.markdown(), table.latex()
+    write_text(args.out_csv, csv)
     write_text(args.out_md, markdown)
+    write_text(args.out_tex, latex)
     write_json(
         args.out_sources,
-        {"table": args.table, "inputs": {p: sha256_file(p) for p in args.inputs}},
+        {
+            "table": args.table,
+            "inputs": {p: sha256_file(p) for paths in inputs.values() for p in paths},
+            "kinds": inputs,
+        },
     )
+    print(
+        f"wrote {args.out_md} (+ .csv, .tex) from {sum(map(len, inputs.values()))} inputs",
+        file=sys.stderr,
+    )
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

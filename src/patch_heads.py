@@ -1,12 +1,13 @@
 """Single-head activation patching of every head on every example (METHODS §10.1).
 
     python src/patch_heads.py --checkpoint CKPT --manifest MANIFEST --task TASK.parquet \\
-        --splits discovery,validation,evaluation --batch-size 128 \\
+        --splits discovery,validation,evaluation,holdout --batch-size 128 --max-rows 4096 \\
         --model-name learned --seed 42 --task-name sva --out effects.parquet
 
 Writes one row per (split, example, layer, head) with the clean and patched logit
 differences and the drop ``effect = clean_ld − patched_ld``. The checkpoint is verified
-against its manifest before anything else is read.
+against its manifest before anything else is read; the file metadata names the checkpoint's
+SHA-256 and its manifest's content hash.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from headgeom.patching import (
     patch_all_heads,
     patch_all_heads_fast,
     read_task,
+    supports_fast,
+    supports_prefix_reuse,
 )
 
 DESCRIPTIONS = {
@@ -73,9 +76,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--manifest", required=True, help="its JSON manifest")
     parser.add_argument("--task", required=True, help="task Parquet (src/make_tasks.py)")
     parser.add_argument(
-        "--splits", default="discovery,validation,evaluation", help="comma-separated splits"
+        "--splits",
+        default="discovery,validation,evaluation,holdout",
+        help="comma-separated splits",
     )
-    parser.add_argument("--batch-size", type=int, default=128, help="examples per forward")
+    parser.add_argument("--batch-size", type=int, default=128, help="examples per batch")
+    parser.add_argument(
+        "--max-rows",
+        type=int,
+        default=4096,
+        help="fast engine: head patches × examples per forward (bounds memory)",
+    )
     parser.add_argument("--model-name", required=True)
     parser.add_argument("--seed", type=int, required=True, help="the model's training seed")
     parser.add_argument("--task-name", required=True)
@@ -84,15 +95,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--engine",
         choices=("fast", "plain"),
         default="fast",
-        help="patching engine: fast (layer resumption, stacked heads; equal within 1e-5) "
-        "or plain (one full forward per head)",
+        help="patching engine: fast (layer resumption, clean-prefix reuse, stacked heads, "
+        "answer logits only; equal within 1e-5) or plain (one full forward per head)",
     )
     parser.add_argument("--out", required=True, help="effects Parquet")
     args = parser.parse_args(argv)
     args.splits = [s for s in args.splits.split(",") if s]
     if args.batch_size < 1:
         parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
+    if args.max_rows < 1:
+        parser.error(f"--max-rows must be at least 1, got {args.max_rows}")
     return args
+
+
+def engine_paths(model: torch.nn.Module, engine: str) -> str:
+    """What the engine actually did for this model (recorded in the file metadata)."""
+    if engine == "plain" or not supports_fast(model):
+        return "plain: one full forward per head"
+    if supports_prefix_reuse(model):
+        return "fast: layer resumption, clean-prefix KV reuse, stacked heads, answer logits"
+    return "fast: layer resumption, stacked heads, answer logits (no prefix reuse)"
 
 
 def pick_device(name: str) -> torch.device:
@@ -117,16 +139,13 @@ def main(argv: list[str] | None = None) -> int:
         with tqdm(
             total=n_batches * n_layer * n_head, desc=f"patch {split}", unit="head", file=sys.stderr
         ) as bar:
-            engine = patch_all_heads_fast if args.engine == "fast" else patch_all_heads
-            clean_ld, patched_ld = engine(
-                model,
-                inputs.clean_ids,
-                inputs.ref_ids,
-                inputs.correct,
-                inputs.incorrect,
-                args.batch_size,
-                progress=bar.update,
-            )
+            arrays = (inputs.clean_ids, inputs.ref_ids, inputs.correct, inputs.incorrect)
+            if args.engine == "fast":
+                clean_ld, patched_ld = patch_all_heads_fast(
+                    model, *arrays, args.batch_size, bar.update, max_rows=args.max_rows
+                )
+            else:
+                clean_ld, patched_ld = patch_all_heads(model, *arrays, args.batch_size, bar.update)
         n = len(rows)
         per_row = n_layer * n_head
         frames.append(
@@ -166,11 +185,14 @@ def main(argv: list[str] | None = None) -> int:
             "n_heads": n_head,
             "checkpoint_sha256": manifest["checkpoint_file_sha256"],
             "manifest_content_hash": content_hash(manifest),
+            "checkpoint_manifest_sha256": content_hash(manifest),
             "task_dataset_sha256": task.dataset_sha256,
             "task_file_sha256": task.file_sha256,
             "patch_site": "blocks.{l}.attn.hook_z, head h, all positions (METHODS §10.1)",
             "batch_size": args.batch_size,
+            "max_rows": args.max_rows,
             "engine": args.engine,
+            "engine_paths": engine_paths(model, args.engine),
             "device": str(device),
             "dtype": "float32 forward, float64 logit differences",
             "source": source_freeze(),

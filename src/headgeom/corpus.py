@@ -1,18 +1,22 @@
-"""The embedded demo corpus, vocabulary compaction and token hashing (METHODS §3, demo study).
+"""The embedded demo corpus, vocabulary compaction, token files and hashing (METHODS §3).
 
 The demo corpus stands in for FineWeb-Edu on a laptop: seeded, English-like prose and
 code-like lines in which the three task constructions occur in exactly the task prompts'
 token layout, followed by the correct answer, so a small model can learn the rules.
 It uses every lexicon word of every split (the task splits partition the lexicon; the corpus,
 like FineWeb, covers all of it). Documents are separated by the EOT token (METHODS §3.2).
+Other sources (FineWeb-Edu, local files) live in ``headgeom.corpus_sources``; every token file
+is written by ``write_tokens`` and read, verified, by ``read_tokens``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -21,6 +25,7 @@ import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
 from headgeom import lexicon as lx
+from headgeom.io import write_parquet
 from headgeom.tasks import plural_prompt, quote_open_line, sva_prompt
 from headgeom.tokenizer import EOT_ID, VOCAB_SIZE
 
@@ -243,6 +248,9 @@ def build_vocab(token_arrays: Iterable[np.ndarray], extra_ids: Iterable[int] = (
     return np.flatnonzero(seen).astype(np.int32)
 
 
+_COMPACT_CHUNK = 1 << 24
+
+
 def compact(
     ids: Sequence[int] | np.ndarray,
     vocab: np.ndarray,
@@ -254,20 +262,25 @@ def compact(
     Raises ValueError naming the first GPT-2 id (with its text when a tokenizer is given)
     that the vocabulary lacks, e.g. a task token the demo corpus never used.
     """
-    ids = np.asarray(ids, dtype=np.int64)
+    ids = np.asarray(ids)
     vocab = np.asarray(vocab)
-    pos = np.searchsorted(vocab, ids)
-    found = pos < len(vocab)
-    found[found] = vocab[pos[found]] == ids[found]
-    if not found.all():
-        first = int(ids[np.argmin(found)])
-        text = f" ({tokenizer.decode([first])!r})" if tokenizer is not None else ""
-        raise ValueError(
-            f"GPT-2 id {first}{text} is not in the model vocabulary ({len(vocab)} ids); "
-            "the corpus never uses it — rebuild the vocabulary with it in extra_ids or "
-            "turn compact_vocab off"
-        )
-    return pos.astype(dtype)
+    out = np.empty(len(ids), dtype=dtype)
+    # Chunks bound the int64 temporaries: corpus S has 1.07e9 tokens (METHODS §3.3).
+    for start in range(0, len(ids), _COMPACT_CHUNK):
+        chunk = ids[start : start + _COMPACT_CHUNK].astype(np.int64)
+        pos = np.searchsorted(vocab, chunk)
+        found = pos < len(vocab)
+        found[found] = vocab[pos[found]] == chunk[found]
+        if not found.all():
+            first = int(chunk[np.argmin(found)])
+            text = f" ({tokenizer.decode([first])!r})" if tokenizer is not None else ""
+            raise ValueError(
+                f"GPT-2 id {first}{text} is not in the model vocabulary ({len(vocab)} ids); "
+                "the corpus never uses it — rebuild the vocabulary with it in extra_ids or "
+                "turn compact_vocab off"
+            )
+        out[start : start + len(chunk)] = pos
+    return out
 
 
 def expand(model_ids: Sequence[int] | np.ndarray, vocab: np.ndarray) -> np.ndarray:
@@ -293,12 +306,69 @@ def vocab_sha256(vocab: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(vocab, dtype="<i4").tobytes()).hexdigest()
 
 
-def read_tokens(path: str) -> np.ndarray:
-    """GPT-2 ids of a token file written by src/tokenize_corpus.py (uint16)."""
-    column = pq.read_table(path, columns=["token"]).column("token")
+TOKEN_SCHEMA = pa.schema([("token", pa.uint16())])
+TOKEN_DESCRIPTIONS = {
+    "token": "GPT-2 BPE token id in corpus order; documents are each followed by EOT (50256)"
+}
+
+
+class TokenFileError(ValueError):
+    """A token file is truncated, corrupt or not a token file of this project."""
+
+
+def write_tokens(path: str | os.PathLike, tokens: np.ndarray, metadata: dict[str, Any]) -> str:
+    """Write a token Parquet (one uint16 column) atomically; return the token-bytes SHA-256.
+
+    The file metadata records ``n_tokens`` and ``token_sha256`` so ``read_tokens`` can tell a
+    damaged file from a good one without any other file.
+    """
+    tokens = np.ascontiguousarray(tokens, dtype="<u2")
+    sha = token_bytes_sha256(tokens)
+    meta = {**metadata, "n_tokens": len(tokens), "token_sha256": sha}
+    table = pa.table({"token": pa.array(tokens, type=pa.uint16())})
+    write_parquet(path, table, TOKEN_SCHEMA, meta, TOKEN_DESCRIPTIONS)
+    return sha
+
+
+def read_tokens(path: str | os.PathLike) -> np.ndarray:
+    """GPT-2 ids of a token file written by ``write_tokens`` (uint16), verified.
+
+    Raises TokenFileError naming the file when it is truncated or unreadable (with its size),
+    or when its row count or token bytes differ from the ``n_tokens`` / ``token_sha256`` its
+    own metadata records (expected vs actual).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: token file not found")
+    size = path.stat().st_size
+    try:
+        pf = pq.ParquetFile(path)
+        meta = pf.schema_arrow.metadata or {}
+        column = pf.read(columns=["token"]).column("token")
+    except (pa.ArrowException, OSError) as err:
+        raise TokenFileError(
+            f"{path}: truncated or corrupt token file ({size:,} bytes; a complete one ends "
+            f"with the Parquet footer): {err}. Rebuild it (snakemake --forcerun "
+            "tokenize_corpus tokenize_validation)"
+        ) from None
     if column.type != pa.uint16():
-        raise ValueError(f"{path}: column 'token' has type {column.type}, expected uint16")
-    return column.to_numpy()
+        raise TokenFileError(f"{path}: column 'token' has type {column.type}, expected uint16")
+    tokens = column.to_numpy()
+    expected_n = meta.get(b"n_tokens")
+    if expected_n is not None and int(expected_n) != len(tokens):
+        raise TokenFileError(
+            f"{path}: holds {len(tokens):,} tokens but its metadata records "
+            f"{int(expected_n):,}; the file is damaged, rebuild it"
+        )
+    expected_sha = meta.get(b"token_sha256")
+    if expected_sha is not None:
+        actual = token_bytes_sha256(tokens)
+        if actual != expected_sha.decode():
+            raise TokenFileError(
+                f"{path}: token bytes hash to {actual} but the file records "
+                f"{expected_sha.decode()}; the file is corrupt, rebuild it"
+            )
+    return tokens
 
 
 def read_vocab(path: str) -> np.ndarray:

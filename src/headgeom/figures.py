@@ -23,20 +23,29 @@ matplotlib.use("Agg")
 
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-import pyarrow.parquet as pq  # noqa: E402
 import seaborn as sns  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
+from matplotlib.colors import AsinhNorm  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import Circle  # noqa: E402
+from scipy.stats import spearmanr  # noqa: E402
 
 from headgeom.io import atomic_path  # noqa: E402
+from headgeom.stats import concentration  # noqa: E402
+from headgeom.tables import (  # noqa: E402
+    TASK_ORDER,
+    TASK_TITLES,
+    Inputs,
+    fixed,
+    format_p,
+    need_kind,
+    read_kind,
+    read_runs,
+    with_runs,
+)
 
 MASK_COLOUR = "#d9d9d9"
 LAYER_LABELS = {"own_best_fraction": "layers ≥ 1", "own_best_fraction_layer0": "layer 0"}
-
-
-def _concat(paths: Sequence[str]) -> pd.DataFrame:
-    if not paths:
-        raise ValueError("no input Parquets given")
-    return pd.concat([pq.read_table(p).to_pandas() for p in paths], ignore_index=True)
 
 
 def _model_order(frame: pd.DataFrame) -> list[str]:
@@ -60,10 +69,12 @@ FIGURE1_COLUMNS = [
 ]
 
 
-def figure1_data(paths: Sequence[str]) -> pd.DataFrame:
+def figure1_data(inputs: Inputs) -> pd.DataFrame:
     """The write–write rows of the pk Parquets (plus write–read rows, used for the panel
     annotations), one (model, seed) per input."""
-    frame = _concat(paths)[FIGURE1_COLUMNS]
+    frame = read_kind(need_kind(inputs, "pk", "figure1"), FIGURE1_COLUMNS, "figure1")[
+        FIGURE1_COLUMNS
+    ]
     if frame.groupby("model")["seed"].nunique().max() > 1:
         raise ValueError("figure1 draws one checkpoint per model; got several seeds of a model")
     return frame.reset_index(drop=True)
@@ -175,9 +186,10 @@ FIGURE7_COLUMNS = [
 ]
 
 
-def figure7_data(paths: Sequence[str]) -> pd.DataFrame:
+def figure7_data(inputs: Inputs) -> pd.DataFrame:
     """Per (model, seed): own-best fractions (layers ≥ 1, layer 0), ρ_self and chances."""
-    frame = _concat(paths)[FIGURE7_COLUMNS].copy()
+    paths = need_kind(inputs, "geometry", "figure7")
+    frame = read_kind(paths, FIGURE7_COLUMNS, "figure7")[FIGURE7_COLUMNS].copy()
     frame["chance_own_best"] = 1.0 / frame["n_head"]
     frame["chance_rho_self"] = frame["d_head"] / frame["d_model"]
     return frame.reset_index(drop=True)
@@ -280,6 +292,395 @@ def figure7(data: pd.DataFrame) -> Figure:
     return fig
 
 
+# --------------------------------------------------------------------------- Figure 3
+#: Columns Figure 3 reads from the robustness Parquets (coord interface §3).
+FIGURE3_COLUMNS = ["model", "seed", "task", "split", "N_eff", "N_eff_ci_low", "N_eff_ci_high"]
+FIGURE3_COLUMNS += ["ci_level", "n_bootstrap"]
+
+
+def figure3_data(inputs: Inputs) -> pd.DataFrame:
+    """Per (model, seed, task): N_eff on the analysis split with its bootstrap percentile
+    interval (METHODS §12.4), models in input (paper) order."""
+    runs = read_runs(need_kind(inputs, "runs", "figure3"))
+    frame = read_kind(need_kind(inputs, "robustness", "figure3"), FIGURE3_COLUMNS, "figure3")
+    frame = with_runs(frame[FIGURE3_COLUMNS], runs, "figure3")
+    rank = frame["task"].map({t: i for i, t in enumerate(TASK_ORDER)})
+    frame = frame.assign(_t=rank).sort_values(["order", "_t"]).drop(columns=["order", "_t"])
+    return frame[["label", "display_name", "corpus", *FIGURE3_COLUMNS]].reset_index(drop=True)
+
+
+def figure3(data: pd.DataFrame) -> Figure:
+    """Grouped bars: tasks on x, one bar per model; error bars = bootstrap interval where
+    the data have one."""
+    labels = list(dict.fromkeys(data["label"]))
+    tasks = [t for t in TASK_ORDER if t in set(data["task"])]
+    n = len(labels)
+    width = 0.8 / n
+    fig = Figure(figsize=(max(7.5, 2.8 + 0.42 * n * len(tasks)), 4.6), layout="constrained")
+    ax = fig.subplots()
+    palette = sns.color_palette("colorblind", n)
+    top = 0.0
+    for i, label in enumerate(labels):
+        rows = data[data["label"] == label].set_index("task").reindex(tasks)
+        x = np.arange(len(tasks)) - 0.4 + width * (i + 0.5)
+        y = rows["N_eff"].to_numpy(dtype=float)
+        ax.bar(x, y, width * 0.92, color=palette[i], label=label)
+        low = rows["N_eff_ci_low"].to_numpy(dtype=float)
+        high = rows["N_eff_ci_high"].to_numpy(dtype=float)
+        has_ci = np.isfinite(low) & np.isfinite(high)
+        if has_ci.any():
+            yerr = np.vstack([y - low, high - y])[:, has_ci]
+            ax.errorbar(
+                x[has_ci],
+                y[has_ci],
+                yerr=yerr,
+                fmt="none",
+                ecolor="black",
+                elinewidth=1.0,
+                capsize=2.5,
+            )
+        ends = np.where(has_ci, high, y)
+        for xi, yi, end in zip(x, y, ends, strict=True):
+            if np.isfinite(yi):
+                ax.annotate(
+                    f"{yi:.1f}",
+                    (xi, end),
+                    xytext=(0, 2),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom",
+                    fontsize=7,
+                )
+        top = max(top, float(np.nanmax(ends)))
+    ax.set_xticks(np.arange(len(tasks)), [TASK_TITLES[t] for t in tasks])
+    ax.set_xlim(-0.5, len(tasks) - 0.5)
+    ax.set_ylim(0, 1.12 * top if top > 0 else 1)
+    ax.set_ylabel("N_eff (effective number of heads)", fontsize=9)
+    ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    level = _single(data["ci_level"].dropna(), "ci_level")
+    n_boot = _single(data["n_bootstrap"].dropna(), "n_bootstrap")
+    split = _single(data["split"], "split")
+    ax.set_title(
+        f"N_eff per model and task ({split} split); lower = more concentrated\n"
+        f"error bars: {100 * level:.0f}% bootstrap percentile intervals "
+        f"({int(n_boot):,} resamples of the examples)"
+        if level is not None
+        else f"N_eff per model and task ({split} split); lower = more concentrated",
+        fontsize=9,
+        loc="left",
+    )
+    ax.spines[["top", "right"]].set_visible(False)
+    fig.suptitle("Figure 3 — functional concentration N_eff", fontsize=11)
+    return fig
+
+
+def _single(values: pd.Series, what: str):
+    """The one value a column takes (None if empty); several values are an error."""
+    unique = pd.unique(values)
+    if len(unique) > 1:
+        raise ValueError(f"inputs disagree on {what}: {sorted(unique)}")
+    return unique[0] if len(unique) else None
+
+
+# --------------------------------------------------------------------------- Figure 4
+#: Columns Figure 4 reads from compare/loss.parquet (coord interface §8).
+FIGURE4_COLUMNS = ["model", "seed", "display_name", "corpus", "reader_type", "n_head"]
+FIGURE4_COLUMNS += ["index_meaningful", "val_loss", "N_eff_geomean"]
+FIGURE4_MARKERS = {"free": "o", "block": "s"}
+
+
+def figure4_data(inputs: Inputs, models: Sequence[str] | None = None) -> pd.DataFrame:
+    """Per (model, seed): validation loss and the geometric mean over tasks of N_eff
+    (METHODS §12.7), restricted to ``models`` (in that order) when given. ``flagged``
+    marks models whose heads per layer differ from the base architecture (the paper's
+    16-head routed controls): their raw N_eff counts more candidate heads."""
+    frame = read_kind(need_kind(inputs, "loss", "figure4"), FIGURE4_COLUMNS, "figure4")
+    extra = [c for c in frame.columns if c.startswith("N_eff_") and c != "N_eff_geomean"]
+    frame = frame[[*FIGURE4_COLUMNS, *extra]]
+    if models is not None:
+        missing = sorted(set(models) - set(frame["model"]))
+        if missing:
+            raise ValueError(f"figure4: models {missing} are not in the loss Parquet")
+        rank = {m: i for i, m in enumerate(models)}
+        frame = frame[frame["model"].isin(rank)]
+        frame = frame.assign(_o=frame["model"].map(rank)).sort_values(["_o", "seed"])
+        frame = frame.drop(columns="_o")
+    unknown = sorted(set(frame["reader_type"]) - set(FIGURE4_MARKERS))
+    if unknown:
+        raise ValueError(f"figure4: reader_type {unknown}; expected one of {list(FIGURE4_MARKERS)}")
+    several = frame.groupby("display_name")["seed"].transform("nunique") > 1
+    frame["label"] = np.where(
+        several,
+        frame["display_name"] + " (s" + frame["seed"].astype(str) + ")",
+        frame["display_name"],
+    )
+    frame["flagged"] = ~frame["index_meaningful"].astype(bool)
+    return frame.reset_index(drop=True)
+
+
+def figure4_spearman(data: pd.DataFrame) -> dict[str, tuple[float, int]]:
+    """Spearman(loss, geometric-mean N_eff) on the plotted points: all, and those with the
+    base architecture's heads per layer (paper: −0.77 over 9, −0.94 over the six 12-head)."""
+    out = {}
+    for name, rows in (("all", data), ("base_heads", data[~data["flagged"]])):
+        rows = rows.dropna(subset=["val_loss", "N_eff_geomean"])
+        ok = (
+            len(rows) >= 3
+            and rows["val_loss"].nunique() > 1
+            and rows["N_eff_geomean"].nunique() > 1
+        )
+        rho = spearmanr(rows["val_loss"], rows["N_eff_geomean"]).statistic if ok else float("nan")
+        out[name] = (float(rho), len(rows))
+    return out
+
+
+def figure4(data: pd.DataFrame) -> Figure:
+    """Scatter: x = validation loss, y = geometric-mean N_eff; marker = reader type, open
+    markers = flagged head count; Spearman correlations in the title."""
+    fig = Figure(figsize=(6.8, 5.0), layout="constrained")
+    ax = fig.subplots()
+    for (reader, flagged), rows in data.groupby(["reader_type", "flagged"], sort=True):
+        heads = ", ".join(str(h) for h in sorted(set(rows["n_head"])))
+        label = f"{reader} readers" + (f", {heads} heads/layer (not comparable)" if flagged else "")
+        ax.scatter(
+            rows["val_loss"],
+            rows["N_eff_geomean"],
+            marker=FIGURE4_MARKERS[reader],
+            s=55,
+            facecolors="none" if flagged else ("#4c72b0" if reader == "free" else "#dd8452"),
+            edgecolors="#4c72b0" if reader == "free" else "#dd8452",
+            linewidths=1.5,
+            label=label,
+            zorder=3,
+        )
+    ax.margins(x=0.15, y=0.12)
+    rho = figure4_spearman(data)
+
+    def text(name: str, what: str) -> str:
+        value, n = rho[name]
+        shown = "n/a" if np.isnan(value) else f"{value:+.2f}".replace("-", "−")
+        return f"{shown} ({n} {what if n != 1 else what.replace('models', 'model')})"
+
+    title = f"Spearman(loss, N_eff): {text('all', 'models')}"
+    if data["flagged"].any():
+        title += f"; {text('base_heads', 'with base heads/layer')}"
+    ax.set_title(title, fontsize=9, loc="left")
+    ax.set_xlabel("validation loss (nats, final checkpoint)")
+    ax.set_ylabel("N_eff, geometric mean over tasks")
+    ax.grid(alpha=0.3)
+    fig.legend(fontsize=8, frameon=False, loc="outside lower center", ncols=2)
+    fig.suptitle("Figure 4 — validation loss vs concentration", fontsize=11)
+    # labels last, once the layout has fixed where the points are drawn
+    fig.draw_without_rendering()
+    _place_labels(fig, ax, data["val_loss"], data["N_eff_geomean"], data["label"])
+    return fig
+
+
+#: Label offsets (points) tried in turn, so that neighbouring labels do not overlap.
+_LABEL_OFFSETS = [(5, 4, "left"), (5, -11, "left"), (-5, 4, "right"), (-5, -11, "right")]
+_LABEL_OFFSETS += [(5, 15, "left"), (5, -22, "left"), (-5, 15, "right"), (-5, -22, "right")]
+
+
+def _place_labels(fig: Figure, ax, xs, ys, labels) -> None:
+    """Annotate points, moving a label to the first offset that overlaps no earlier label."""
+    renderer = (
+        FigureCanvasAgg(fig).get_renderer()
+        if not hasattr(fig.canvas, "get_renderer")
+        else fig.canvas.get_renderer()
+    )
+    frame = ax.get_window_extent(renderer)
+    placed = []
+    for x, y, label in sorted(zip(xs, ys, labels, strict=True), key=lambda t: -t[1]):
+        for dx, dy, ha in _LABEL_OFFSETS:
+            text = ax.annotate(
+                label, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=7.5, ha=ha
+            )
+            box = text.get_window_extent(renderer).expanded(1.05, 1.1)
+            inside = frame.contains(box.x0, box.y0) and frame.contains(box.x1, box.y1)
+            if inside and not any(box.overlaps(other) for other in placed):
+                break
+            text.remove()
+        else:  # every offset collides: keep the first
+            text = ax.annotate(
+                label,
+                (x, y),
+                xytext=_LABEL_OFFSETS[0][:2],
+                textcoords="offset points",
+                fontsize=7.5,
+            )
+            box = text.get_window_extent(renderer)
+        placed.append(box)
+
+
+# --------------------------------------------------------------------------- Figure 5
+#: asinh(e / ASINH_WIDTH) colour transform of the heat maps (paper Figure 5).
+ASINH_WIDTH = 0.2
+FIGURE5_HEADS = ["model", "seed", "task", "split", "layer", "head", "e"]
+FIGURE5_LANES = ["model", "seed", "task", "split", "lambda_score", "p_value"]
+FIGURE5_EVAL = ["model", "seed", "task", "split", "margin"]
+
+
+def figure5_data(inputs: Inputs) -> pd.DataFrame:
+    """Per (model, seed, task, layer, head): e_{l,h} on the lanes' split (discovery), with
+    per panel the top head (argmax |e|), its share of E, N_eff, Λ with its p, and the base
+    (clean) logit difference on that split."""
+    runs = read_runs(need_kind(inputs, "runs", "figure5"))
+    lanes = read_kind(need_kind(inputs, "lanes", "figure5"), FIGURE5_LANES, "figure5")
+    split = _single(lanes["split"], "the lanes' split")
+    heads = read_kind(need_kind(inputs, "heads", "figure5"), FIGURE5_HEADS, "figure5")
+    heads = heads.loc[heads["split"] == split, FIGURE5_HEADS]
+    base = read_kind(need_kind(inputs, "eval", "figure5"), FIGURE5_EVAL, "figure5")
+    base = base.loc[base["split"] == split, ["model", "seed", "task", "margin"]]
+    panels = []
+    for _, rows in heads.groupby(["model", "seed", "task"], sort=False):
+        e = effect_matrix(rows)
+        stats = concentration(e)
+        layer, head = stats["top_head"] if stats["top_head"] is not None else (-1, -1)
+        panels.append(
+            rows.assign(
+                asinh_e=np.arcsinh(rows["e"] / ASINH_WIDTH),
+                is_top_head=(rows["layer"] == layer) & (rows["head"] == head),
+                top_head_share=stats["top_head_share"],
+                N_eff=stats["N_eff"],
+                E=stats["E"],
+            )
+        )
+    if not panels:
+        raise ValueError(f"figure5: no per-head effects of split {split!r}")
+    frame = pd.concat(panels, ignore_index=True)
+    lanes = lanes[FIGURE5_LANES].rename(columns={"p_value": "lambda_p"}).drop(columns="split")
+    frame = _attach(frame, lanes, f"lanes of split {split!r}")
+    frame = _attach(frame, base.rename(columns={"margin": "base_ld"}), f"eval of split {split!r}")
+    frame = with_runs(frame, runs, "figure5")
+    rank = frame["task"].map({t: i for i, t in enumerate(TASK_ORDER)})
+    frame = frame.assign(_t=rank).sort_values(["order", "_t", "layer", "head"])
+    return frame.drop(columns=["order", "_t", "label_repository"]).reset_index(drop=True)
+
+
+def _attach(frame: pd.DataFrame, other: pd.DataFrame, what: str) -> pd.DataFrame:
+    """Join one ``other`` row to each (model, seed, task) panel; every panel needs one."""
+    keys = ["model", "seed", "task"]
+    if other.duplicated(keys).any():
+        raise ValueError(f"figure5: more than one {what} row for a (model, seed, task)")
+    out = frame.merge(other, on=keys, how="left", validate="many_to_one", indicator=True)
+    missing = out.loc[out["_merge"] == "left_only", keys].drop_duplicates()
+    if len(missing):
+        raise ValueError(f"figure5: no {what} row for {missing.values.tolist()}")
+    return out.drop(columns="_merge")
+
+
+def effect_matrix(rows: pd.DataFrame) -> np.ndarray:
+    """(L, H) matrix of e indexed [layer, head]; every cell must be present once."""
+    n_layer, n_head = int(rows["layer"].max()) + 1, int(rows["head"].max()) + 1
+    if len(rows) != n_layer * n_head or rows.duplicated(["layer", "head"]).any():
+        raise ValueError(f"per-head effects do not cover a {n_layer}×{n_head} grid exactly once")
+    e = np.full((n_layer, n_head), np.nan)
+    e[rows["layer"].to_numpy(), rows["head"].to_numpy()] = rows["e"].to_numpy(dtype=float)
+    return e
+
+
+def figure5_norm(data: pd.DataFrame) -> AsinhNorm:
+    """One colour scale for every panel: asinh(e/0.2), symmetric about 0 at the largest |e|."""
+    vmax = float(np.nanmax(np.abs(data["e"]))) if len(data) else 1.0
+    vmax = vmax if vmax > 0 else 1.0
+    return AsinhNorm(linear_width=ASINH_WIDTH, vmin=-vmax, vmax=vmax)
+
+
+def colourbar_ticks(vmax: float) -> list[float]:
+    """Symmetric ticks in logit units, roughly even in asinh space (0, ±0.2, ±1, ±5, ...),
+    plus the end of the scale (rounded down to two significant digits) when it is far from
+    the last of those."""
+    ticks = [t for t in (0.2, 1.0, 5.0, 25.0, 125.0) if t <= vmax]
+    step = 10.0 ** (math.floor(math.log10(vmax)) - 1)
+    end = round(math.floor(vmax / step) * step, 12)
+    if not ticks or np.arcsinh(end / ASINH_WIDTH) - np.arcsinh(ticks[-1] / ASINH_WIDTH) > 0.3:
+        ticks.append(end)
+    return sorted({-t for t in ticks} | {0.0} | set(ticks))
+
+
+def figure5(data: pd.DataFrame) -> Figure:
+    """Heat maps of e_{l,h}: one row of panels per model, one column per task; layer 0 at
+    the bottom, head index on x; red = patch hurts (e > 0), blue = helps; one asinh colour
+    scale for all panels; the top head (largest |e|) circled."""
+    labels = list(dict.fromkeys(data["label"]))
+    tasks = [t for t in TASK_ORDER if t in set(data["task"])]
+    n_layer, n_head = int(data["layer"].max()) + 1, int(data["head"].max()) + 1
+    panel_w = 2.9
+    panel_h = panel_w * n_layer / n_head
+    fig = Figure(
+        figsize=(panel_w * len(tasks) + 1.9, (panel_h + 0.75) * len(labels) + 0.7),
+        layout="constrained",
+    )
+    axes = fig.subplots(len(labels), len(tasks), squeeze=False)
+    norm = figure5_norm(data)
+    image = None
+    for r, label in enumerate(labels):
+        for c, task in enumerate(tasks):
+            ax = axes[r, c]
+            rows = data[(data["label"] == label) & (data["task"] == task)]
+            if rows.empty:
+                ax.set_visible(False)
+                continue
+            e = effect_matrix(rows)
+            # origin="lower": row 0 of the array (layer 0) is drawn at the bottom
+            image = ax.imshow(
+                e, origin="lower", cmap="RdBu_r", norm=norm, aspect="equal", interpolation="nearest"
+            )
+            top = rows[rows["is_top_head"]]
+            if len(top):
+                layer, head = int(top["layer"].iloc[0]), int(top["head"].iloc[0])
+                # black on white, so the ring shows on any cell colour
+                for colour, width in (("white", 3.0), ("black", 1.3)):
+                    ring = Circle((head, layer), 0.42, fill=False, edgecolor=colour, lw=width)
+                    ax.add_patch(ring)
+            _heatmap_ticks(ax, n_layer, n_head)
+            ax.set_title(_figure5_title(rows, task), fontsize=7.5, loc="left")
+            if c == 0:
+                ax.set_ylabel(f"{label}\nlayer", fontsize=9)
+            if r == len(labels) - 1:
+                ax.set_xlabel("head index", fontsize=8)
+    cbar = fig.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6, pad=0.02, aspect=30)
+    ticks = colourbar_ticks(norm.vmax)
+    cbar.set_ticks(ticks, labels=[f"{t:g}".replace("-", "−") for t in ticks])
+    cbar.ax.minorticks_off()
+    cbar.ax.tick_params(labelsize=8)
+    cbar.set_label(
+        "e = mean drop of the logit difference (logit units)\n"
+        f"colour: asinh(e/{ASINH_WIDTH:g}); red: patch hurts, blue: patch helps",
+        fontsize=8,
+    )
+    split = _single(data["split"], "split")
+    fig.suptitle(
+        f"Figure 5 — per-head patch effects e_(l,h) ({split} split); ○ largest |e|",
+        fontsize=11,
+    )
+    return fig
+
+
+def _heatmap_ticks(ax, n_layer: int, n_head: int) -> None:
+    step_h, step_l = max(1, math.ceil(n_head / 12)), max(1, math.ceil(n_layer / 12))
+    ax.set_xticks(range(0, n_head, step_h))
+    ax.set_yticks(range(0, n_layer, step_l))
+    ax.tick_params(labelsize=7, length=2)
+
+
+def _figure5_title(rows: pd.DataFrame, task: str) -> str:
+    first = rows.iloc[0]
+    top = rows[rows["is_top_head"]]
+    head = (
+        f"L{int(top['layer'].iloc[0])}.H{int(top['head'].iloc[0])} "
+        f"({100 * first['top_head_share']:.0f}% of E)"
+        if len(top)
+        else "no effect"
+    )
+    lam = first["lambda_score"]
+    lam_text = "Λ undefined" if pd.isna(lam) else f"Λ {lam:.2f} (p {format_p(first['lambda_p'])})"
+    return (
+        f"{TASK_TITLES[task]}: top {head}\n"
+        f"base LD {fixed(first['base_ld'], 2)} · N_eff {first['N_eff']:.1f} · {lam_text}"
+    )
+
+
 # --------------------------------------------------------------------------- output
 def save_figure(fig: Figure, path: str | os.PathLike, fmt: str) -> None:
     """Write ``fig`` atomically as ``fmt`` (png or svg) with deterministic bytes."""
@@ -289,7 +690,10 @@ def save_figure(fig: Figure, path: str | os.PathLike, fmt: str) -> None:
             fig.savefig(tmp, format=fmt, dpi=150, metadata=metadata)
 
 
-FIGURES: dict[str, tuple[Callable[[Sequence[str]], pd.DataFrame], Callable[..., Figure]]] = {
+FIGURES: dict[str, tuple[Callable[..., pd.DataFrame], Callable[..., Figure]]] = {
     "figure1": (figure1_data, figure1),
+    "figure3": (figure3_data, figure3),
+    "figure4": (figure4_data, figure4),
+    "figure5": (figure5_data, figure5),
     "figure7": (figure7_data, figure7),
 }

@@ -93,6 +93,29 @@ def coordinate_blocks(cfg: ModelConfig) -> torch.Tensor:
     return torch.eye(cfg.d_model, dtype=torch.float64)
 
 
+def _cast(owner: nn.Module, buffer: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
+    """``scale · buffer`` in ``dtype`` on the buffer's device, computed in float64 and then
+    cast (METHODS §5.4 step 8), kept on ``owner`` until the buffer, its device or the dtype
+    changes: a frozen map costs no per-step cast. The key holds the buffer's version counter,
+    so an in-place load (``load_state_dict``) invalidates the copy."""
+    if torch.compiler.is_compiling():  # the compiled graph fuses the cast itself
+        return (scale * buffer).to(dtype)
+    key = (
+        dtype,
+        buffer.device,
+        buffer.data_ptr(),
+        buffer._version,
+        scale,
+        torch.is_inference_mode_enabled(),  # inference tensors cannot enter autograd later
+    )
+    cached = owner.__dict__.get("_cast_cache")
+    if cached is None or cached[0] != key:
+        with torch.no_grad():
+            value = (scale * buffer).to(dtype)
+        owner.__dict__["_cast_cache"] = cached = (key, value)
+    return cached[1]
+
+
 def _blocks(basis: torch.Tensor, n_head: int, d_head: int) -> torch.Tensor:
     """(D, H·d) columns [M_0 | ... | M_{H−1}] -> (H, D, d) per-head blocks."""
     return basis.reshape(basis.shape[0], n_head, d_head).permute(1, 0, 2)
@@ -137,7 +160,7 @@ class FrozenWriter(nn.Module):
         self.b_O = nn.Parameter(torch.zeros(cfg.d_model)) if bias else None
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        w = (self.scale * self.basis).to(z.dtype)  # cast at use (METHODS §5.4 step 8)
+        w = _cast(self, self.basis, self.scale, z.dtype)  # g·M in the activation dtype
         return nn.functional.linear(z.flatten(-2), w, self.b_O)
 
     def write_maps(self) -> torch.Tensor:
@@ -229,7 +252,9 @@ class BlockReader(nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         H, d = self.n_head, self.d_head
-        b = (x @ self.basis.to(x.dtype)).unflatten(-1, (H, d))  # (B, T, H, d): S_hᵀ x
+        device = x.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+        b = (x @ _cast(self, self.basis, 1.0, dtype)).unflatten(-1, (H, d))  # S_hᵀ x
         u = F.layer_norm(b, (d,), eps=self.eps)
         u = u * self.ln_weight.view(H, d) + self.ln_bias.view(H, d)
         bias = self.b_QKV.view(3, H, d)

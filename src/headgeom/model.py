@@ -115,6 +115,44 @@ class Attention(nn.Module):
         ).transpose(1, 2)  # (B, H, T, d) -> (B, T, H, d)
         return self.writer(self.hook_z(z))
 
+    def z_suffix(
+        self,
+        x: torch.Tensor,
+        past_k: torch.Tensor,
+        past_v: torch.Tensor,
+        last_only: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """z at the S suffix positions whose residual is ``x`` (R, S, D), attending to the P
+        prefix keys/values ``past_k``/``past_v`` (B, P, H, d) plus the suffix itself
+        (causal). Readers act position by position, so this equals ``forward`` on the whole
+        sequence at those positions (KV-cache reuse for patching).
+
+        R = G·B: row g·B + b continues sequence b of the prefix, so G variants of the same
+        B sequences (e.g. G patched heads) share one B-row prefix cache (broadcast into the
+        keys, never gathered per row).
+        Returns ``(z, k, v)``: z (R, S, H, d), or (R, 1, H, d) at the final position only
+        when ``last_only``; k, v (R, S, H, d) of the suffix.
+        """
+        q, k, v = self.reader(x)
+        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
+        (R, S), (B, P) = k.shape[:2], past_k.shape[:2]
+        if R % B:
+            raise ValueError(f"{R} suffix rows do not repeat the {B} prefix sequences")
+
+        def joined(past: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+            past = past.expand(R // B, *past.shape).flatten(0, 1)  # row g·B + b <- prefix b
+            return torch.cat([past, new], dim=1).transpose(1, 2)  # (R, H, P + S, d)
+
+        if last_only:
+            q, mask = q[:, -1:], None  # the final query sees every key
+        else:
+            pos = torch.arange(P + S, device=x.device)
+            mask = pos[None, :] <= pos[P:, None]  # (S, P + S): key t <= query position
+        z = F.scaled_dot_product_attention(
+            q.transpose(1, 2), joined(past_k, k), joined(past_v, v), attn_mask=mask
+        ).transpose(1, 2)
+        return self.hook_z(z), k, v
+
 
 class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig):
@@ -141,6 +179,22 @@ class Block(nn.Module):
         x = self.hook_resid_pre(x)
         x = self.hook_resid_mid(x + self.hook_attn_out(self.attn(x)))
         return x + self.hook_mlp_out(self.mlp(self.ln_2(x)))
+
+    def after_z(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """The rest of the block once its head outputs ``z`` (B, S, H, d) are known: add
+        W_O z + b_O to the residual ``x`` (B, S, D) entering it, then the MLP."""
+        x = self.hook_resid_mid(x + self.hook_attn_out(self.attn.writer(z)))
+        return x + self.hook_mlp_out(self.mlp(self.ln_2(x)))
+
+    def forward_suffix(
+        self, x: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor, last_only: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``forward`` at the suffix positions only (see ``Attention.z_suffix``: ``x`` is
+        (R, S, D), R a multiple of the B prefix sequences of ``past_k``/``past_v``).
+        Returns ``(x_out, k, v)``: x_out (R, S, D), or (R, 1, D) when ``last_only``."""
+        x = self.hook_resid_pre(x)
+        z, k, v = self.attn.z_suffix(x, past_k, past_v, last_only)
+        return self.after_z(x[:, -1:] if last_only else x, z), k, v
 
 
 class GPT(nn.Module):

@@ -20,6 +20,14 @@ Prompts are sequences of *model* ids; clean and reference prompts of one example
 length, lengths may differ between examples. Batches group equal lengths
 (:func:`length_batches`), so no padding ever enters a forward pass. Forward passes run in
 float32 on the model's device; logit differences and perturbations are float64.
+
+Engines, all with the same arguments and ``(clean_ld (N,), patched_ld (N, L, H))`` result:
+
+* :func:`patch_all_heads` — plain: one full clean forward per head (the reference);
+* :func:`patch_all_heads_fast` — exact and fast: layer resumption, clean-prefix KV reuse,
+  stacked heads, answer logits only (equal to the plain engine within 1e-5);
+* :func:`attribution_patch` — APPROXIMATE first-order estimate (2 forwards + 1 backward per
+  batch), a pre-filter only.
 """
 
 from __future__ import annotations
@@ -43,21 +51,38 @@ Progress = Callable[[int], object] | None
 
 
 # --------------------------------------------------------------------------- batching
-def length_batches(lengths: Sequence[int], batch_size: int) -> list[np.ndarray]:
+def length_batches(
+    lengths: Sequence[int], batch_size: int, order: Sequence[int] | None = None
+) -> list[np.ndarray]:
     """Indices of examples grouped by equal length (``evaluation.length_groups``), in chunks
     of at most ``batch_size``.
 
-    Groups come in increasing length, examples within a group in their original order, so
-    the batching (and therefore every float) is a deterministic function of the inputs.
+    Groups come in increasing length, examples within a group in their original order (or
+    stably sorted by ``order``, e.g. the first differing position, so a batch shares a long
+    common prefix), so the batching (and therefore every float) is a deterministic function
+    of the inputs. ``order`` never changes the number of batches.
     """
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     groups = length_groups([range(n) for n in lengths])
+    if order is not None:
+        key = np.asarray(order)
+        groups = {n: m[np.argsort(key[m], kind="stable")] for n, m in groups.items()}
     return [
         members[start : start + batch_size]
         for _, members in sorted(groups.items())
         for start in range(0, len(members), batch_size)
     ]
+
+
+def first_difference(clean: Sequence[int], ref: Sequence[int]) -> int:
+    """Index of the first token where ``clean`` and ``ref`` differ (their length if none).
+
+    With causal attention every activation before it is the same in both runs, so a patch
+    of z changes nothing there (z_ref − z = 0)."""
+    a, b = np.asarray(clean), np.asarray(ref)
+    differ = np.flatnonzero(a != b)
+    return int(differ[0]) if len(differ) else len(a)
 
 
 def _model_device(model: GPT) -> torch.device:
@@ -189,17 +214,21 @@ def patch_all_heads(
     )
 
 
-def _patch_in_batches(model, clean_ids, ref_ids, correct, incorrect, batch_size, progress, run):
+def _patch_in_batches(
+    model, clean_ids, ref_ids, correct, incorrect, batch_size, progress, run, order=None
+):
     """Group examples by length, run ``run(model, clean, ref, correct, incorrect, progress)``
-    on each batch and scatter its ``(clean_ld, patched_ld)`` back into input order."""
+    on each batch and scatter its ``(clean_ld, patched_ld)`` back into input order.
+    ``order(clean_ids, ref_ids)``, if given, sorts examples within a length group."""
     lengths = _check_pairs(clean_ids, ref_ids, correct, incorrect)
+    key = None if order is None else order(clean_ids, ref_ids)
     device = _model_device(model)
     n = len(lengths)
     clean_ld = np.empty(n, dtype=np.float64)
     patched_ld = np.empty((n, model.cfg.n_layer, model.cfg.n_head), dtype=np.float64)
-    correct_t = torch.as_tensor(np.asarray(correct, dtype=np.int64), device=device)
-    incorrect_t = torch.as_tensor(np.asarray(incorrect, dtype=np.int64), device=device)
-    for index in length_batches(lengths, batch_size):
+    correct_t = torch.as_tensor(np.array(correct, dtype=np.int64), device=device)
+    incorrect_t = torch.as_tensor(np.array(incorrect, dtype=np.int64), device=device)
+    for index in length_batches(lengths, batch_size, key):
         index_t = torch.as_tensor(index, device=device)
         ld, patched = run(
             model,
@@ -257,6 +286,20 @@ def supports_fast(model: torch.nn.Module) -> bool:
     )
 
 
+def supports_prefix_reuse(model: torch.nn.Module) -> bool:
+    """Whether the fast engine can also reuse the clean prefix: every block must offer the
+    KV-prefix forward of ``headgeom.model`` (``forward_suffix``, ``after_z``). GPT models
+    of every zoo geometry do; the multiscreen controls (position-dependent windows and
+    MiPE rotations, no KV interface) do not and run with layer resumption only."""
+    return supports_fast(model) and all(
+        hasattr(b, "forward_suffix") and hasattr(b, "after_z") for b in model.blocks
+    )
+
+
+def _first_differences(clean_ids: Sequence, ref_ids: Sequence) -> list[int]:
+    return [first_difference(c, r) for c, r in zip(clean_ids, ref_ids, strict=True)]
+
+
 @torch.no_grad()
 def patch_batch_fast(
     model: GPT,
@@ -266,50 +309,121 @@ def patch_batch_fast(
     incorrect: torch.Tensor,
     max_rows: int = 4096,
     progress: Progress = None,
+    prefix_reuse: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`patch_batch` computed by resumption and row-stacking (same results).
+    """:func:`patch_batch` computed by resumption, prefix reuse and row-stacking (same
+    results within fp32 round-off).
 
-    One clean and one reference forward cache every layer's residual input and z. A patch
-    of layer l starts from the cached clean residual entering block l (nothing before l
-    depends on the patch) and runs blocks l..L−1 only. The H heads of a layer are stacked
-    as row groups (row r = h·B + b patches head h of example b), at most ``max_rows`` rows
-    per forward; only the two answer logits at the final position are computed.
-    ``progress(H)`` is called after each layer.
+    One clean and one reference forward cache, per layer, the clean residual entering the
+    block, the clean z, k, v and the reference z. A patch of layer l
+
+    * resumes from the cached clean residual entering block l (nothing before l depends on
+      the patch);
+    * recomputes only positions t ≥ p, p the batch's first position where clean and
+      reference differ: before p, z_ref = z so the patch is a no-op and, attention being
+      causal, every later activation there is the clean one. Layers after l attend to the
+      cached clean keys/values of positions < p (``Block.forward_suffix``), shared by all
+      the heads patched in one forward, never copied per head;
+    * skips layer l's attention: its q, k, v and z are the clean ones (the patch acts on
+      z), so layer l is the cached clean z with one head swapped, then W_O and the MLP
+      (``Block.after_z``);
+    * runs the last layer's query, W_O and MLP at the final position only, and computes the
+      two answer logits only.
+
+    Patches are stacked as rows (head-major: row g·b' + b patches head g of example b), at
+    most ``max_rows`` rows per forward, so memory is bounded by
+    ``max_rows · (T − p) · max(d_mlp, d_model)`` floats. ``progress(H)`` after each layer.
+    ``prefix_reuse=False`` (or a model without :func:`supports_prefix_reuse`) runs blocks
+    l..L−1 on the whole sequence instead.
     """
     ld_fn = _last_logit_difference(model)
+    reuse = prefix_reuse and supports_prefix_reuse(model)
     n_layer, n_head = model.cfg.n_layer, model.cfg.n_head
     z_names = z_sites(model)
     resid_names = [site(layer, "hook_resid_pre") for layer in range(n_layer)]
-    logits, clean_cache = model.run_with_cache(clean, resid_names, last_only=True)
+    kv_names = [site(layer, f"attn.hook_{x}") for layer in range(n_layer) for x in "kv"]
+    cached = resid_names + (z_names + kv_names if reuse else [])
+    logits, clean_cache = model.run_with_cache(clean, cached, last_only=True)
     clean_ld = logit_difference(logits, correct, incorrect)
     _, ref_cache = model.run_with_cache(ref, z_names, last_only=True)
-    B = clean.shape[0]
+    B, T = clean.shape
+    patched = torch.empty(B, n_layer, n_head, dtype=torch.float64, device=clean.device)
+    step = max(1, int(max_rows))
+    if reuse:
+        # The batch minimum, kept below T so the final position is always recomputed;
+        # positions between it and an example's own first difference are recomputed,
+        # harmlessly (the patch is a no-op there).
+        differ = (clean != ref).any(dim=0).nonzero()
+        p = min(int(differ[0]) if len(differ) else T, T - 1)
+        n_ex = min(B, step)  # examples per forward, then as many heads as fit
+        n_heads = max(1, step // n_ex)
+        for layer in range(n_layer):
+            for e0 in range(0, B, n_ex):
+                examples = slice(e0, min(B, e0 + n_ex))  # a view of every cache, no copy
+                for h0 in range(0, n_head, n_heads):
+                    heads = torch.arange(h0, min(n_head, h0 + n_heads), device=clean.device)
+                    x = _patched_suffix(model, clean_cache, ref_cache, layer, p, examples, heads)
+                    G = len(heads)
+                    good, bad = correct[examples].repeat(G), incorrect[examples].repeat(G)
+                    patched[examples, layer, h0 : h0 + G] = ld_fn(x, good, bad).view(G, -1).T
+            if progress is not None:
+                progress(n_head)
+        return clean_ld, patched
     rows = torch.arange(B * n_head, device=clean.device)
     head_of_row, example_of_row = rows // B, rows % B
-    patched = torch.empty(B * n_head, n_layer, dtype=torch.float64, device=clean.device)
-    step = max(1, int(max_rows))
     for layer in range(n_layer):
         z_ref = ref_cache[z_names[layer]]  # (B, T, H, d)
         x_clean = clean_cache[resid_names[layer]]  # (B, T, D)
         for start in range(0, B * n_head, step):
             heads = head_of_row[start : start + step]
             examples = example_of_row[start : start + step]
-            local = torch.arange(len(heads), device=clean.device)
-            replacement = z_ref[examples, :, heads]  # (R, T, d)
-
-            def swap(z, local=local, heads=heads, replacement=replacement):
-                z = z.clone()
-                z[local, :, heads] = replacement
-                return z
-
-            x = x_clean[examples]
-            with model.hooks({z_names[layer]: swap}):
-                for block in model.blocks[layer:]:
-                    x = block(x)
-            patched[start : start + step, layer] = ld_fn(x, correct[examples], incorrect[examples])
+            x = _patched_resume(model, layer, x_clean, examples, heads, z_ref)
+            patched[examples, layer, heads] = ld_fn(x, correct[examples], incorrect[examples])
         if progress is not None:
             progress(n_head)
-    return clean_ld, patched.view(n_head, B, n_layer).permute(1, 2, 0).contiguous()
+    return clean_ld, patched
+
+
+def _patched_suffix(model, clean_cache, ref_cache, layer, p, examples: slice, heads):
+    """Residual leaving the last block (G·b', 1, D) for head g of ``heads`` patched at
+    ``layer`` in example b of ``examples`` (row g·b' + b), recomputing positions ≥ p only
+    (see :func:`patch_batch_fast`)."""
+    n_layer = model.cfg.n_layer
+    last = layer == n_layer - 1
+    T = clean_cache[site(layer, "hook_resid_pre")].shape[1]
+    start = T - 1 if last else p  # the last layer needs the final position only
+    x = clean_cache[site(layer, "hook_resid_pre")][examples, start:]  # (b', S, D)
+    z_clean = clean_cache[site(layer, "attn.hook_z")][examples, start:]  # (b', S, H, d)
+    z_ref = ref_cache[site(layer, "attn.hook_z")][examples, start:]
+    G = len(heads)
+    z = z_clean.expand(G, *z_clean.shape).clone()  # (G, b', S, H, d)
+    z[torch.arange(G), :, :, heads] = z_ref[:, :, heads].permute(2, 0, 1, 3)
+    # sites keep their axes (batch, position, ...): rows are (G·b'), one copy of x
+    x = x.expand(G, *x.shape).flatten(0, 1)
+    x = model.blocks[layer].after_z(x, z.flatten(0, 1))  # (G·b', S, D)
+    for j in range(layer + 1, n_layer):
+        past_k = clean_cache[site(j, "attn.hook_k")][examples, :p]  # (b', p, H, d), shared
+        past_v = clean_cache[site(j, "attn.hook_v")][examples, :p]
+        x, _, _ = model.blocks[j].forward_suffix(x, past_k, past_v, last_only=j == n_layer - 1)
+    return x
+
+
+def _patched_resume(model, layer, x_clean, examples, heads, z_ref):
+    """Residual leaving the last block (R, T, D): blocks layer..L−1 on the whole sequence
+    from the cached clean residual, head ``heads[r]`` of row r swapped through ``hook_z``."""
+    local = torch.arange(len(heads), device=heads.device)
+    replacement = z_ref[examples, :, heads]  # (R, T, d)
+
+    def swap(z):
+        z = z.clone()
+        z[local, :, heads] = replacement
+        return z
+
+    x = x_clean[examples]
+    with model.hooks({site(layer, "attn.hook_z"): swap}):
+        for block in model.blocks[layer:]:
+            x = block(x)
+    return x
 
 
 def patch_all_heads_fast(
@@ -321,25 +435,116 @@ def patch_all_heads_fast(
     batch_size: int,
     progress: Progress = None,
     max_rows: int = 4096,
+    prefix_reuse: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`patch_all_heads` by the fast engine (:func:`patch_batch_fast`): same
     arguments, same ``(clean_ld (N,), patched_ld (N, L, H))`` and progress total, equal
-    within fp32 round-off (1e-5). ``max_rows`` bounds the rows (head patches × examples)
-    of one forward, hence memory. An architecture whose unembedding this module does not
-    know (:func:`supports_fast`) runs the plain engine.
+    within fp32 round-off (1e-5).
 
-    Clean/reference prefix reuse (positions before the differing token) is not done: it
-    would need key/value caching inside every reader, which the models do not expose.
+    ``batch_size`` bounds the examples and ``max_rows`` the rows (head patches × examples)
+    of one forward, hence memory. Within a length group examples are sorted by their first
+    differing position, so batches share long clean prefixes (``prefix_reuse``). An
+    architecture whose unembedding this module does not know (:func:`supports_fast`) runs
+    the plain engine; one without the KV-prefix forward (:func:`supports_prefix_reuse`:
+    multiscreen) runs layer resumption without prefix reuse.
     """
     if not supports_fast(model):
         return patch_all_heads(model, clean_ids, ref_ids, correct, incorrect, batch_size, progress)
 
     def run(model, clean, ref, correct, incorrect, progress):
-        return patch_batch_fast(model, clean, ref, correct, incorrect, max_rows, progress)
+        return patch_batch_fast(
+            model, clean, ref, correct, incorrect, max_rows, progress, prefix_reuse
+        )
+
+    return _patch_in_batches(
+        model,
+        clean_ids,
+        ref_ids,
+        correct,
+        incorrect,
+        batch_size,
+        progress,
+        run,
+        order=_first_differences if prefix_reuse else None,
+    )
+
+
+# --------------------------------------------------------------------------- attribution
+def attribution_patch(
+    model: GPT,
+    clean_ids: Sequence[Sequence[int]],
+    ref_ids: Sequence[Sequence[int]],
+    correct: Sequence[int],
+    incorrect: Sequence[int],
+    batch_size: int,
+    progress: Progress = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """APPROXIMATE head patching by attribution (a first-order Taylor expansion; a
+    pre-filter, never a substitute for the exact engines).
+
+    Per batch: one reference forward (caches z), one clean forward and one backward give
+    ∂LD/∂z^{l,h}_t for every head at once, and
+
+        patched_ld ≈ clean_ld + Σ_t (z^ref_{l,h,t} − z_{l,h,t}) · ∂LD/∂z^{l,h}_t,
+
+    so the drop is ≈ −(z_ref − z)·∂LD/∂z. Exact when LD is linear in z^{l,h} (e.g. at the
+    last layer with frozen LayerNorm scale); wrong wherever the patch moves attention
+    patterns, LayerNorm scales or GELUs far from the clean point. Same arguments and return
+    shape as :func:`patch_all_heads`; ``progress(L·H)`` per batch.
+    """
+
+    def run(model, clean, ref, correct, incorrect, progress):
+        return attribution_batch(model, clean, ref, correct, incorrect, progress)
 
     return _patch_in_batches(
         model, clean_ids, ref_ids, correct, incorrect, batch_size, progress, run
     )
+
+
+def attribution_batch(
+    model: GPT,
+    clean: torch.Tensor,
+    ref: torch.Tensor,
+    correct: torch.Tensor,
+    incorrect: torch.Tensor,
+    progress: Progress = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clean LD (B,) and attribution-estimated patched LD (B, L, H) for one batch (see
+    :func:`attribution_patch`). The gradient is taken through a zero offset added at every
+    ``hook_z``, so it is the total derivative through all later layers."""
+    names = z_sites(model)
+    with torch.no_grad():
+        _, ref_cache = model.run_with_cache(ref, names, last_only=True)
+    B, T = clean.shape
+    dtype = next(model.parameters()).dtype
+    offsets = {
+        name: torch.zeros(B, T, model.cfg.n_head, model.cfg.d_head, dtype=dtype,
+                          device=clean.device, requires_grad=True)
+        for name in names
+    }  # fmt: skip
+    clean_z: dict[str, torch.Tensor] = {}
+
+    def add_offset(name):
+        def fn(z):
+            clean_z[name] = z.detach()
+            return z + offsets[name]
+
+        return fn
+
+    with torch.enable_grad(), model.hooks({n: add_offset(n) for n in names}):
+        clean_ld = logit_difference(model(clean, last_only=True), correct, incorrect)
+        grads = torch.autograd.grad(clean_ld.sum(), [offsets[n] for n in names])
+    clean_ld = clean_ld.detach()
+    estimate = torch.stack(
+        [
+            torch.einsum("bthk,bthk->bh", ref_cache[n].double() - clean_z[n].double(), g.double())
+            for n, g in zip(names, grads, strict=True)
+        ],
+        dim=1,
+    )  # (B, L, H)
+    if progress is not None:
+        progress(len(names) * model.cfg.n_head)
+    return clean_ld, clean_ld[:, None, None] + estimate
 
 
 # --------------------------------------------------------------------------- perturbations

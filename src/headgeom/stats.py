@@ -1,4 +1,4 @@
-"""Concentration of single-head patching effects (METHODS §10.1–10.4).
+"""Concentration of single-head patching effects and its robustness (METHODS §10.1–10.4, §12).
 
 An effect matrix ``e`` has shape ``(L, H)``: ``e[l, h]`` is the signed mean drop of head
 ``(l, h)`` in logit units. Concentration is measured on |e|:
@@ -8,6 +8,11 @@ An effect matrix ``e`` has shape ``(L, H)``: ``e[l, h]`` is the signed mean drop
 If every effect is zero, E = 0 and p is undefined: p, N_eff, the top-head share and the
 index-level quantities are NaN and the top head is None. Nothing is concentrated or spread
 in that case, so no number in [1, L·H] would be honest.
+
+The robustness analyses of §12 recompute N_eff on reweighted examples: a weight matrix ``W``
+(K, N) over the N examples gives K effect matrices ``W @ d / W.sum(1)`` at once. A bootstrap
+resample is a row of multiplicities, leaving a group out a 0/1 row, so bootstrap, paired
+bootstrap, within-condition and leave-one-group-out share one vectorised path.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from typing import Literal, TypedDict
 
 import numpy as np
 from scipy.special import xlogy
+from scipy.stats import spearmanr
 
 #: Null values within this relative distance of the observed statistic count as ties
 #: (as in scipy.stats.permutation_test): a permutation that only relabels heads gives the
@@ -153,3 +159,180 @@ def index_permutation_null(
     null = np.exp(_entropy(q_null, axis=-1))
     observed, _ = index_layer_decomposition(e)
     return null, permutation_p_value(null, observed, "less")
+
+
+# --------------------------------------------------------------------------- §12 robustness
+def effects_abs_from_drops(d: np.ndarray, axis: int = 0) -> np.ndarray:
+    """Per-example-absolute effect E_x|d_{l,h}(x)| over the example ``axis`` (METHODS §12.3)."""
+    return np.mean(np.abs(np.asarray(d, dtype=np.float64)), axis=axis)
+
+
+def n_eff_batch(e: np.ndarray) -> np.ndarray:
+    """N_eff of a stack of effect matrices ``e`` (..., L, H) → (...); NaN where E = 0.
+
+    The same formula as :func:`concentration`, vectorised over the leading axes.
+    """
+    e = np.asarray(e, dtype=np.float64)
+    if e.ndim < 2:
+        raise ValueError(f"effects must be (..., layers, heads), got shape {e.shape}")
+    magnitude = np.abs(e).reshape(*e.shape[:-2], -1)
+    total = magnitude.sum(axis=-1, keepdims=True)
+    p = np.divide(magnitude, total, out=np.zeros_like(magnitude), where=total > 0)
+    out = np.exp(_entropy(p, axis=-1))
+    return np.where(total[..., 0] > 0, out, np.nan)
+
+
+def _drops_matrix(d: np.ndarray) -> np.ndarray:
+    d = np.asarray(d, dtype=np.float64)
+    if d.ndim != 3:
+        raise ValueError(f"drops must be an (examples, layers, heads) array, got shape {d.shape}")
+    if d.shape[0] == 0:
+        raise ValueError("drops have no examples")
+    if not np.all(np.isfinite(d)):
+        raise ValueError("drops contain NaN or infinite values")
+    return d
+
+
+def weighted_effects(weights: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Effects of K example weightings: ``weights`` (K, N) and ``d`` (N, L, H) → (K, L, H).
+
+    Row k gives e_k = Σ_x w_kx d(x) / Σ_x w_kx, the signed mean over the weighted examples.
+    """
+    d = _drops_matrix(d)
+    weights = np.asarray(weights, dtype=np.float64)
+    if weights.ndim != 2 or weights.shape[1] != d.shape[0]:
+        raise ValueError(f"weights must be (K, {d.shape[0]}), got shape {weights.shape}")
+    mass = weights.sum(axis=1)
+    if np.any(mass <= 0):
+        raise ValueError("every weighting must give some example a positive weight")
+    flat = weights @ d.reshape(d.shape[0], -1)
+    return (flat / mass[:, None]).reshape(weights.shape[0], *d.shape[1:])
+
+
+def resample_counts(rng: np.random.Generator, n_resamples: int, n: int) -> np.ndarray:
+    """Multiplicities (n_resamples, n) of bootstrap resamples of n examples with replacement.
+
+    Row b counts how often each example appears among n indices drawn uniformly from
+    ``rng`` (``rng.integers(0, n, (n_resamples, n))``), so resample b is the weighting
+    ``counts[b]`` of :func:`weighted_effects`.
+    """
+    if n_resamples < 1 or n < 1:
+        raise ValueError(f"need n_resamples ≥ 1 and n ≥ 1, got {n_resamples} and {n}")
+    index = rng.integers(0, n, size=(n_resamples, n))
+    flat = index + n * np.arange(n_resamples)[:, None]
+    return np.bincount(flat.ravel(), minlength=n_resamples * n).reshape(n_resamples, n)
+
+
+def _chunked_n_eff(weights: np.ndarray, d: np.ndarray, chunk: int = 512) -> np.ndarray:
+    """N_eff of each weighting, ``chunk`` rows at a time so memory stays K·L·H / chunk-bounded."""
+    return np.concatenate(
+        [
+            n_eff_batch(weighted_effects(weights[i : i + chunk], d))
+            for i in range(0, len(weights), chunk)
+        ]
+    )
+
+
+def bootstrap_n_eff(d: np.ndarray, n_resamples: int = 2000, *, seed: int) -> np.ndarray:
+    """N_eff on ``n_resamples`` bootstrap resamples of the examples of ``d`` (N, L, H) (§12.4).
+
+    Resamples come from ``Generator(PCG64(seed))`` via :func:`resample_counts`, so the same
+    seed and N give the same resampled indices as :func:`paired_bootstrap_n_eff_difference`.
+    """
+    d = _drops_matrix(d)
+    counts = resample_counts(np.random.Generator(np.random.PCG64(seed)), n_resamples, len(d))
+    return _chunked_n_eff(counts, d)
+
+
+def paired_bootstrap_n_eff_difference(
+    d_a: np.ndarray, d_b: np.ndarray, n_resamples: int = 2000, *, seed: int
+) -> np.ndarray:
+    """N_eff(A) − N_eff(B) on bootstrap resamples shared by both models (METHODS §12.4).
+
+    ``d_a`` (N, L_a, H_a) and ``d_b`` (N, L_b, H_b) must hold the same N examples in the same
+    order (the caller aligns them by example id); each resample applies the same example
+    multiplicities to both models.
+    """
+    d_a, d_b = _drops_matrix(d_a), _drops_matrix(d_b)
+    if len(d_a) != len(d_b):
+        raise ValueError(f"paired bootstrap needs the same examples, got {len(d_a)} and {len(d_b)}")
+    counts = resample_counts(np.random.Generator(np.random.PCG64(seed)), n_resamples, len(d_a))
+    return _chunked_n_eff(counts, d_a) - _chunked_n_eff(counts, d_b)
+
+
+def percentile_interval(samples: np.ndarray, level: float = 0.95) -> tuple[float, float]:
+    """Percentile interval of bootstrap ``samples``: the (1−level)/2 and (1+level)/2 quantiles
+    (numpy's default linear interpolation), e.g. the 2.5 and 97.5 percentiles for 95%."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    samples = np.asarray(samples, dtype=np.float64)
+    if samples.size == 0 or np.isnan(samples).any():
+        return float("nan"), float("nan")
+    low, high = np.quantile(samples, [(1.0 - level) / 2.0, (1.0 + level) / 2.0])
+    return float(low), float(high)
+
+
+def group_weights(
+    labels: np.ndarray, mode: Literal["within", "leave_out"]
+) -> tuple[list, np.ndarray]:
+    """0/1 weightings (G, N), one per distinct label in order of first appearance.
+
+    ``within``: only the examples of the group (§12.5); ``leave_out``: every example but
+    the group's (§12.6). Returns ``(groups, weights)``.
+    """
+    labels = np.asarray(labels)
+    groups = list(_unique_in_order(labels))
+    member = np.stack([labels == g for g in groups]).astype(np.float64)
+    if mode == "within":
+        return groups, member
+    if mode == "leave_out":
+        return groups, 1.0 - member
+    raise ValueError(f"mode must be 'within' or 'leave_out', got {mode!r}")
+
+
+def _unique_in_order(values: np.ndarray) -> list:
+    """Distinct values in order of first appearance (like pandas.unique, without pandas)."""
+    _, first = np.unique(values, return_index=True)
+    return [values[i] for i in np.sort(first)]
+
+
+def leave_one_group_out_n_eff(d: np.ndarray, labels: np.ndarray) -> tuple[list, np.ndarray]:
+    """N_eff with each lexical group's examples dropped in turn (METHODS §12.6).
+
+    Returns ``(groups, n_eff)``; leaving out the only group raises (no examples remain).
+    """
+    groups, weights = group_weights(labels, "leave_out")
+    return groups, _chunked_n_eff(weights, d)
+
+
+def within_group_n_eff(d: np.ndarray, labels: np.ndarray) -> tuple[list, np.ndarray]:
+    """N_eff on each group's examples alone, e.g. per task condition (METHODS §12.5)."""
+    groups, weights = group_weights(labels, "within")
+    return groups, _chunked_n_eff(weights, d)
+
+
+# --------------------------------------------------------------------------- §12.3, §12.7
+def spearman(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """Spearman ρ and its two-sided p (``scipy.stats.spearmanr``, average ranks for ties).
+
+    NaN pairs are dropped; fewer than 3 pairs or a constant variable give (NaN, NaN).
+    """
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"spearman needs two equal-length vectors, got {x.shape} and {y.shape}")
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float("nan"), float("nan")
+    result = spearmanr(x, y)
+    return float(result.statistic), float(result.pvalue)
+
+
+def geometric_mean(values: np.ndarray, axis: int = -1) -> np.ndarray:
+    """Geometric mean over ``axis`` (METHODS §12.7: of N_eff over the three tasks); NaN if
+    any value is missing or not positive."""
+    values = np.asarray(values, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.exp(np.mean(np.log(values), axis=axis))
+    bad = np.any(~np.isfinite(values) | (values <= 0), axis=axis)
+    return np.where(bad, np.nan, out)

@@ -1,14 +1,28 @@
 """Paper tables as pure functions of result Parquets (METHODS §17.1).
 
-Each builder takes the Parquet paths its table needs and returns a tidy DataFrame (the
-CSV) plus the rendered Markdown. Derived values are computed from unrounded numbers;
-rounding happens only when rendering (METHODS §17).
+Each builder takes its inputs by kind (``{"runs": [...], "summaries": [...]}``: the Parquets
+of one result type each) and returns a :class:`Table`: the tidy, unrounded frame (the CSV)
+and the rendered blocks, written as Markdown and as booktabs LaTeX from the same cells, so
+the two always print the same numbers. Derived values are computed from unrounded numbers;
+rounding happens only when rendering, to the paper's precision (METHODS §17).
+
+Input kinds (one file per model × seed × task unless noted):
+
+* ``runs``: ``models/<m>/s<seed>/train_log.parquet``; its metadata (run config, validation
+  loss, parameter count) gives display name, repository name, corpus and geometry.
+* ``geometry``: ``geometry/<m>/s<seed>/summary.parquet`` (Table 2).
+* ``eval``: ``eval/...`` clean accuracy and margin (Table 5).
+* ``summaries``: ``concentration/....parquet`` E, N_eff, top-head share per split (Table 6).
+* ``robustness``: ``concentration/....robustness.parquet`` decomposition, index null,
+  per-example-absolute N_eff (Table 3; /work/coord interface, METHODS §12.2–12.4).
+* ``lanes``, ``leakage``: the lane and leakage Parquets.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -20,23 +34,344 @@ from headgeom.io import read_parquet_metadata
 TASK_ORDER = ["sva", "quote", "plural"]
 TASK_TITLES = {"sva": "SVA", "quote": "Quote", "plural": "Plural"}
 
+Inputs = Mapping[str, Sequence[str]]
 
-def _concat(paths: Sequence[str]) -> pd.DataFrame:
+
+# ----------------------------------------------------------------------------- selection
+_FIGURE3_SLOTS = [
+    ["learned"],
+    ["write-rotated"],
+    ["read-common"],
+    ["all-common-axis"],
+    ["all-rotated"],
+    ["all-rotated-self"],
+]
+#: The models each paper table or figure shows (METHODS §12.1–12.2, §12.7, §13.1, §17), as
+#: slots of geometries in order of preference, on corpus S where the study names corpora.
+#: A study without mlp3456 (the demo) shows its write-common-axis in that slot.
+PAPER_SELECTIONS: dict[str, list[list[str]]] = {
+    "table3": [*_FIGURE3_SLOTS, ["mlp3456", "write-common-axis"]],
+    "figure3": _FIGURE3_SLOTS,
+    "figure4": [*_FIGURE3_SLOTS, ["write-routed-a"], ["write-routed-b"], ["write-routed-c"]],
+    "figure5": [
+        ["learned"],
+        ["mlp3456", "write-common-axis"],
+        ["all-rotated"],
+        ["all-rotated-self"],
+    ],
+}
+#: Figure 5 draws one checkpoint per model (the first configured seed).
+FIRST_SEED_ONLY = {"figure5"}
+
+
+def select_models(models: Mapping[str, Mapping], name: str) -> list[tuple[str, int]]:
+    """(model, seed) pairs of config ``models`` that paper table/figure ``name`` shows, in
+    slot order: per slot, every corpus-S model (every model when no model names a corpus)
+    of the first geometry of the slot that the study has."""
+    if name not in PAPER_SELECTIONS:
+        raise ValueError(f"no paper selection for {name!r}; known: {sorted(PAPER_SELECTIONS)}")
+    with_corpus = any("corpus" in spec for spec in models.values())
+    eligible = {
+        m: spec for m, spec in models.items() if not with_corpus or spec.get("corpus") == "S"
+    }
+    chosen = []
+    for slot in PAPER_SELECTIONS[name]:
+        for geometry in slot:
+            hits = [m for m, spec in eligible.items() if spec["geometry"] == geometry]
+            if hits:
+                for m in hits:
+                    seeds = eligible[m]["seeds"]
+                    seeds = seeds[:1] if name in FIRST_SEED_ONLY else seeds
+                    chosen += [(m, int(s)) for s in seeds]
+                break
+    return chosen
+
+
+# ----------------------------------------------------------------------------- rendering
+@dataclass
+class Block:
+    """One block of rows sharing the table's columns; ``title`` is printed above it."""
+
+    cells: pd.DataFrame  # strings; column names are the header titles
+    title: str | None = None
+
+
+@dataclass
+class Table:
+    """A rendered paper table: ``frame`` (tidy, unrounded: the CSV) and its text blocks.
+
+    ``groups`` optionally spans header titles: ``[("", 2), ("N_eff", 3), ("E", 3)]`` prints a
+    group row above the titles in LaTeX and prefixes the titles in Markdown."""
+
+    name: str
+    frame: pd.DataFrame
+    blocks: list[Block]
+    caption: str
+    groups: list[tuple[str, int]] | None = field(default=None)
+
+    def _titles(self) -> list[str]:
+        titles = list(self.blocks[0].cells.columns)
+        if not self.groups:
+            return titles
+        prefixes = [g for g, span in self.groups for _ in range(span)]
+        if len(prefixes) != len(titles):
+            raise ValueError(f"{self.name}: header groups span {len(prefixes)} of {len(titles)}")
+        return [f"{g} {t}" if g else t for g, t in zip(prefixes, titles, strict=True)]
+
+    def markdown(self) -> str:
+        parts = [f"{self.caption}\n"]
+        titles = self._titles()
+        for block in self.blocks:
+            if block.title:
+                parts.append(f"**{block.title}**\n")
+            shown = block.cells.set_axis(titles, axis=1)
+            parts.append(shown.to_markdown(index=False, disable_numparse=True) + "\n")
+        return "\n".join(parts)
+
+    def latex(self) -> str:
+        """booktabs tabular in a table float; block titles are full-width italic rows."""
+        titles = list(self.blocks[0].cells.columns)
+        n = len(titles)
+        # numbers right, text left: a column is numeric when any of its cells starts as one
+        rows = pd.concat([b.cells.set_axis(range(n), axis=1) for b in self.blocks])
+        align = "".join(
+            "r" if rows[i].astype(str).map(_looks_numeric).any() else "l" for i in range(n)
+        )
+        lines = [
+            r"\begin{table}[t]",
+            r"\centering",
+            rf"\caption{{{latex_escape(self.caption)}}}",
+            rf"\label{{tab:{self.name}}}",
+            rf"\begin{{tabular}}{{{align}}}",
+            r"\toprule",
+        ]
+        if self.groups:
+            cells, rules, col = [], [], 1
+            for group, span in self.groups:
+                if group and span > 1:
+                    cells.append(rf"\multicolumn{{{span}}}{{c}}{{{latex_escape(group)}}}")
+                else:
+                    cells += [latex_escape(group)] + [""] * (span - 1)
+                if group:
+                    rules.append(rf"\cmidrule(lr){{{col}-{col + span - 1}}}")
+                col += span
+            lines += [" & ".join(cells) + r" \\", " ".join(rules)]
+        lines.append(" & ".join(latex_escape(t) for t in titles) + r" \\")
+        for block in self.blocks:
+            lines.append(r"\midrule")
+            if block.title:
+                title = rf"\emph{{{latex_escape(block.title)}}}"
+                lines += [rf"\multicolumn{{{n}}}{{l}}{{{title}}} \\", r"\midrule"]
+            for row in block.cells.itertuples(index=False):
+                lines.append(" & ".join(latex_escape(str(v)) for v in row) + r" \\")
+        lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+        return "\n".join(lines) + "\n"
+
+
+def _looks_numeric(text: str) -> bool:
+    return bool(text) and (text[0].isdigit() or text[0] in "+-−.")
+
+
+#: Symbols and paper notation → LaTeX (math where the paper sets math). Longest first.
+LATEX_TOKENS = {
+    "N_layer|index": r"$N_{\mathrm{layer}\mid\mathrm{index}}$",
+    "E_x|d(x)|": r"$\mathbb{E}_x|d(x)|$",
+    "|E_x d(x)|": r"$|\mathbb{E}_x d(x)|$",
+    "N_index": r"$N_{\mathrm{index}}$",
+    "N_eff": r"$N_{\mathrm{eff}}$",
+    "ρ_self": r"$\rho_{\mathrm{self}}$",
+    "L/ρ": r"$L/\rho$",
+    "—": "---",
+    "–": "--",
+    "−": "$-$",
+    "×": r"$\times$",
+    "Δ": r"$\Delta$",
+    "Λ": r"$\Lambda$",
+    "ρ": r"$\rho$",
+    "≥": r"$\geq$",
+    "≤": r"$\leq$",
+    "·": r"$\cdot$",
+    "|": r"$|$",
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
+_TOKENS_BY_LENGTH = sorted(LATEX_TOKENS, key=len, reverse=True)
+
+
+#: Whole cells that are the paper's math symbols.
+LATEX_CELLS = {"E": "$E$", "L": "$L$", "X": "$X$"}
+
+
+def latex_escape(text: str) -> str:
+    """Escape ``text`` for LaTeX (pdflatex-safe: the paper's symbols become math)."""
+    if text in LATEX_CELLS:
+        return LATEX_CELLS[text]
+    out, i = [], 0
+    while i < len(text):
+        for token in _TOKENS_BY_LENGTH:
+            if text.startswith(token, i):
+                out.append(LATEX_TOKENS[token])
+                i += len(token)
+                break
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
+def _fmt(spec: str, missing: str = "—") -> Callable:
+    """Formatter for a possibly missing (None/NaN) value."""
+    return lambda v: missing if v is None or pd.isna(v) else spec.format(v)
+
+
+def fixed(value: float, decimals: int) -> str:
+    """``value`` to ``decimals`` places, without a sign on a value that rounds to zero."""
+    text = f"{value:.{decimals}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
+def format_p(p: float) -> str:
+    """A permutation p to two significant digits (0.0002, 0.03, 0.17), as the paper prints."""
+    return "—" if p is None or pd.isna(p) else f"{p:.2g}"
+
+
+def _cells(frame: pd.DataFrame, columns: dict[str, tuple[str, Callable]]) -> pd.DataFrame:
+    return pd.DataFrame(
+        {title: frame[col].map(fmt).to_numpy() for col, (title, fmt) in columns.items()}
+    )
+
+
+# ----------------------------------------------------------------------------- inputs
+def grouped_inputs(groups: list[list[str]]) -> dict[str, list[str]]:
+    """``[[kind, path, ...], ...]`` → ``{kind: [path, ...]}`` (a kind may repeat)."""
+    inputs: dict[str, list[str]] = {}
+    for kind, *paths in groups:
+        if not paths:
+            raise ValueError(f"--input {kind} names no files")
+        inputs.setdefault(kind, []).extend(paths)
+    return inputs
+
+
+def need_kind(inputs: Inputs, kind: str, table: str) -> list[str]:
+    paths = list(inputs.get(kind, []))
     if not paths:
-        raise ValueError("no input Parquets given")
-    return pd.concat([pq.read_table(p).to_pandas() for p in paths], ignore_index=True)
+        raise ValueError(
+            f"{table} needs input Parquets of kind {kind!r}; got kinds {sorted(inputs)}"
+        )
+    return paths
 
 
-def _model_order(frame: pd.DataFrame) -> pd.DataFrame:
-    """Keep the config order of models (first appearance), then seed."""
-    order = {m: i for i, m in enumerate(dict.fromkeys(frame["model"]))}
-    return frame.assign(_o=frame["model"].map(order)).sort_values(["_o", "seed"]).drop(columns="_o")
+def read_kind(paths: Sequence[str], columns: Sequence[str], what: str) -> pd.DataFrame:
+    """Concatenate Parquets, refusing any that lacks a column ``what`` needs."""
+    frames = []
+    for path in paths:
+        table = pq.read_table(path)
+        missing = [c for c in columns if c not in table.column_names]
+        if missing:
+            raise ValueError(
+                f"{path}: lacks columns {missing} needed by {what} (has {table.column_names})"
+            )
+        frames.append(table.to_pandas())
+    return pd.concat(frames, ignore_index=True)
 
 
 def _meta_json(meta: dict[str, str], key: str, path: str):
     if key not in meta:
         raise KeyError(f"{path}: Parquet metadata lacks {key!r}")
     return json.loads(meta[key])
+
+
+def read_runs(paths: Sequence[str]) -> pd.DataFrame:
+    """One row per (model, seed) from training logs' metadata, in input (config) order."""
+    rows = []
+    for path in paths:
+        meta = read_parquet_metadata(path)
+        cfg = _meta_json(meta, "config", path)
+        model = cfg["model"]
+        rows.append(
+            {
+                "model": cfg["model_name"],
+                "seed": int(cfg["seed"]),
+                "display_name": cfg.get("display_name", cfg["model_name"]),
+                "repository_name": cfg.get("repository_name"),
+                "corpus": cfg.get("corpus", "—"),
+                "geometry": model["geometry"],
+                "n_params": int(_meta_json(meta, "n_params", path)),
+                "val_loss": float(_meta_json(meta, "val_loss_nats", path)),
+            }
+        )
+    if not rows:
+        raise ValueError("no training logs given")
+    runs = pd.DataFrame(rows)
+    if runs.duplicated(["model", "seed"]).any():
+        raise ValueError("more than one training log for a (model, seed)")
+    runs["order"] = np.arange(len(runs))
+    # "learned (s42)" only where a display name has several seeds on one corpus (paper Table 6)
+    several = runs.groupby(["display_name", "corpus"])["seed"].transform("nunique") > 1
+    runs["label"] = np.where(
+        several, runs["display_name"] + " (s" + runs["seed"].astype(str) + ")", runs["display_name"]
+    )
+    # a label must name one run: models sharing a display name (on different corpora) get
+    # their config key where the table has no corpus column to tell them apart
+    clash = runs.duplicated("label", keep=False)
+    runs.loc[clash, "label"] = runs["label"] + " [" + runs["model"] + "]"
+    # Table 5 names the repository of every checkpoint where the config gives one
+    runs["label_repository"] = [
+        f"{name} ({repo})" if isinstance(repo, str) else label
+        for name, repo, label in zip(
+            runs["display_name"], runs["repository_name"], runs["label"], strict=True
+        )
+    ]
+    return runs
+
+
+def with_runs(frame: pd.DataFrame, runs: pd.DataFrame, what: str) -> pd.DataFrame:
+    """Attach run info (label, corpus, order) to result rows; every row needs its run."""
+    keys = frame[["model", "seed"]].drop_duplicates()
+    known = keys.merge(runs[["model", "seed"]], how="left", indicator=True)
+    orphans = known[known["_merge"] == "left_only"]
+    if len(orphans):
+        raise ValueError(
+            f"{what}: no training log given for {orphans[['model', 'seed']].values.tolist()}"
+        )
+    cols = ["model", "seed", "label", "label_repository", "display_name", "corpus", "order"]
+    return frame.merge(runs[cols], on=["model", "seed"], how="left", validate="many_to_one")
+
+
+def _split_rows(frame: pd.DataFrame, split: str, what: str) -> pd.DataFrame:
+    rows = frame[frame["split"] == split]
+    if rows.empty:
+        raise ValueError(
+            f"{what}: no rows of split {split!r} (splits: {sorted(set(frame['split']))})"
+        )
+    return rows
+
+
+def _tidy_order(tidy: pd.DataFrame) -> pd.DataFrame:
+    """CSV rows in run (config) order, tasks in paper order."""
+    rank = tidy["task"].map({t: i for i, t in enumerate(TASK_ORDER)})
+    return tidy.assign(_t=rank).sort_values(["order", "_t"]).drop(columns=["order", "_t"])
+
+
+def _wide(tidy: pd.DataFrame, values: list[str]) -> pd.DataFrame:
+    """(model, seed) rows in run order × (value, task) columns."""
+    if tidy.duplicated(["model", "seed", "task"]).any():
+        raise ValueError("more than one row for a (model, seed, task)")
+    index = ["order", "model", "seed", "label", "label_repository", "corpus"]
+    wide = tidy.pivot_table(index=index, columns="task", values=values, aggfunc="first")
+    return wide.sort_index(level="order")
+
+
+def _row_keys(wide: pd.DataFrame) -> pd.DataFrame:
+    return wide.index.to_frame(index=False).drop(columns="order")
 
 
 # ----------------------------------------------------------------------------- Table 2
@@ -51,40 +386,21 @@ TABLE2_GEOMETRY_COLUMNS = [
 ]
 
 
-def table2(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
+def table2(inputs: Inputs) -> Table:
     """Parameters, validation loss and Δ vs learned (paper Table 2), with the designed
-    weight-space geometry of each model.
+    weight-space geometry of each model (optional input kind ``geometry``).
 
-    ``paths`` holds training logs (``train_log.parquet``) and, optionally, geometry
-    summaries (metadata ``analysis`` = ``geometry_stats``); the two are told apart by that
-    metadata and joined on (model, seed). Δ = val loss − that of the ``learned`` model on
-    the same corpus (comparisons are only ever within a corpus, METHODS §0) with the same
-    seed when one exists, else the mean over that corpus's learned seeds; computed from
-    unrounded losses. Runs without a ``corpus`` key (the demo) share one corpus.
+    Δ = val loss − that of the ``learned`` model on the same corpus (comparisons are only
+    ever within a corpus, METHODS §0) with the same seed when one exists, else the mean over
+    that corpus's learned seeds; computed from unrounded losses. Runs without a ``corpus``
+    key (the demo) share one corpus.
     """
-    rows, geometry = [], []
-    for path in paths:
-        meta = read_parquet_metadata(path)
-        if meta.get("analysis") == "geometry_stats":
-            geometry.append(pq.read_table(path).to_pandas())
-            continue
-        cfg = _meta_json(meta, "config", path)
-        rows.append(
-            {
-                "model": cfg["model_name"],
-                "geometry": cfg["model"]["geometry"],
-                "seed": int(cfg["seed"]),
-                "corpus": cfg.get("corpus", "—"),
-                "n_params": int(_meta_json(meta, "n_params", path)),
-                "val_loss": float(_meta_json(meta, "val_loss_nats", path)),
-            }
-        )
-    if not rows:
-        raise ValueError("table2 needs at least one training log")
-    frame = _model_order(pd.DataFrame(rows))
+    runs = read_runs(need_kind(inputs, "runs", "table2"))
+    frame = runs[["model", "geometry", "seed", "corpus", "n_params", "val_loss"]].copy()
     frame["delta_vs_learned"] = frame["val_loss"] - _learned_reference(frame)
-    if geometry:
-        geo = pd.concat(geometry, ignore_index=True)[["model", "seed", *TABLE2_GEOMETRY_COLUMNS]]
+    if inputs.get("geometry"):
+        geo = read_kind(inputs["geometry"], ["model", "seed", *TABLE2_GEOMETRY_COLUMNS], "table2")
+        geo = geo[["model", "seed", *TABLE2_GEOMETRY_COLUMNS]]
         if geo.duplicated(["model", "seed"]).any():
             raise ValueError("table2: more than one geometry summary for a (model, seed)")
         frame = frame.merge(geo, on=["model", "seed"], how="left", validate="one_to_one")
@@ -93,9 +409,7 @@ def table2(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
 
     # NaN where Proposition 1 does not apply (no orthogonal write decomposition) or where
     # no geometry summary was given
-    fmt_prop1 = _fmt("{:.1e}", missing="n/a")
-
-    md = _render(
+    cells = _cells(
         frame,
         {
             "model": ("Model", str),
@@ -109,21 +423,15 @@ def table2(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
             "write_write_pk_other_index_mean": ("WW PK other index", _fmt("{:.2f}")),
             "own_best_fraction": ("Own-best (L ≥ 1)", _fmt("{:.2f}")),
             "rho_self_mean": ("ρ_self", _fmt("{:.3f}")),
-            "prop1_max_residual": ("Prop. 1 residual (C14)", fmt_prop1),
+            "prop1_max_residual": ("Prop. 1 residual (C14)", _fmt("{:.1e}", missing="n/a")),
         },
     )
-    return frame.reset_index(drop=True), md
-
-
-def _evaluation_by_task(
-    paths: Sequence[str], columns: list[str], values: list[str]
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Evaluation-split rows (tidy) and the same pivoted to (model, seed) × (value, task)."""
-    frame = _concat(paths)
-    frame = frame[frame["split"] == "evaluation"]
-    tidy = _model_order(frame[["model", "seed", "task", *columns]])
-    wide = tidy.pivot_table(index=["model", "seed"], columns="task", values=values, sort=False)
-    return tidy, wide
+    caption = (
+        "Table 2. Models: parameters, validation loss (nats, final checkpoint) and Δ vs the "
+        "learned model on the same corpus (from unrounded losses), with the weight-space "
+        "write geometry."
+    )
+    return Table("table2", frame.reset_index(drop=True), [Block(cells)], caption)
 
 
 def _learned_reference(frame: pd.DataFrame) -> pd.Series:
@@ -136,78 +444,213 @@ def _learned_reference(frame: pd.DataFrame) -> pd.Series:
     return ref.fillna(frame["corpus"].map(corpus_mean))
 
 
+def _task_columns(wide: pd.DataFrame, stat: str) -> list[str]:
+    return [t for t in TASK_ORDER if (stat, t) in wide.columns]
+
+
+# ----------------------------------------------------------------------------- Table 3
+#: Columns Table 3 reads from the robustness Parquets (coord interface §3).
+TABLE3_COLUMNS = [
+    "model",
+    "seed",
+    "task",
+    "split",
+    "N_eff",
+    "N_index",
+    "N_layer_given_index",
+    "index_meaningful",
+    "N_index_null_median",
+    "N_index_p_lower",
+    "n_permutations",
+    "N_eff_abs",
+]
+
+
+def decomposition_cell(n_eff: float, n_index: float, n_layer: float) -> str:
+    """'N_eff = N_index × N_layer|index', each factor rounded separately (paper Table 3)."""
+    if pd.isna(n_index) or pd.isna(n_layer):
+        return f"{n_eff:.1f}" if not pd.isna(n_eff) else "—"
+    return f"{n_eff:.1f} = {n_index:.1f} × {n_layer:.1f}"
+
+
+def table3(inputs: Inputs) -> Table:
+    """N_eff = N_index × N_layer|index per model and task, the index-level permutation null,
+    and N_eff from E_x|d(x)| (paper Table 3; METHODS §10.3–10.4, §12.2–12.3).
+
+    The decomposition and the null are shown only where the head index is comparable across
+    layers in the base architecture (``index_meaningful``); elsewhere the cell gives N_eff
+    alone."""
+    runs = read_runs(need_kind(inputs, "runs", "table3"))
+    frame = read_kind(need_kind(inputs, "robustness", "table3"), TABLE3_COLUMNS, "table3")
+    splits = sorted(set(frame["split"]))
+    if len(splits) != 1:
+        raise ValueError(f"table3: robustness rows come from several splits {splits}")
+    frame = frame[TABLE3_COLUMNS].copy()
+    meaningful = frame["index_meaningful"].astype(bool)
+    for col in ("N_index", "N_layer_given_index", "N_index_null_median", "N_index_p_lower"):
+        frame.loc[~meaningful, col] = np.nan
+    frame["N_eff_abs_ratio"] = frame["N_eff_abs"] / frame["N_eff"]
+    tidy = with_runs(frame, runs, "table3")
+    values = ["N_eff", "N_index", "N_layer_given_index", "N_index_null_median"]
+    values += ["N_index_p_lower", "N_eff_abs"]
+    wide = _wide(tidy, values)
+    keys = _row_keys(wide)
+    tasks = _task_columns(wide, "N_eff")
+
+    def block(render: Callable[[str], list[str]]) -> pd.DataFrame:
+        cells = pd.DataFrame({"Model": keys["label"]})
+        for task in tasks:
+            cells[TASK_TITLES[task]] = render(task)
+        return cells
+
+    decomposition = block(
+        lambda t: [
+            decomposition_cell(*v)
+            for v in zip(
+                wide[("N_eff", t)],
+                wide[("N_index", t)],
+                wide[("N_layer_given_index", t)],
+                strict=True,
+            )
+        ]
+    )
+    null = block(
+        lambda t: [
+            "—" if pd.isna(n) else f"{n:.1f} vs {m:.1f}, p = {format_p(p)}"
+            for n, m, p in zip(
+                wide[("N_index", t)],
+                wide[("N_index_null_median", t)],
+                wide[("N_index_p_lower", t)],
+                strict=True,
+            )
+        ]
+    )
+    absolute = block(lambda t: [_fmt("{:.1f}")(v) for v in wide[("N_eff_abs", t)]])
+    n_perm = sorted(set(frame.loc[meaningful, "n_permutations"].astype(int)))
+    caption = (
+        f"Table 3. Head-level N_eff decomposed into effective head indices and effective "
+        f"layers within an index, N_eff = N_index × N_layer|index ({splits[0]} split); each "
+        f"value rounded separately, so printed factors need not multiply to the printed "
+        f"N_eff. Middle: N_index against the median of its within-layer index-permutation "
+        f"null ({', '.join(map(str, n_perm)) or '—'} draws) with the lower one-sided p "
+        f"(uncorrected across models). Bottom: N_eff with p from E_x|d(x)| instead of "
+        f"|E_x d(x)|."
+    )
+    blocks = [
+        Block(decomposition, "N_eff = N_index × N_layer|index"),
+        Block(null, "N_index vs index-permutation null median (lower p)"),
+        Block(absolute, "N_eff from E_x|d(x)|"),
+    ]
+    return Table("table3", _tidy_order(tidy), blocks, caption)
+
+
 # ----------------------------------------------------------------------------- Table 5
-def table5(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
+def table5(inputs: Inputs) -> Table:
     """Clean accuracy (%) / mean logit margin on the evaluation split (paper Table 5)."""
-    tidy, wide = _evaluation_by_task(paths, ["n", "accuracy", "margin"], ["accuracy", "margin"])
-    out = wide.index.to_frame(index=False)
-    for task in TASK_ORDER:
-        if ("accuracy", task) in wide:
-            acc, margin = wide[("accuracy", task)], wide[("margin", task)]
-            out[TASK_TITLES[task]] = [
-                f"{100 * a:.1f} / {m:.2f}" for a, m in zip(acc, margin, strict=True)
-            ]
-    md = _render(out, {c: (c.capitalize() if c in ("model", "seed") else c, str) for c in out})
-    return tidy.reset_index(drop=True), md
+    runs = read_runs(need_kind(inputs, "runs", "table5"))
+    frame = read_kind(
+        need_kind(inputs, "eval", "table5"),
+        ["model", "seed", "task", "split", "n", "accuracy", "margin"],
+        "table5",
+    )
+    frame = _split_rows(frame, "evaluation", "table5")
+    tidy = with_runs(
+        frame[["model", "seed", "task", "split", "n", "accuracy", "margin"]], runs, "table5"
+    )
+    wide = _wide(tidy, ["accuracy", "margin"])
+    keys = _row_keys(wide)
+    cells = pd.DataFrame({"Model": keys["label_repository"], "Corpus": keys["corpus"]})
+    for task in _task_columns(wide, "accuracy"):
+        acc, margin = wide[("accuracy", task)], wide[("margin", task)]
+        cells[TASK_TITLES[task]] = [
+            f"{100 * a:.1f} / {fixed(m, 2)}" for a, m in zip(acc, margin, strict=True)
+        ]
+    n = sorted(set(tidy["n"].astype(int)))
+    caption = (
+        f"Table 5. Clean task performance: evaluation-split accuracy (%) / mean logit margin "
+        f"(correct − incorrect), {', '.join(map(str, n))} examples per task."
+    )
+    return Table("table5", _tidy_order(tidy), [Block(cells)], caption)
 
 
 # ----------------------------------------------------------------------------- Table 6
-def table6(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
-    """N_eff and E per task on the evaluation split (paper Table 6)."""
-    tidy, wide = _evaluation_by_task(paths, ["N_eff", "E", "top_head_share"], ["N_eff", "E"])
-    out = wide.index.to_frame(index=False)
-    for stat, fmt in (("N_eff", "{:.1f}"), ("E", "{:.2f}")):
-        for task in TASK_ORDER:
-            if (stat, task) in wide:
-                out[f"{stat} {TASK_TITLES[task]}"] = [fmt.format(v) for v in wide[(stat, task)]]
-    md = _render(out, {c: (c.capitalize() if c in ("model", "seed") else c, str) for c in out})
-    return tidy.reset_index(drop=True), md
+def table6(inputs: Inputs) -> Table:
+    """N_eff and E per task on the evaluation split (paper Table 6); rows grouped by corpus
+    (R first, as the paper) in config order. The top-head share is in the CSV."""
+    runs = read_runs(need_kind(inputs, "runs", "table6"))
+    cols = ["model", "seed", "task", "split", "N_eff", "E", "top_head_share"]
+    frame = _split_rows(
+        read_kind(need_kind(inputs, "summaries", "table6"), cols, "table6"), "evaluation", "table6"
+    )
+    tidy = with_runs(frame[cols], runs, "table6")
+    wide = _wide(tidy, ["N_eff", "E"])
+    corpus_rank = wide.index.get_level_values("corpus").map({"R": 0, "S": 1}).fillna(2)
+    wide = wide.iloc[np.lexsort((wide.index.get_level_values("order"), corpus_rank))]
+    keys = _row_keys(wide)
+    cells = pd.DataFrame({"Model": keys["label"], "Corpus": keys["corpus"]})
+    groups = [("", 2)]
+    for stat in ("N_eff", "E"):
+        tasks = _task_columns(wide, stat)
+        for task in tasks:
+            cells[f"{stat} {TASK_TITLES[task]}"] = [f"{v:.1f}" for v in wide[(stat, task)]]
+        groups.append((stat, len(tasks)))
+    # the group row carries the statistic; titles under it are the tasks
+    cells.columns = ["Model", "Corpus"] + [c.split(" ", 1)[1] for c in cells.columns[2:]]
+    caption = (
+        "Table 6. Effective number of heads N_eff and sum of absolute single-head effects E "
+        "(logit units) per task, evaluation split."
+    )
+    return Table(
+        "table6",
+        _tidy_order(tidy),
+        [Block(cells)],
+        caption,
+        groups,
+    )
 
 
 # ----------------------------------------------------------------------------- Lanes
-def lanes(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
+def lanes(inputs: Inputs) -> Table:
     """Lane score Λ with its permutation p, Bonferroni ×3 within each model (METHODS §10.5)."""
-    frame = _model_order(_concat(paths))
+    cols = ["model", "seed", "task", "split", "lambda_score", "chance", "p_value"]
+    frame = read_kind(need_kind(inputs, "lanes", "lanes"), [*cols, "n_permutations"], "lanes")
+    frame = frame.assign(
+        _o=frame["model"].map({m: i for i, m in enumerate(dict.fromkeys(frame["model"]))})
+    )
+    frame = frame.sort_values(["_o", "seed"], kind="stable").drop(columns="_o")
     n_tasks = frame.groupby(["model", "seed"])["task"].transform("nunique")
     frame["p_bonferroni"] = np.minimum(1.0, frame["p_value"] * n_tasks)
-    frame = frame[
-        [
-            "model",
-            "seed",
-            "task",
-            "split",
-            "lambda_score",
-            "chance",
-            "p_value",
-            "p_bonferroni",
-            "n_permutations",
-        ]
-    ]
-
-    fmt_lambda = _fmt("{:.3f}", missing="undefined")
+    frame = frame[[*cols, "p_bonferroni", "n_permutations"]]
     fmt_p = _fmt("{:.4f}")
-
-    md = _render(
+    cells = _cells(
         frame,
         {
             "model": ("Model", str),
             "seed": ("Seed", str),
             "task": ("Task", lambda t: TASK_TITLES.get(t, t)),
-            "lambda_score": ("Λ", fmt_lambda),
+            "lambda_score": ("Λ", _fmt("{:.3f}", missing="undefined")),
             "chance": ("Chance", lambda v: f"{v:.3f}"),
             "p_value": ("p", fmt_p),
             "p_bonferroni": ("p (Bonferroni ×3)", fmt_p),
         },
     )
-    return frame.reset_index(drop=True), md
+    split = ", ".join(sorted(set(frame["split"])))
+    caption = (
+        f"Lane score Λ ({split} split): fraction of cross-layer positive effect mass in "
+        f"same-index pairs, with the within-layer permutation p (upper) and its Bonferroni "
+        f"correction over each model's tasks."
+    )
+    return Table("lanes", frame.reset_index(drop=True), [Block(cells)], caption)
 
 
 # ----------------------------------------------------------------------------- Leakage
-def leakage(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
+def leakage(inputs: Inputs) -> Table:
     """Leakage summaries per model, seed and read type, pooled over tasks (METHODS §11.3):
     median L (fraction of perturbation energy), median L/ρ and Spearman(L, ρ) across
     source–reader pairs."""
-    frame = _concat(paths).dropna(subset=["leakage", "rho"])
+    cols = ["model", "seed", "read_type", "leakage", "rho", "leakage_over_rho"]
+    frame = read_kind(need_kind(inputs, "leakage", "leakage"), cols, "leakage")
+    frame = frame.dropna(subset=["leakage", "rho"])
     rows = []
     for (model, seed, read_type), group in frame.groupby(
         ["model", "seed", "read_type"], sort=False
@@ -223,8 +666,8 @@ def leakage(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
                 "spearman_leakage_rho": spearmanr(group["leakage"], group["rho"]).statistic,
             }
         )
-    out = _model_order(pd.DataFrame(rows))
-    md = _render(
+    out = pd.DataFrame(rows)
+    cells = _cells(
         out,
         {
             "model": ("Model", str),
@@ -236,21 +679,17 @@ def leakage(paths: Sequence[str]) -> tuple[pd.DataFrame, str]:
             "spearman_leakage_rho": ("Spearman(L, ρ)", lambda v: f"{v:.2f}"),
         },
     )
-    return out.reset_index(drop=True), md
+    caption = (
+        "Leakage L of real patch perturbations into later readers against the isotropic "
+        "expectation ρ, pooled over tasks: medians and rank correlation across "
+        "source–reader pairs."
+    )
+    return Table("leakage", out, [Block(cells)], caption)
 
 
-def _fmt(spec: str, missing: str = "—") -> Callable:
-    """Formatter for a possibly missing (None/NaN) value."""
-    return lambda v: missing if v is None or pd.isna(v) else spec.format(v)
-
-
-def _render(frame: pd.DataFrame, columns: dict[str, tuple[str, Callable]]) -> str:
-    shown = pd.DataFrame({title: frame[col].map(fmt) for col, (title, fmt) in columns.items()})
-    return shown.to_markdown(index=False, disable_numparse=True) + "\n"
-
-
-BUILDERS: dict[str, Callable[[Sequence[str]], tuple[pd.DataFrame, str]]] = {
+BUILDERS: dict[str, Callable[[Inputs], Table]] = {
     "table2": table2,
+    "table3": table3,
     "table5": table5,
     "table6": table6,
     "lanes": lanes,

@@ -28,9 +28,15 @@ def test_every_output_exists_parses_and_is_described(finished_run):
     models = [(m, s) for m, spec in cfg["models"].items() for s in spec["seeds"]]
     expected = [
         results / "tables" / f"{t}.{ext}"
-        for t in ("table2", "table5", "table6", "lanes", "leakage")
-        for ext in ("md", "csv")
+        for t in ("table2", "table3", "table5", "table6", "lanes", "leakage")
+        for ext in ("md", "csv", "tex", "sources.json")
     ]
+    expected += [
+        results / "figures" / f"figure{n}.{ext}"
+        for n in (1, 3, 4, 5, 7)
+        for ext in ("png", "svg", "csv", "sources.json")
+    ]
+    expected += [results / "concentration" / "compare" / f"{t}.paired.parquet" for t in TASKS]
     for m, s in models:
         expected += [
             results / "models" / m / f"s{s}" / f
@@ -38,6 +44,11 @@ def test_every_output_exists_parses_and_is_described(finished_run):
         ]
         for stage in ("eval", "patching", "concentration", "leakage", "lanes"):
             expected += [results / stage / m / f"s{s}" / f"{t}.parquet" for t in TASKS]
+        expected += [
+            results / "concentration" / m / f"s{s}" / f"{t}.{kind}.parquet"
+            for t in TASKS
+            for kind in ("heads", "robustness", "conditions", "logo")
+        ]
     missing = [str(p) for p in expected if not p.exists()]
     assert not missing, missing
     for parquet in results.rglob("*.parquet"):
@@ -50,7 +61,7 @@ def test_every_output_exists_parses_and_is_described(finished_run):
 def test_checkpoints_and_results_match_their_manifests(finished_run):
     work, cfg = finished_run
     results = work / "results" / cfg["study"]
-    corpus = json.loads((results / "corpus" / "manifest.json").read_text())
+    corpus = json.loads((results / "corpus" / "default" / "manifest.json").read_text())
     for manifest in (results / "models").rglob("manifest.json"):
         record = json.loads(manifest.read_text())
         checkpoint_sha = sha256_file(manifest.parent / "model.safetensors")
@@ -71,7 +82,8 @@ def test_patching_covers_every_head_and_example(finished_run):
     results = work / "results" / cfg["study"]
     effects = pq.read_table(results / "patching" / "learned" / "s1" / "sva.parquet").to_pandas()
     sizes = cfg["tasks"]["sva"]["splits"]
-    n_examples = sizes["discovery"] + sizes["validation"] + sizes["evaluation"]
+    assert set(effects["split"]) == set(cfg["patching"]["splits"])
+    n_examples = sum(sizes[split] for split in cfg["patching"]["splits"])
     assert len(effects) == n_examples * arch["n_layer"] * arch["n_head"]
     assert (effects["effect"] - (effects["clean_ld"] - effects["patched_ld"])).abs().max() < 1e-5
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from headgeom.checkpoint import save_checkpoint
-from headgeom.hashing import ManifestMismatchError, sha256_file
+from headgeom.hashing import ManifestMismatchError, content_hash, sha256_file
 from headgeom.io import read_parquet_metadata, write_json, write_parquet
 from headgeom.model import GPT, ModelConfig
 from headgeom.patching import (
@@ -405,6 +405,32 @@ def test_scripts_end_to_end(tmp_path, geometry):
     assert row["chance"] == 1 / N_HEAD and row["n_layers"] == N_LAYER
     if not np.isnan(row["lambda_score"]):
         assert 1 / 201 <= row["p_value"] <= 1
+
+
+def test_patch_heads_defaults_to_all_four_splits_and_names_the_manifest(tmp_path):
+    """Without --splits every split is patched (METHODS §10.1: all four, per example); the
+    file names the checkpoint and its manifest; both engines write the same effects."""
+    paths = make_fixture(tmp_path)
+    argv = ["--checkpoint", str(paths["checkpoint"]), "--manifest", str(paths["manifest"])]
+    argv += ["--task", str(paths["task"]), "--model-name", "learned", "--seed", "42"]
+    argv += ["--task-name", "sva", "--device", "cpu", "--max-rows", "5"]
+    script = load_script("patch_heads")
+    fast, plain = tmp_path / "fast.parquet", tmp_path / "plain.parquet"
+    assert script.main([*argv, "--out", str(fast)]) == 0
+    assert script.main([*argv, "--engine", "plain", "--out", str(plain)]) == 0
+    effects = pq.read_table(fast).to_pandas()
+    counts = effects.groupby("split", observed=True).size().to_dict()
+    assert counts == {s: k * N_LAYER * N_HEAD for s, k in SPLIT_SIZES.items()}
+    meta = read_parquet_metadata(fast)
+    assert json.loads(meta["splits"]) == list(SPLIT_SIZES)
+    record = json.loads(paths["manifest"].read_text())
+    assert meta["checkpoint_manifest_sha256"] == content_hash(record)
+    assert meta["manifest_content_hash"] == content_hash(record)
+    assert "prefix" in meta["engine_paths"] and json.loads(meta["max_rows"]) == 5
+    other = pq.read_table(plain).to_pandas()
+    assert read_parquet_metadata(plain)["engine_paths"].startswith("plain")
+    np.testing.assert_allclose(effects["effect"], other["effect"], rtol=0, atol=1e-5)
+    assert effects["effect"].abs().max() > 1e-2
 
 
 def test_direct_leakage_into_a_reader_equals_the_manual_projection(tmp_path):

@@ -2,17 +2,41 @@
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+import yaml
 
 from headgeom.io import write_parquet
-from headgeom.tables import lanes, leakage, table2, table5, table6
+from headgeom.tables import (
+    BUILDERS,
+    decomposition_cell,
+    fixed,
+    format_p,
+    latex_escape,
+    select_models,
+    table2,
+    table3,
+    table5,
+    table6,
+)
 from make_table import main as make_table_main
 
+REPO = Path(__file__).resolve().parents[2]
 
-def train_log(path, model, geometry, seed, n_params, val_loss):
-    cfg = {"model_name": model, "seed": seed, "model": {"geometry": geometry}}
+
+def train_log(path, model, geometry, seed, n_params=1000, val_loss=3.5, **cfg_extra):
+    cfg = {
+        "model_name": model,
+        "seed": seed,
+        "model": {"geometry": geometry, "n_layer": 2, "n_head": 2},
+        **cfg_extra,
+    }
     frame = pd.DataFrame({"step": [1], "loss": [1.0]})
     schema = pa.schema([("step", pa.int64()), ("loss", pa.float64())])
     meta = {"config": cfg, "n_params": n_params, "val_loss_nats": val_loss}
@@ -20,110 +44,362 @@ def train_log(path, model, geometry, seed, n_params, val_loss):
     return str(path)
 
 
+def write_rows(path, rows: list[dict]) -> str:
+    frame = pd.DataFrame(rows)
+    schema = pa.Schema.from_pandas(frame, preserve_index=False).remove_metadata()
+    write_parquet(path, frame, schema)
+    return str(path)
+
+
+def numbers(text: str) -> list[str]:
+    """Numeric tokens in reading order (model names like s42 included on both sides)."""
+    return re.findall(r"\d+(?:[.,]\d+)*(?:e[-+]?\d+)?", text)
+
+
+def md_rows(md: str) -> list[str]:
+    """Body rows of every Markdown block (each block repeats the header line first)."""
+    lines = md.splitlines()
+    header = {i - 1 for i, line in enumerate(lines) if line.startswith("|:")}
+    return [
+        line
+        for i, line in enumerate(lines)
+        if line.startswith("|") and not line.startswith("|:") and i not in header
+    ]
+
+
+def tex_rows(tex: str) -> list[str]:
+    """Body rows of the tabular: after the first midrule, without block-title rows."""
+    lines = tex.splitlines()
+    body = lines[lines.index(r"\midrule") :]
+    return [line for line in body if line.endswith("\\\\") and "multicolumn" not in line]
+
+
+# ----------------------------------------------------------------------------- Table 2
 def test_table2_delta_is_against_learned_of_the_same_seed(tmp_path):
-    paths = [
+    runs = [
         train_log(tmp_path / "a.parquet", "learned", "learned", 42, 1000, 3.50),
         train_log(tmp_path / "b.parquet", "learned", "learned", 43, 1000, 3.60),
         train_log(tmp_path / "c.parquet", "write-common-axis", "write-common-axis", 42, 900, 3.54),
         train_log(tmp_path / "d.parquet", "write-common-axis", "write-common-axis", 43, 900, 3.61),
     ]
-    frame, md = table2(paths)
-    delta = frame.set_index(["model", "seed"])["delta_vs_learned"]
+    table = table2({"runs": runs})
+    delta = table.frame.set_index(["model", "seed"])["delta_vs_learned"]
     assert delta[("learned", 42)] == 0.0
     assert delta[("write-common-axis", 42)] == pytest.approx(0.04)
     assert delta[("write-common-axis", 43)] == pytest.approx(0.01)
+    md = table.markdown()
     assert "+0.040" in md and "1,000" in md
 
 
-def summary(path, model, seed, task, split, **values):
-    frame = pd.DataFrame([{"model": model, "seed": seed, "task": task, "split": split, **values}])
-    fields = [
-        ("model", pa.string()),
-        ("seed", pa.int64()),
-        ("task", pa.string()),
-        ("split", pa.string()),
-    ] + [(k, pa.float64()) for k in values]
-    write_parquet(path, frame, pa.schema(fields))
-    return str(path)
-
-
-def test_table5_uses_the_evaluation_split_only(tmp_path):
-    paths = [
-        summary(tmp_path / f"{t}{s}.parquet", "learned", 42, t, s, n=8.0, accuracy=acc, margin=m)
-        for t, s, acc, m in [
-            ("sva", "evaluation", 0.875, 2.5),
-            ("sva", "discovery", 0.1, -1.0),
-            ("quote", "evaluation", 1.0, 4.25),
-            ("plural", "evaluation", 0.5, 0.125),
-        ]
+def test_table2_compares_within_a_corpus(tmp_path):
+    """learned-r and learned-s both have seed 42: each model is compared on its own corpus."""
+    runs = [
+        train_log(tmp_path / "a.parquet", "learned-r", "learned", 42, val_loss=3.604, corpus="R"),
+        train_log(tmp_path / "b.parquet", "learned-s", "learned", 42, val_loss=3.508, corpus="S"),
+        train_log(
+            tmp_path / "c.parquet",
+            "write-rotated-r",
+            "write-rotated",
+            42,
+            val_loss=3.654,
+            corpus="R",
+        ),
+        train_log(
+            tmp_path / "d.parquet", "all-rotated", "all-rotated", 42, val_loss=3.751, corpus="S"
+        ),
     ]
-    frame, md = table5(paths)
-    assert set(frame["task"]) == {"sva", "quote", "plural"}
-    assert "87.5 / 2.50" in md and "100.0 / 4.25" in md and "50.0 / 0.12" in md
+    table = table2({"runs": runs})
+    delta = table.frame.set_index("model")["delta_vs_learned"]
+    assert delta["write-rotated-r"] == pytest.approx(0.050)
+    assert delta["all-rotated"] == pytest.approx(0.243)
+    assert delta["learned-s"] == 0.0
+    assert table.frame.set_index("model")["corpus"].to_dict() == {
+        "learned-r": "R",
+        "learned-s": "S",
+        "write-rotated-r": "R",
+        "all-rotated": "S",
+    }
+    assert "Corpus" in table.markdown()
+
+
+# ----------------------------------------------------------------------------- Table 5
+def eval_rows(model, seed, task, split, acc, margin, n=8):
+    return {
+        "model": model,
+        "seed": seed,
+        "task": task,
+        "split": split,
+        "n": n,
+        "accuracy": acc,
+        "margin": margin,
+    }
+
+
+def test_table5_uses_the_evaluation_split_only_and_names_repositories(tmp_path):
+    runs = [
+        train_log(
+            tmp_path / "r.parquet",
+            "learned-r",
+            "learned",
+            42,
+            corpus="R",
+            display_name="learned",
+            repository_name="plain-learned42",
+        ),
+    ]
+    rows = [
+        eval_rows("learned-r", 42, "sva", "evaluation", 0.875, 2.5),
+        eval_rows("learned-r", 42, "sva", "discovery", 0.1, -1.0),
+        eval_rows("learned-r", 42, "quote", "evaluation", 1.0, 4.25),
+        eval_rows("learned-r", 42, "plural", "evaluation", 0.5, 0.125),
+    ]
+    paths = [write_rows(tmp_path / f"e{i}.parquet", [r]) for i, r in enumerate(rows)]
+    table = table5({"runs": runs, "eval": paths})
+    assert table.frame["task"].tolist() == ["sva", "quote", "plural"]  # paper order
+    md = table.markdown()
+    row = md_rows(md)[0]
+    # paper layout: Model (repository) | Corpus | SVA | Quote | Plural as "acc% / margin"
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells == ["learned (plain-learned42)", "R", "87.5 / 2.50", "100.0 / 4.25", "50.0 / 0.12"]
     assert "10.0" not in md
 
 
-def test_table6_pivots_n_eff_and_e(tmp_path):
-    paths = [
-        summary(
-            tmp_path / f"{t}.parquet",
-            "learned",
-            42,
-            t,
-            "evaluation",
-            N_eff=n,
-            E=e,
-            top_head_share=0.5,
-        )
-        for t, n, e in [("sva", 3.0, 1.5), ("quote", 7.25, 2.0), ("plural", 1.0, 0.5)]
+def test_table5_refuses_results_without_their_training_log(tmp_path):
+    runs = [train_log(tmp_path / "r.parquet", "learned", "learned", 1)]
+    path = write_rows(tmp_path / "e.parquet", [eval_rows("learned", 2, "sva", "evaluation", 1, 1)])
+    with pytest.raises(ValueError, match=r"no training log given for \[\['learned', 2\]\]"):
+        table5({"runs": runs, "eval": [path]})
+
+
+def test_table5_names_a_missing_column_and_file(tmp_path):
+    runs = [train_log(tmp_path / "r.parquet", "learned", "learned", 1)]
+    bad = eval_rows("learned", 1, "sva", "evaluation", 1.0, 1.0)
+    del bad["margin"]
+    path = write_rows(tmp_path / "e.parquet", [bad])
+    with pytest.raises(ValueError, match=r"e\.parquet: lacks columns \['margin'\]"):
+        table5({"runs": runs, "eval": [path]})
+    with pytest.raises(ValueError, match="needs input Parquets of kind 'eval'"):
+        table5({"runs": runs})
+
+
+# ----------------------------------------------------------------------------- Table 6
+def summary_rows(model, seed, task, split="evaluation", **values):
+    return {"model": model, "seed": seed, "task": task, "split": split, **values}
+
+
+@pytest.fixture
+def table6_inputs(tmp_path):
+    runs = [
+        train_log(
+            tmp_path / "s.parquet", "learned-s", "learned", 42, corpus="S", display_name="learned"
+        ),
+        train_log(
+            tmp_path / "r42.parquet", "learned-r", "learned", 42, corpus="R", display_name="learned"
+        ),
+        train_log(
+            tmp_path / "r43.parquet", "learned-r", "learned", 43, corpus="R", display_name="learned"
+        ),
     ]
-    _, md = table6(paths)
-    for text in ("3.0", "7.2", "1.50", "2.00", "0.50"):
-        assert text in md
+    values = {
+        ("learned-s", 42): [(10.44, 7.94), (12.0, 12.5), (9.2, 4.9)],
+        ("learned-r", 42): [(10.0, 12.66), (12.8, 11.4), (13.3, 5.1)],
+        ("learned-r", 43): [(12.7, 9.4), (16.94, 10.6), (6.0, 6.3)],
+    }
+    paths = []
+    for (model, seed), per_task in values.items():
+        for task, (n_eff, e) in zip(["sva", "quote", "plural"], per_task, strict=True):
+            rows = [
+                summary_rows(model, seed, task, N_eff=n_eff, E=e, top_head_share=0.25),
+                summary_rows(
+                    model, seed, task, "discovery", N_eff=99.0, E=99.0, top_head_share=0.9
+                ),
+            ]
+            paths.append(write_rows(tmp_path / f"{model}{seed}{task}.parquet", rows))
+    return {"runs": runs, "summaries": paths}
 
 
+def test_table6_matches_the_paper_layout(table6_inputs):
+    table = table6(table6_inputs)
+    lines = [r for r in table.markdown().splitlines() if r.startswith("|") and "---" not in r]
+    rows = [[c.strip() for c in r.strip("|").split("|")] for r in lines]
+    assert rows[0] == [
+        "Model",
+        "Corpus",
+        "N_eff SVA",
+        "N_eff Quote",
+        "N_eff Plural",
+        "E SVA",
+        "E Quote",
+        "E Plural",
+    ]
+    # corpus R first (seeds labelled because the display name has two), then S; 1 decimal
+    assert rows[1] == ["learned (s42)", "R", "10.0", "12.8", "13.3", "12.7", "11.4", "5.1"]
+    assert rows[2] == ["learned (s43)", "R", "12.7", "16.9", "6.0", "9.4", "10.6", "6.3"]
+    assert rows[3] == ["learned", "S", "10.4", "12.0", "9.2", "7.9", "12.5", "4.9"]
+    assert set(table.frame["split"]) == {"evaluation"}
+    assert "top_head_share" in table.frame
+
+
+# ----------------------------------------------------------------------------- Table 3
+def test_decomposition_cell_rounds_each_factor_separately():
+    # 5.57 × 1.87 = 10.4159: the printed factors multiply to 10.64, not the printed 10.4
+    assert decomposition_cell(5.57 * 1.87, 5.57, 1.87) == "10.4 = 5.6 × 1.9"
+    assert decomposition_cell(8.1, float("nan"), float("nan")) == "8.1"
+    assert format_p(1 / 5001) == "0.0002" and format_p(0.0312) == "0.031"
+    assert fixed(-0.001, 2) == "0.00" and fixed(-0.006, 2) == "-0.01"
+
+
+def robustness_row(model, seed, task, n_index, n_layer, meaningful=True, **extra):
+    row = {
+        "model": model,
+        "seed": seed,
+        "task": task,
+        "split": "evaluation",
+        "N_eff": n_index * n_layer,
+        "N_index": n_index,
+        "N_layer_given_index": n_layer,
+        "index_meaningful": meaningful,
+        "N_index_null_median": 5.0,
+        "N_index_p_lower": 0.0042,
+        "n_permutations": 5000,
+        "N_eff_abs": 2.5 * n_index * n_layer,
+        "N_eff_ci_low": n_index * n_layer - 0.5,
+        "N_eff_ci_high": n_index * n_layer + 0.25,
+        "ci_level": 0.95,
+        "n_bootstrap": 2000,
+    }
+    row.update(extra)
+    return row
+
+
+@pytest.fixture
+def table3_inputs(tmp_path):
+    runs = [
+        train_log(
+            tmp_path / "a.parquet", "learned-s", "learned", 42, corpus="S", display_name="learned"
+        ),
+        train_log(
+            tmp_path / "b.parquet",
+            "write-routed-a",
+            "write-routed-a",
+            42,
+            corpus="S",
+            display_name="write-routed A",
+        ),
+    ]
+    factors = {"sva": (5.57, 1.87), "quote": (2.04, 3.96), "plural": (4.9, 1.9)}
+    paths = []
+    for task, (n_index, n_layer) in factors.items():
+        paths.append(
+            write_rows(
+                tmp_path / f"l{task}.parquet",
+                [robustness_row("learned-s", 42, task, n_index, n_layer)],
+            )
+        )
+        paths.append(
+            write_rows(
+                tmp_path / f"r{task}.parquet",
+                [robustness_row("write-routed-a", 42, task, 4.0, 5.0, False)],
+            )
+        )
+    return {"runs": runs, "robustness": paths}
+
+
+def test_table3_blocks(table3_inputs):
+    table = table3(table3_inputs)
+    md = table.markdown()
+    assert [b.title for b in table.blocks] == [
+        "N_eff = N_index × N_layer|index",
+        "N_index vs index-permutation null median (lower p)",
+        "N_eff from E_x|d(x)|",
+    ]
+    first = table.blocks[0].cells.set_index("Model")
+    assert first.loc["learned", "SVA"] == "10.4 = 5.6 × 1.9"
+    assert first.loc["learned", "Quote"] == "8.1 = 2.0 × 4.0"
+    # the index is not comparable across layers in a routed model: N_eff alone
+    assert first.loc["write-routed A", "SVA"] == "20.0"
+    null = table.blocks[1].cells.set_index("Model")
+    assert null.loc["learned", "SVA"] == "5.6 vs 5.0, p = 0.0042"
+    assert null.loc["write-routed A", "SVA"] == "—"
+    absolute = table.blocks[2].cells.set_index("Model")
+    assert absolute.loc["learned", "SVA"] == f"{2.5 * 5.57 * 1.87:.1f}" == "26.0"
+    ratio = table.frame.set_index(["model", "task"])["N_eff_abs_ratio"]
+    assert ratio[("learned-s", "sva")] == pytest.approx(2.5)
+    assert "**N_eff from E_x|d(x)|**" in md
+    assert "5000 draws" in table.caption
+
+
+def test_table3_fails_clearly_without_the_robustness_columns(tmp_path, table3_inputs):
+    row = robustness_row("learned-s", 42, "sva", 2.0, 2.0)
+    del row["N_index_p_lower"]
+    path = write_rows(tmp_path / "old.parquet", [row])
+    with pytest.raises(ValueError, match=r"old\.parquet: lacks columns \['N_index_p_lower'\]"):
+        table3({"runs": table3_inputs["runs"], "robustness": [path]})
+
+
+# ----------------------------------------------------------------------------- LaTeX
+def test_latex_escapes_names_and_paper_symbols():
+    assert latex_escape("a_b & 50% #1 {x}") == r"a\_b \& 50\% \#1 \{x\}"
+    assert latex_escape("10.4 = 5.6 × 1.9") == r"10.4 = 5.6 $\times$ 1.9"
+    assert latex_escape("N_eff") == r"$N_{\mathrm{eff}}$"
+    assert latex_escape("Δ vs learned") == r"$\Delta$ vs learned"
+    assert latex_escape("—") == "---"
+    assert latex_escape("E_x|d(x)| vs |E_x d(x)|") == (
+        r"$\mathbb{E}_x|d(x)|$ vs $|\mathbb{E}_x d(x)|$"
+    )
+
+
+@pytest.mark.parametrize("name", ["table3", "table6"])
+def test_latex_prints_the_same_numbers_as_markdown_and_csv(name, table3_inputs, table6_inputs):
+    table = BUILDERS[name](table3_inputs if name == "table3" else table6_inputs)
+    tex = table.latex()
+    assert tex.count(r"\toprule") == tex.count(r"\bottomrule") == 1
+    assert r"\begin{tabular}" in tex and r"\end{table}" in tex
+    md, tx = md_rows(table.markdown()), tex_rows(tex)
+    assert len(md) == len(tx) > 0
+    for m, t in zip(md, tx, strict=True):
+        assert numbers(m) == numbers(t), (m, t)
+        assert m.count("|") - 1 == t.count("&") + 1 - t.count("$|$")  # same cells per row
+    # and both print the CSV's unrounded values at the paper's precision
+    frame = table.frame
+    printed = set(numbers(tex))
+    for value in frame["N_eff"]:
+        assert f"{value:.1f}" in printed
+
+
+def test_latex_group_header_spans_the_statistics(table6_inputs):
+    tex = table6(table6_inputs).latex()
+    assert r"\multicolumn{3}{c}{$N_{\mathrm{eff}}$} & \multicolumn{3}{c}{$E$}" in tex
+    assert r"\cmidrule(lr){3-5} \cmidrule(lr){6-8}" in tex
+    assert r"\begin{tabular}{llrrrrrr}" in tex
+
+
+# ----------------------------------------------------------------------------- lanes, leakage
 def test_lane_table_applies_bonferroni_within_model(tmp_path):
     paths = [
-        summary(
+        write_rows(
             tmp_path / f"{t}.parquet",
-            "learned",
-            42,
-            t,
-            "discovery",
-            lambda_score=lam,
-            chance=0.25,
-            p_value=p,
-            n_permutations=5000.0,
+            [
+                summary_rows(
+                    "learned",
+                    42,
+                    t,
+                    "discovery",
+                    lambda_score=lam,
+                    chance=0.25,
+                    p_value=p,
+                    n_permutations=5000,
+                )
+            ],
         )
         for t, lam, p in [("sva", 0.5, 0.0002), ("quote", 0.3, 0.4), ("plural", 0.2, 0.9)]
     ]
-    frame, _ = lanes(paths)
-    corrected = frame.set_index("task")["p_bonferroni"]
+    table = BUILDERS["lanes"]({"lanes": paths})
+    corrected = table.frame.set_index("task")["p_bonferroni"]
     assert corrected["sva"] == pytest.approx(0.0006)
     assert corrected["quote"] == 1.0  # 3 × 0.4 capped at 1
     assert corrected["plural"] == 1.0
-
-
-def test_make_table_writes_md_csv_and_sources(tmp_path):
-    paths = [train_log(tmp_path / "a.parquet", "learned", "learned", 1, 10, 2.0)]
-    out = tmp_path / "out"
-    make_table_main(
-        [
-            "--table",
-            "table2",
-            "--inputs",
-            *paths,
-            "--out-md",
-            str(out / "t.md"),
-            "--out-csv",
-            str(out / "t.csv"),
-            "--out-sources",
-            str(out / "t.json"),
-        ]
-    )
-    assert (out / "t.md").read_text().startswith("|")
-    assert pd.read_csv(out / "t.csv")["n_params"].tolist() == [10]
-    assert paths[0] in (out / "t.json").read_text()
+    assert r"$\Lambda$" in table.latex()
 
 
 def test_leakage_table_medians_and_spearman(tmp_path):
@@ -142,53 +418,78 @@ def test_leakage_table_medians_and_spearman(tmp_path):
         for x in ("Q", "V")
         for lk, r in [(0.2, 0.1), (0.4, 0.2), (0.9, 0.3)]
     ]
-    frame = pd.DataFrame(rows)
-    schema = pa.schema(
-        [
-            ("model", pa.string()),
-            ("seed", pa.int64()),
-            ("task", pa.string()),
-            ("read_type", pa.string()),
-            ("leakage", pa.float64()),
-            ("rho", pa.float64()),
-            ("leakage_over_rho", pa.float64()),
-        ]
-    )
-    write_parquet(tmp_path / "l.parquet", frame, schema)
-    out, md = leakage([str(tmp_path / "l.parquet")])
-    q = out.set_index("read_type").loc["Q"]
+    table = BUILDERS["leakage"]({"leakage": [write_rows(tmp_path / "l.parquet", rows)]})
+    q = table.frame.set_index("read_type").loc["Q"]
     assert q["median_leakage"] == pytest.approx(0.4)
     assert q["median_leakage_over_rho"] == pytest.approx(2.0)
     assert q["spearman_leakage_rho"] == pytest.approx(1.0)
-    assert "40.0%" in md
+    assert "40.0%" in table.markdown() and r"40.0\%" in table.latex()
 
 
-def test_table2_compares_within_a_corpus(tmp_path):
-    """learned-r and learned-s both have seed 42: each model is compared on its own corpus."""
-
-    def log(name, model, geometry, corpus, val_loss):
-        path = tmp_path / f"{name}.parquet"
-        cfg = {"model_name": model, "seed": 42, "corpus": corpus, "model": {"geometry": geometry}}
-        schema = pa.schema([("step", pa.int64())])
-        meta = {"config": cfg, "n_params": 1, "val_loss_nats": val_loss}
-        write_parquet(path, pd.DataFrame({"step": [1]}), schema, meta)
-        return str(path)
-
-    paths = [
-        log("a", "learned-r", "learned", "R", 3.604),
-        log("b", "learned-s", "learned", "S", 3.508),
-        log("c", "write-rotated-r", "write-rotated", "R", 3.654),
-        log("d", "all-rotated", "all-rotated", "S", 3.751),
+# ----------------------------------------------------------------------------- selections
+def test_paper_selections_on_the_paper_config():
+    models = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())["models"]
+    # METHODS §12.2: the 7 corpus-S models of Table 3
+    assert select_models(models, "table3") == [
+        ("learned-s", 42),
+        ("write-rotated-s", 42),
+        ("read-common", 42),
+        ("all-common-axis", 42),
+        ("all-rotated", 42),
+        ("all-rotated-self", 42),
+        ("mlp3456", 42),
     ]
-    frame, md = table2(paths)
-    delta = frame.set_index("model")["delta_vs_learned"]
-    assert delta["write-rotated-r"] == pytest.approx(0.050)
-    assert delta["all-rotated"] == pytest.approx(0.243)
-    assert delta["learned-s"] == 0.0
-    assert frame.set_index("model")["corpus"].to_dict() == {
-        "learned-r": "R",
-        "learned-s": "S",
-        "write-rotated-r": "R",
-        "all-rotated": "S",
+    assert [m for m, _ in select_models(models, "figure4")][6:] == [
+        "write-routed-a",
+        "write-routed-b",
+        "write-routed-c",
+    ]
+    assert len(select_models(models, "figure4")) == 9  # §12.7
+    assert select_models(models, "figure5") == [
+        ("learned-s", 42),
+        ("mlp3456", 42),
+        ("all-rotated", 42),
+        ("all-rotated-self", 42),
+    ]
+
+
+def test_paper_selections_without_corpora_use_stand_ins():
+    models = {
+        "learned": {"geometry": "learned", "seeds": [42, 43]},
+        "write-common-axis": {"geometry": "write-common-axis", "seeds": [42, 43]},
+        "all-rotated": {"geometry": "all-rotated", "seeds": [42]},
     }
-    assert "Corpus" in md
+    assert select_models(models, "table3") == [
+        ("learned", 42),
+        ("learned", 43),
+        ("all-rotated", 42),
+        ("write-common-axis", 42),
+        ("write-common-axis", 43),
+    ]
+    assert select_models(models, "figure5") == [
+        ("learned", 42),
+        ("write-common-axis", 42),
+        ("all-rotated", 42),
+    ]
+    with pytest.raises(ValueError, match="no paper selection"):
+        select_models(models, "table9")
+
+
+# ----------------------------------------------------------------------------- script
+def test_make_table_writes_md_csv_tex_and_sources(tmp_path, table3_inputs):
+    out = tmp_path / "out"
+    argv = ["--table", "table3"]
+    for kind, paths in table3_inputs.items():
+        argv += ["--input", kind, *paths]
+    argv += ["--out-md", str(out / "t.md"), "--out-csv", str(out / "t.csv")]
+    argv += ["--out-tex", str(out / "t.tex"), "--out-sources", str(out / "t.json")]
+    assert make_table_main(argv) == 0
+    assert "10.4 = 5.6 × 1.9" in (out / "t.md").read_text()
+    assert r"10.4 = 5.6 $\times$ 1.9" in (out / "t.tex").read_text()
+    csv = pd.read_csv(out / "t.csv")
+    assert np.allclose(
+        csv.set_index(["model", "task"]).loc[("learned-s", "sva"), "N_eff"], 5.57 * 1.87
+    )
+    sources = json.loads((out / "t.json").read_text())
+    assert set(sources["kinds"]) == {"runs", "robustness"}
+    assert set(sources["inputs"]) == {p for ps in table3_inputs.values() for p in ps}

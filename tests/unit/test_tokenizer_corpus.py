@@ -208,7 +208,8 @@ def test_tokenize_corpus_cli(tmp_path):
 
     manifest = json.loads(manifest_path.read_text())
     assert manifest["record_type"] == "corpus_manifest"
-    resolved = {**cfg, "compact_vocab": True}
+    resolved = {**cfg, "compact_vocab": True, "name": "default", "order": "stored"}
+    resolved |= {"sampling": "with_replacement", "batch_docs": 1024}
     assert manifest["config"] == resolved
     canonical = json.dumps(resolved, sort_keys=True, separators=(",", ":")).encode()
     assert manifest["config_hash"] == hashlib.sha256(canonical).hexdigest()
@@ -242,7 +243,7 @@ def test_tokenize_corpus_cli(tmp_path):
 def test_tokenize_corpus_rejects_other_sources(tmp_path):
     argv = ["--train", "a", "--val", "b", "--vocab", "c", "--manifest", "d", "--config-json"]
     fineweb = {"source": "fineweb-edu", "n_train_tokens": 10, "n_val_tokens": 10}
-    with pytest.raises(ValueError, match="only 'embedded'"):
+    with pytest.raises(ValueError, match="'fineweb-edu' is not one of"):
         tokenize_corpus.main([*argv, json.dumps(fineweb)])
     typo = {"source": "embedded", "n_train_tokens": 10, "n_val_tokens": 10, "seeed": 1}
     with pytest.raises(ValueError, match="seeed"):

@@ -2,19 +2,30 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import random
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from torch.nn import functional as F
 
 from headgeom.checkpoint import save_checkpoint
 from headgeom.training import (
+    Resume,
+    ResumeMismatchError,
     TrainConfig,
+    batch_at,
     build_model,
+    check_sampling,
+    checkpoint_name,
+    checkpoint_schedule,
     lr_at,
     parse_run_config,
+    read_once_batch,
+    read_resume_record,
     sample_batch,
     train,
     validation_loss,
@@ -249,3 +260,198 @@ def test_frozen_write_buffers_are_untouched_by_training():
         assert buffer.dtype == buffers[name].dtype
         assert buffer.numpy().tobytes() == buffers[name].numpy().tobytes(), name
     assert not torch.equal(model.blocks[0].attn.writer.b_O, before)  # learned b_O did train
+
+
+# --------------------------------------------------------------------------- data orders
+def test_read_once_batches_tile_the_corpus_in_order():
+    """METHODS §3.3: step s (1-based) reads tokens[(s−1)·B·T : s·B·T + 1]."""
+    B, steps = 3, 4
+    tokens = np.arange(steps * B * N_CTX + 1, dtype=np.uint16)  # exactly enough
+    inputs, targets = [], []
+    for s in range(1, steps + 1):
+        x, y = read_once_batch(tokens, s, B, N_CTX)
+        assert x.shape == y.shape == (B, N_CTX) and x.dtype == torch.int64
+        assert x[0, 0].item() == (s - 1) * B * N_CTX  # first input of step s
+        np.testing.assert_array_equal(y.numpy(), x.numpy() + 1)
+        inputs.append(x.flatten())
+        targets.append(y.flatten())
+    # every input token exactly once, in corpus order; the final token only as a target
+    np.testing.assert_array_equal(torch.cat(inputs).numpy(), np.arange(steps * B * N_CTX))
+    assert torch.cat(targets)[-1].item() == steps * B * N_CTX
+    with pytest.raises(ValueError, match="read-once step 5 needs tokens"):
+        read_once_batch(tokens, steps + 1, B, N_CTX)
+    x, _ = batch_at(tokens, 2, B, N_CTX, data_seed=1, sampling="read_once")
+    assert torch.equal(x, read_once_batch(tokens, 2, B, N_CTX)[0])  # the seed plays no part
+
+
+def test_check_sampling_names_what_the_corpus_lacks():
+    cfg = tcfg(steps=10, batch_size=2)
+    check_sampling("read_once", 10 * 2 * N_CTX + 1, cfg, N_CTX)
+    with pytest.raises(ValueError, match=r"has 320 tokens but read_once .* = 321"):
+        check_sampling("read_once", 320, cfg, N_CTX)
+    check_sampling("with_replacement", N_CTX + 1, cfg, N_CTX)
+    with pytest.raises(ValueError, match="with_replacement sampling needs one window"):
+        check_sampling("with_replacement", N_CTX, cfg, N_CTX)
+    with pytest.raises(ValueError, match="sampling 'shuffled' is not known"):
+        check_sampling("shuffled", 10_000, cfg, N_CTX)
+
+
+def test_checkpoint_schedule_is_clipped_to_the_run():
+    assert tcfg().checkpoint_steps == (0, 256, 1024, 4096, 16384)  # METHODS §7.3
+    assert checkpoint_schedule(tcfg(steps=1250)) == (0, 256, 1024)
+    assert checkpoint_schedule(tcfg(steps=30, checkpoint_steps=[30, 4, 0, 4])) == (0, 4)
+    assert checkpoint_schedule(tcfg(steps=65536)) == (0, 256, 1024, 4096, 16384)
+    assert checkpoint_name(256) == "step000256.safetensors"
+    for bad, message in (
+        ({"checkpoint_steps": [-1]}, "checkpoint_steps"),
+        ({"checkpoint_steps": "0,256"}, "checkpoint_steps"),
+        ({"resume_every": 0}, "resume_every=0"),
+        ({"compile": "yes"}, "compile='yes'"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            tcfg(**bad)
+
+
+# --------------------------------------------------------------------------- resume
+class _Stop(Exception):
+    pass
+
+
+def test_resume_after_an_interruption_is_bitwise_exact(tmp_path):
+    """Interrupt (an exception at a checkpoint step, past the last state write), build the
+    model afresh, continue from the state: same weights, buffers and log (except seconds)."""
+    run = parse_run_config(
+        run_config("all-common-axis", steps=14, eval_every=5, checkpoint_steps=[0, 4, 9])
+    )
+    cfg = dataclasses.replace(run.training, resume_every=3)
+    corpus = repetitive_corpus(800)
+    records = {}
+
+    def keep(step, model, val_loss):
+        records.setdefault(step, []).append(val_loss)
+        return {"val_loss": val_loss}
+
+    reference = build_model(run, n_vocab=8)
+    ref = train(
+        reference, corpus, corpus[:200], cfg, data_seed=1729, progress=False, on_checkpoint=keep
+    )
+    assert set(ref.checkpoints) == {0, 4, 9}
+
+    resume = Resume(tmp_path / "state.safetensors", {"config_hash": run.config_hash})
+
+    def stop_at_9(step, model, val_loss):
+        if step == 9:
+            raise _Stop
+        return keep(step, model, val_loss)
+
+    with pytest.raises(_Stop):
+        train(
+            build_model(run, n_vocab=8),
+            corpus,
+            corpus[:200],
+            cfg,
+            data_seed=1729,
+            progress=False,
+            resume=resume,
+            on_checkpoint=stop_at_9,
+        )
+    assert read_resume_record(resume.path)["step"] == 6  # written at 3 and 6
+    random.seed(99)  # the state restores the RNGs too
+    model = build_model(run, n_vocab=8)
+    result = train(
+        model,
+        corpus,
+        corpus[:200],
+        cfg,
+        data_seed=1729,
+        progress=False,
+        resume=resume,
+        on_checkpoint=keep,
+    )
+    assert result.resumed_from == 6
+    assert sorted(result.checkpoints) == [0, 4, 9]  # 0 and 4 restored from the state
+    for (name, a), (_, b) in zip(
+        reference.state_dict().items(), model.state_dict().items(), strict=True
+    ):
+        assert a.dtype == b.dtype and a.numpy().tobytes() == b.numpy().tobytes(), name
+    pd.testing.assert_frame_equal(
+        ref.log.drop(columns="seconds"), result.log.drop(columns="seconds"), check_exact=True
+    )
+    assert ref.checkpoints[9]["val_loss"] == result.checkpoints[9]["val_loss"]
+    assert (np.diff(result.log["seconds"]) >= 0).all()
+
+
+def test_a_state_of_another_run_is_refused_untouched(tmp_path):
+    run = parse_run_config(run_config(steps=4, warmup_steps=1, eval_every=2))
+    cfg = dataclasses.replace(run.training, resume_every=2)
+    corpus = repetitive_corpus(400)
+    resume = Resume(tmp_path / "state.safetensors", {"config_hash": "a" * 64})
+    train(
+        build_model(run, n_vocab=8),
+        corpus,
+        corpus[:100],
+        cfg,
+        data_seed=1729,
+        progress=False,
+        resume=resume,
+    )
+    before = resume.path.read_bytes()
+    other = Resume(resume.path, {"config_hash": "b" * 64})
+    model = build_model(run, n_vocab=8)
+    init = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(
+        ResumeMismatchError, match=f"config_hash: state has '{'a' * 64}', this run has '{'b' * 64}'"
+    ):
+        train(model, corpus, corpus[:100], cfg, data_seed=1729, progress=False, resume=other)
+    assert resume.path.read_bytes() == before
+    assert all(torch.equal(init[k], v) for k, v in model.state_dict().items())
+
+
+# --------------------------------------------------------------------------- frozen maps
+def test_frozen_maps_are_cast_once_and_follow_their_buffers():
+    """The activation-dtype copy of a frozen map is reused across steps, and a new buffer
+    value (load_state_dict), dtype or module copy gets a fresh one."""
+    run = parse_run_config(run_config("all-rotated-self", steps=4, warmup_steps=1))
+    model = build_model(run, n_vocab=8)
+    writer, reader = model.blocks[1].attn.writer, model.blocks[1].attn.reader
+    ids = torch.arange(8).view(1, 8)
+    with torch.no_grad():
+        before = model(ids)
+        cached = writer.__dict__["_cast_cache"][1]
+        assert model(ids).equal(before) and writer.__dict__["_cast_cache"][1] is cached
+    expected = (writer.scale * writer.basis).float()
+    assert cached.dtype == torch.float32 and torch.equal(cached, expected)
+    # a different basis through load_state_dict changes the output: no stale copy
+    state = model.state_dict()
+    swapped = {**state, "blocks.1.attn.writer.basis": state["blocks.0.attn.writer.basis"]}
+    swapped["blocks.1.attn.reader.basis"] = state["blocks.0.attn.reader.basis"]
+    model.load_state_dict(swapped)
+    with torch.no_grad():
+        after = model(ids)
+    assert not after.equal(before)
+    assert torch.equal(writer.__dict__["_cast_cache"][1], (writer.scale * writer.basis).float())
+    assert torch.equal(reader.__dict__["_cast_cache"][1], reader.basis.float())
+    reference = build_model(run, n_vocab=8)  # no cache yet: computes from the buffers
+    reference.load_state_dict(swapped)
+    with torch.no_grad():
+        assert reference(ids).equal(after)
+        assert model.double()(ids).dtype == torch.float64  # a dtype change re-casts
+    assert writer.__dict__["_cast_cache"][1].dtype == torch.float64
+
+
+def test_bf16_autocast_forward_casts_frozen_maps_to_bf16_once():
+    """The GPU path's autocast, exercised on CPU: frozen maps are cached in bf16, the model
+    runs and its loss stays close to the fp32 one."""
+    run = parse_run_config(run_config("all-rotated", steps=4, warmup_steps=1))
+    model = build_model(run, n_vocab=8)
+    ids = torch.arange(16).remainder(8).view(2, 8)
+    with torch.no_grad():
+        exact = F.cross_entropy(model(ids).flatten(0, 1), ids.roll(-1, 1).flatten())
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = model(ids)
+    assert logits.dtype == torch.bfloat16
+    block = model.blocks[1].attn
+    assert block.reader.__dict__["_cast_cache"][1].dtype == torch.bfloat16
+    assert block.writer.__dict__["_cast_cache"][1].dtype == torch.bfloat16
+    approx = F.cross_entropy(logits.float().flatten(0, 1), ids.roll(-1, 1).flatten())
+    assert approx.item() == pytest.approx(exact.item(), rel=2e-2)

@@ -385,7 +385,8 @@ def test_table2_gains_the_geometry_columns(tmp_path):
         meta = {"config": cfg, "n_params": 1000, "val_loss_nats": loss}
         write_parquet(log, pd.DataFrame({"step": [1]}), pa.schema([("step", pa.int64())]), meta)
         logs.append(str(log))
-    frame, md = table2(logs + summaries)
+    table = table2({"runs": logs, "geometry": summaries})
+    frame, md = table.frame, table.markdown()
     rows = frame.set_index("model")
     assert rows.loc["write-common-axis", "write_write_pk_same_index_mean"] == pytest.approx(8)
     assert rows.loc["write-common-axis", "write_write_pk_other_index_mean"] == pytest.approx(0)

@@ -9,9 +9,11 @@ rule evaluate_clean:
         f"{RESULTS}/logs/evaluate_clean/{{model}}-s{{seed}}-{{task}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/evaluate_clean/{{model}}-s{{seed}}-{{task}}.tsv"
+    threads: cpus("evaluate_clean")
     resources:
         mem_mb=resource("evaluate_clean", "mem_mb", 2000),
         runtime=resource("evaluate_clean", "runtime", 10),
+        **placement("evaluate_clean"),
     conda:
         "../../envs/headgeom.yaml"
     shell:

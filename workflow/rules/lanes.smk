@@ -11,9 +11,11 @@ rule lanes:
         split=config["lanes"]["split"],
         n_permutations=config["lanes"]["n_permutations"],
         seed=config["lanes"]["seed"],
+    threads: cpus("lanes")
     resources:
         mem_mb=resource("lanes", "mem_mb", 1000),
         runtime=resource("lanes", "runtime", 10),
+        **placement("lanes"),
     conda:
         "../../envs/headgeom.yaml"
     shell:

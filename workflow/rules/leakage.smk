@@ -12,9 +12,11 @@ rule leakage:
         f"{RESULTS}/benchmarks/leakage/{{model}}-s{{seed}}-{{task}}.tsv"
     params:
         split=config["leakage"]["split"],
+    threads: cpus("leakage")
     resources:
         mem_mb=resource("leakage", "mem_mb", 4000),
         runtime=resource("leakage", "runtime", 60),
+        **placement("leakage"),
     conda:
         "../../envs/headgeom.yaml"
     shell:

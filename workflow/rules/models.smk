@@ -14,9 +14,11 @@ rule param_counts:
     params:
         runs=param_count_runs_json,
         vocab=vocab_arg,
+    threads: cpus("param_counts")
     resources:
         mem_mb=resource("param_counts", "mem_mb", 4000),
         runtime=resource("param_counts", "runtime", 10),
+        **placement("param_counts"),
     conda:
         "../../envs/headgeom.yaml"
     shell:

@@ -7,9 +7,11 @@ rule make_tasks:
         f"{RESULTS}/benchmarks/make_tasks/{{task}}.tsv"
     params:
         cfg=task_config_json,
+    threads: cpus("make_tasks")
     resources:
         mem_mb=resource("make_tasks", "mem_mb", 1000),
         runtime=resource("make_tasks", "runtime", 10),
+        **placement("make_tasks"),
     conda:
         "../../envs/headgeom.yaml"
     shell:

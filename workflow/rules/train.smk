@@ -1,3 +1,7 @@
+# Training (METHODS §7). Besides the final checkpoint and log, the train rule writes the
+# intermediate checkpoints of training.checkpoint_steps (each with its manifest) and keeps a
+# resumable state in s<seed>/resume/ (not an output: a restarted job continues from it to
+# the same bytes; train.py deletes it when done).
 rule train:
     input:
         train=CORPUS["train"],
@@ -7,24 +11,28 @@ rule train:
     output:
         checkpoint=f"{RESULTS}/models/{{model}}/s{{seed}}/model.safetensors",
         log=f"{RESULTS}/models/{{model}}/s{{seed}}/train_log.parquet",
+        intermediate=intermediate_checkpoints(),
     log:
         f"{RESULTS}/logs/train/{{model}}-s{{seed}}.log",
     benchmark:
         f"{RESULTS}/benchmarks/train/{{model}}-s{{seed}}.tsv"
     params:
         cfg=train_config_json,
-    threads: resource("train", "threads", 1)
+        checkpoint_dir=checkpoint_dir,
+        resume_dir=resume_dir,
+    threads: cpus("train")
     resources:
         mem_mb=resource("train", "mem_mb", 4000),
         runtime=resource("train", "runtime", 120),
-        gpu=resource("train", "gpu", 0),
+        **placement("train"),
     conda:
         "../../envs/headgeom.yaml"
     shell:
         "python src/train.py --config-json {params.cfg:q} --threads {threads} "
         "--train-tokens {input.train} --val-tokens {input.val} --vocab {input.vocab} "
         "--corpus-manifest {input.corpus_manifest} "
-        "--checkpoint {output.checkpoint} --log {output.log} 2> {log}"
+        "--checkpoint {output.checkpoint} --log {output.log} "
+        "--checkpoint-dir {params.checkpoint_dir} --resume-dir {params.resume_dir} 2> {log}"
 
 
 rule hash_checkpoint:
@@ -40,9 +48,11 @@ rule hash_checkpoint:
         f"{RESULTS}/benchmarks/hash_checkpoint/{{model}}-s{{seed}}.tsv"
     params:
         cfg=train_config_json,
+    threads: cpus("hash_checkpoint")
     resources:
         mem_mb=resource("hash_checkpoint", "mem_mb", 1000),
         runtime=resource("hash_checkpoint", "runtime", 10),
+        **placement("hash_checkpoint"),
     conda:
         "../../envs/headgeom.yaml"
     shell:

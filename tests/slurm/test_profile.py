@@ -1,0 +1,118 @@
+"""The Slurm profile and what sbatch is asked for, without a cluster (default test run).
+
+The paper study's jobs are planned under `--profile slurm --cores 1` (a dry run: the
+resources Snakemake hands to the executor), and the Slurm plugin's own sbatch builder turns
+them into flags; the flags must be config/paper.yaml's values, not `--cores 1`'s.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from tests.e2e.conftest import REPO
+
+submit_string = pytest.importorskip(
+    "snakemake_executor_plugin_slurm.submit_string",
+    reason="snakemake-executor-plugin-slurm is not installed",
+)
+from snakemake_executor_plugin_slurm.utils import set_gres_string  # noqa: E402
+
+PROFILE = yaml.safe_load((REPO / "slurm" / "config.yaml").read_text())
+PAPER = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+# one lanes output needs a job of every rule tested below (corpus → train → patching → lanes)
+LANES_TARGET = "results/paper/lanes/learned-r/s42/sva.parquet"
+
+
+def test_profile_settings():
+    assert PROFILE["executor"] == "slurm"
+    assert PROFILE["slurm-status-command"] == "squeue"
+    assert PROFILE["rerun-incomplete"] is True
+    assert PROFILE["retries"] >= 1
+    # editing a script mid-study must not rerun finished jobs (snakemake #3234)
+    assert "code" not in PROFILE["rerun-triggers"]
+    assert {"mtime", "params", "input"} <= set(PROFILE["rerun-triggers"])
+    assert PROFILE["slurm-keep-successful-logs"] is True
+    assert PROFILE["latency-wait"] >= 30
+
+
+class Resources(dict):
+    """What the plugin reads: `resources.get(key)` and `resources.key`."""
+
+    __getattr__ = dict.__getitem__
+
+
+def parse_value(text: str):
+    return int(text) if re.fullmatch(r"-?\d+", text) else text
+
+
+@pytest.fixture(scope="module")
+def planned_resources() -> dict[str, Resources]:
+    """Resources of the first planned job of each rule, as a dry run of the paper study
+    under the Slurm profile and --cores 1 reports them."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "--profile",
+            "slurm",
+            "--cores",
+            "1",
+            "--configfile=config/paper.yaml",
+            "--forceall",
+            LANES_TARGET,
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found: dict[str, Resources] = {}
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", proc.stdout):
+        head = re.match(r"(?:local)?rule (\w+):", block)
+        res = re.search(r"^\s+resources: (.*)$", block, re.M)
+        if head and res and head.group(1) not in found:
+            pairs = (item.split("=", 1) for item in res.group(1).split(", "))
+            found[head.group(1)] = Resources({k: parse_value(v) for k, v in pairs})
+    return found
+
+
+def sbatch_flags(resources: Resources) -> str:
+    job = SimpleNamespace(resources=resources, threads=1, name="x")
+    params = {
+        "run_uuid": "u",
+        "slurm_logfile": "l",
+        "comment_str": "c",
+        "account": "",
+        "partition": "",
+        "workdir": "",
+    }
+    return submit_string.get_submit_command(job, params) + set_gres_string(job)
+
+
+@pytest.mark.parametrize("rule", ["train", "patch_heads", "tokenize_corpus", "lanes"])
+def test_sbatch_asks_for_what_paper_config_says(planned_resources, rule):
+    cfg = {**PAPER["resources"]["default"], **PAPER["resources"].get(rule, {})}
+    flags = sbatch_flags(planned_resources[rule])
+    assert f" --mem {cfg['mem_mb']}" in flags
+    assert f" -t {cfg['runtime']}" in flags
+    if cfg.get("gpu"):
+        assert f"--gpus={cfg['gpu']}" in flags
+        assert f"--cpus-per-gpu={cfg['cpus_per_gpu']}" in flags
+        assert "--cpus-per-task" not in flags
+    else:
+        assert "--gpus" not in flags
+        assert f"--cpus-per-task={cfg.get('cpus_per_task', 1)}" in flags
+
+
+def test_paper_training_asks_for_a_gpu():
+    train = PAPER["resources"]["train"]
+    assert train["gpu"] >= 1 and train["cpus_per_gpu"] > 1

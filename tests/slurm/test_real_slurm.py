@@ -1,0 +1,195 @@
+"""The micro study through a real Slurm (slurmctld + slurmd on localhost) with --profile slurm.
+
+Run with `python -m pytest -m slurm tests/slurm -x` (root; installs Debian's slurm-wlm and
+munge when missing). It runs the micro study twice, once locally with `--cores 2` and once
+through sbatch from a submit host limited to `--cores 1`, and asserts that
+
+* every job of the DAG except the local target rule went through sbatch (a Slurm job id per
+  job in snakemake's log, a Slurm log file per id, the job COMPLETED in slurmctld);
+* each job got exactly what config asked for, not what `--cores 1` would allow (train:
+  2 CPUs, 1500 MB, 20 min; the rest: 1 CPU, 500 MB, 10 min; all in the local partition);
+* every output has the same SHA-256 as the local run's: checkpoints (final and intermediate),
+  tables, figures and the corpus manifest byte for byte, Parquets over their rows and schema
+  (their provenance metadata names the run's training log, whose wall-clock column differs),
+  checkpoint manifests over their identity fields.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import re
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from tests.e2e.conftest import REPO, make_workdir, planned_jobs, snakemake
+from tests.slurm.cluster import ClusterError, LocalSlurm, ensure_installed
+
+pytestmark = pytest.mark.slurm
+
+TRAIN = {"gpu": 0, "cpus_per_task": 2, "threads": 1, "mem_mb": 1500, "runtime": 20}
+DEFAULT = {"mem_mb": 500, "runtime": 10}
+# What is compared, and how. The training log holds wall-clock seconds, so its bytes, the
+# checkpoint manifests that hash it and every Parquet's provenance metadata that names those
+# manifests legitimately differ between two runs; the science must not.
+NOT_COMPARED = ("logs/", "benchmarks/", "train_log.parquet", ".sources.json")
+MANIFEST_KEYS = (
+    "checkpoint_file_sha256",
+    "config_hash",
+    "data",
+    "step",
+    "tokens_seen",
+    "val_loss_nats",
+    "corpus_manifest_sha256",
+)
+
+
+def slurm_config(micro: dict, partition: str) -> dict:
+    """The micro study with cluster resources: the partition of the local cluster, no GPU
+    (none here), and a train request larger than the submit host's --cores 1."""
+    cfg = copy.deepcopy(micro)
+    cfg["resources"] = {
+        "default": {**DEFAULT, "slurm_partition": partition},
+        "train": TRAIN,
+    }
+    return cfg
+
+
+def content_hash(path: Path) -> str:
+    """SHA-256 of what a file says: a Parquet's rows and schema (not its provenance
+    metadata), a checkpoint manifest's identity fields, any other file's bytes."""
+    if path.suffix == ".parquet":
+        table = pq.read_table(path).replace_schema_metadata(None).combine_chunks()
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        return hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()
+    if path.name.endswith("manifest.json") and "models" in path.parts:
+        record = json.loads(path.read_text())
+        return hashlib.sha256(
+            json.dumps({k: record.get(k) for k in MANIFEST_KEYS}, sort_keys=True).encode()
+        ).hexdigest()
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def output_hashes(workdir: Path, study: str) -> dict[str, str]:
+    root = workdir / "results" / study
+    hashes = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_file() and not any(part in rel for part in NOT_COMPARED):
+            hashes[rel] = content_hash(path)
+    return hashes
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if os.name != "posix" or os.geteuid() != 0:
+        pytest.skip(
+            "needs root: installs slurm-wlm/munge with apt-get and starts slurmctld, "
+            "slurmd and munged on localhost"
+        )
+    try:
+        ensure_installed()
+        slurm = LocalSlurm(tmp_path_factory.mktemp("slurm-state")).start()
+    except ClusterError as err:
+        pytest.fail(f"local Slurm could not be set up: {err}")
+    try:
+        yield slurm
+    finally:
+        slurm.stop()
+
+
+@pytest.fixture(scope="module")
+def runs(cluster, tmp_path_factory):
+    micro = yaml.safe_load((REPO / "tests" / "e2e" / "micro.yaml").read_text())
+    cfg = slurm_config(micro, cluster.partition)
+    local = make_workdir(tmp_path_factory.mktemp("local") / "w", cfg)
+    remote = make_workdir(tmp_path_factory.mktemp("remote") / "w", cfg)
+    (remote / "slurm").symlink_to(REPO / "slurm")  # --profile slurm looks in the cwd
+    planned = planned_jobs(snakemake(remote, "-n", "--cores", "1"))
+    timings = {}
+    start = time.monotonic()
+    snakemake(local, "--cores", "2")
+    timings["local"] = time.monotonic() - start
+    start = time.monotonic()
+    proc = snakemake(
+        remote,
+        "--profile",
+        "slurm",
+        "--cores",
+        "1",
+        # a test cluster answers at once; the plugin's default first wait is 40 s
+        "--slurm-init-seconds-before-status-checks",
+        "2",
+    )
+    timings["slurm"] = time.monotonic() - start
+    print(f"micro study: local --cores 2 {timings['local']:.0f} s, Slurm {timings['slurm']:.0f} s")
+    return {"cfg": cfg, "local": local, "remote": remote, "proc": proc, "planned": planned}
+
+
+def submitted(runs) -> dict[str, str]:
+    """Slurm job id of every submitted job, keyed by its Slurm log (rule/wildcards)."""
+    text = runs["proc"].stdout + runs["proc"].stderr
+    found = re.findall(r"has been submitted with SLURM jobid (\d+) \(log: (\S+)\)\.", text)
+    return {log: job_id for job_id, log in found}
+
+
+def test_every_job_went_through_sbatch(runs, cluster):
+    jobs = submitted(runs)
+    expected = sum(n for rule, n in runs["planned"].items() if rule != "all")
+    assert expected > 20, runs["planned"]
+    assert len(jobs) == expected, (
+        f"{len(jobs)} Slurm submissions for {expected} planned jobs {runs['planned']}"
+    )
+    assert len(set(jobs.values())) == len(jobs), "a Slurm job id was reused"
+    logdir = runs["remote"] / ".snakemake" / "slurm_logs"
+    for log, job_id in jobs.items():
+        path = Path(log)
+        assert path.is_relative_to(logdir) and path.name == f"{job_id}.log", log
+        assert path.exists(), f"Slurm log {log} of job {job_id} missing"
+        assert cluster.job(job_id)["JobState"] == "COMPLETED", job_id
+    rules = {Path(log).relative_to(logdir).parts[0].removeprefix("rule_") for log in jobs}
+    assert rules == set(runs["planned"]) - {"all"}
+
+
+def test_jobs_got_what_config_asked_for(runs, cluster):
+    """--cores 1 on the submit host must not shrink a request (snakemake #2447)."""
+    logdir = runs["remote"] / ".snakemake" / "slurm_logs"
+    seen = set()
+    for log, job_id in submitted(runs).items():
+        rule = Path(log).relative_to(logdir).parts[0].removeprefix("rule_")
+        want = TRAIN if rule == "train" else {**DEFAULT, "cpus_per_task": 1}
+        job = cluster.job(job_id)
+        got = {
+            "cpus": int(job["NumCPUs"]),
+            "mem": job["MinMemoryNode"],
+            "time": job["TimeLimit"],
+            "partition": job["Partition"],
+        }
+        assert got == {
+            "cpus": want["cpus_per_task"],
+            "mem": f"{want['mem_mb']}M",
+            "time": f"00:{want['runtime']:02d}:00",
+            "partition": cluster.partition,
+        }, (rule, job_id)
+        seen.add(rule)
+    assert "train" in seen
+
+
+def test_outputs_equal_the_local_run(runs):
+    study = runs["cfg"]["study"]
+    local = output_hashes(runs["local"], study)
+    remote = output_hashes(runs["remote"], study)
+    for kind in ("model.safetensors", "manifest.json", "tasks/", "patching/", "tables/"):
+        assert any(kind in p for p in local), f"no {kind} output to compare"
+    assert set(remote) == set(local), sorted(set(remote) ^ set(local))
+    differ = sorted(p for p in local if local[p] != remote[p])
+    assert not differ, f"outputs differ between the local and the Slurm run: {differ}"
