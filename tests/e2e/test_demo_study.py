@@ -23,4 +23,8 @@ def test_demo_study_learns_every_task(tmp_path):
     evals = evals[evals["split"] == "evaluation"]
     print(evals.to_string(), f"\nwall time {minutes:.1f} min")
     assert evals["accuracy"].min() >= 0.85, evals
+    tables = [f"tables/table{n}.{ext}" for n in (3, 5, 6) for ext in ("md", "csv", "tex")]
+    figures = [f"figures/figure{n}.{ext}" for n in (3, 4, 5) for ext in ("png", "svg")]
+    missing = [p for p in tables + figures if not (results / p).exists()]
+    assert not missing, missing
     assert planned_jobs(snakemake(work, "-n", "--cores", "all")) == {}
