@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from headgeom.tables import select_models
+
 #: (geometry A, geometry B) of the paper's paired bootstraps N_eff(A) − N_eff(B):
 #: the main comparison (§12.1, §12.4) and the equal-head-count comparison (§12.1).
 PAPER_PAIRS = (
@@ -86,16 +88,15 @@ def resolve_pairs(
 
 def loss_models(models: Mapping[str, Mapping[str, Any]], chosen: Sequence[str] | None) -> list[str]:
     """Models of the loss-versus-N_eff analysis (§12.7): ``chosen`` (config
-    ``concentration.loss_models``) or, by default, the corpus-S models when any model names a
-    corpus (the paper's 9 corpus-S models) and every model otherwise."""
-    if chosen is not None:
-        unknown = sorted(set(chosen) - set(models))
-        if unknown:
-            raise ValueError(
-                f"config concentration.loss_models names unknown models {unknown}; "
-                f"the study has {sorted(models)}"
-            )
-        return list(chosen)
-    if any("corpus" in spec for spec in models.values()):
-        return [m for m, spec in models.items() if spec.get("corpus") == "S"]
-    return list(models)
+    ``concentration.loss_models``) or, by default, the models paper Figure 4 plots
+    (``headgeom.tables.select_models``: the corpus-S models of its slots), so the stored
+    Spearman and the figure's are one number."""
+    if chosen is None:
+        return list(dict.fromkeys(m for m, _ in select_models(models, "figure4")))
+    unknown = sorted(set(chosen) - set(models))
+    if unknown:
+        raise ValueError(
+            f"config concentration.loss_models names unknown models {unknown}; "
+            f"the study has {sorted(models)}"
+        )
+    return list(chosen)

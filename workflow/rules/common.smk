@@ -90,14 +90,8 @@ def concentration_pairs():
 
 
 def concentration_loss_models():
-    """Models of the loss-versus-N_eff correlation (METHODS §12.7): config
-    concentration.loss_models, else the models Figure 4 plots, so the Parquet's Spearman and
-    the figure's are one number."""
-    chosen = config["concentration"].get("loss_models")
-    if chosen is None:
-        plotted = tables_lib.select_models(config["models"], "figure4")
-        chosen = list(dict.fromkeys(m for m, _ in plotted))
-    return comparisons.loss_models(config["models"], chosen)
+    """Models of the loss-versus-N_eff correlation (METHODS §12.7)."""
+    return comparisons.loss_models(config["models"], config["concentration"].get("loss_models"))
 
 
 def compare_effects_inputs(wildcards):
