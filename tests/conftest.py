@@ -11,3 +11,19 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
+
+
+import random  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _fixed_global_draws():
+    """Every test sees the same global draws (torch.randn, np.random.*, random.*) whatever
+    ran before it, so no outcome depends on test order or on luck; tests that need other
+    draws make their own seeded generators."""
+    torch.manual_seed(0)
+    np.random.seed(0)
+    random.seed(0)

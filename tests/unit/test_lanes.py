@@ -61,11 +61,41 @@ def test_undefined_without_two_positive_layers():
     assert lam is None and p is None and null.shape == (10,) and np.isnan(null).all()
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_vectorised_score_matches_the_double_loop(seed):
-    gen = rng(seed)
+def assert_same_score(fast: float | None, slow: float | None) -> None:
+    """An undefined score on both sides is agreement; a defined one must agree to 1e-12."""
+    if slow is None:
+        assert fast is None
+    else:
+        assert fast is not None and fast == pytest.approx(slow, rel=1e-12)
+
+
+def defined_effects(gen: np.random.Generator) -> np.ndarray:
+    """Random effects with positive entries in at least two layers: Λ is defined."""
     e = gen.standard_normal((gen.integers(2, 9), gen.integers(1, 7)))
-    assert lane_score(e) == pytest.approx(lane_score_brute_force(e), rel=1e-12)
+    first, second = gen.choice(e.shape[0], size=2, replace=False)
+    for layer in (first, second):
+        e[layer, gen.integers(e.shape[1])] = gen.uniform(0.1, 2.0)
+    return e
+
+
+def undefined_effects(gen: np.random.Generator) -> np.ndarray:
+    """Random effects whose positive entries (if any) lie in one layer: Λ is undefined."""
+    e = -np.abs(gen.standard_normal((gen.integers(1, 9), gen.integers(1, 7))))
+    if gen.random() < 0.5:  # half the draws keep one layer with positive effects
+        e[gen.integers(e.shape[0])] = np.abs(gen.standard_normal(e.shape[1]))
+    return e
+
+
+EFFECTS = {"defined": defined_effects, "undefined": undefined_effects}
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("case", sorted(EFFECTS))
+def test_vectorised_score_matches_the_double_loop(case, seed):
+    e = EFFECTS[case](rng(seed))
+    expected = lane_score_brute_force(e)
+    assert (expected is None) == (case == "undefined")  # the draw is the case it claims
+    assert_same_score(lane_score(e), expected)
 
 
 def test_tiny_layer_next_to_a_huge_one_is_not_cancelled():
