@@ -12,7 +12,7 @@ import time
 import numpy as np
 import torch
 
-from headgeom.geometry import (
+from headgeom.model.kerdock import (
     bent_differences,
     build_basis_family,
     haar_factor,

@@ -8,11 +8,11 @@
 The model has the paper's shape (12 layers × 12 heads, D = 768, d_mlp = 3072, GPT-2
 vocabulary V = 50,257, context 512) and the `learned` geometry with GPT-2 initialisation
 (the engines' cost does not depend on the weights). Examples are real task examples of
-``headgeom.tasks`` (default config) tokenized with the real GPT-2 tokenizer, so model ids are
+``headgeom.data.tasks`` (default config) tokenized with the real GPT-2 tokenizer, so model ids are
 GPT-2 ids; the first ``--n-examples`` of the evaluation split of each task.
 
 For each task and summed it prints: our exact engine's time, TransformerLens's
-(``HookedTransformer`` built by ``headgeom.interop.to_transformer_lens``: reference
+(``HookedTransformer`` built by ``headgeom.model.interop.to_transformer_lens``: reference
 ``run_with_cache`` + clean forward + ``patching.get_act_patch_attn_head_out_all_pos`` with
 a mean-logit-difference metric), the speed-up, the max |Δ| between the two engines' per-head
 mean effects e_{l,h}, and the multiply-add FLOPs our engine must do (a lower bound on its
@@ -32,8 +32,9 @@ import numpy as np
 import torch
 from scipy import stats
 
-from headgeom import tasks, zoo
-from headgeom.patching import attribution_patch, first_difference, patch_all_heads_fast
+from headgeom.analysis.patching import attribution_patch, first_difference, patch_all_heads_fast
+from headgeom.data import tasks
+from headgeom.model import zoo
 
 PAPER_ARCH = dict(n_layer=12, n_head=12, d_model=768, d_head=64, d_mlp=3072, n_ctx=512)
 N_VOCAB = 50257
@@ -61,7 +62,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 # --------------------------------------------------------------------------- examples
 def task_examples(task: str, n: int, split: str, vocab: np.ndarray | None = None):
     """First ``n`` examples of ``split``: (clean, ref, correct, incorrect) in model ids."""
-    from headgeom.tokenizer import load_gpt2_tokenizer
+    from headgeom.data.tokenizer import load_gpt2_tokenizer
 
     frame, _ = tasks.generate_task(task, load_gpt2_tokenizer(), None)
     frame = frame[frame["split"] == split].head(n)
@@ -69,7 +70,7 @@ def task_examples(task: str, n: int, split: str, vocab: np.ndarray | None = None
 
 
 def _ids(frame, vocab):
-    from headgeom.corpus import compact
+    from headgeom.data.corpus import compact
 
     def conv(x):
         x = np.asarray(x, dtype=np.int64)
@@ -208,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     tl_model = None
     if not args.skip_tl:
-        from headgeom.interop import to_transformer_lens
+        from headgeom.model.interop import to_transformer_lens
 
         tl_model = to_transformer_lens(model)
     data = {t: task_examples(t, args.n_examples, args.split) for t in tasks.TASKS}
@@ -299,8 +300,8 @@ def demo_attribution(model_dir: Path, args: argparse.Namespace) -> None:
         return
     import pandas as pd
 
-    from headgeom.checkpoint import load_checkpoint, load_verified
     from headgeom.hashing import ManifestMismatchError
+    from headgeom.model.checkpoint import load_checkpoint, load_verified
 
     note = ""
     try:

@@ -6,7 +6,7 @@
 
 Both sides encode the same documents with the same GPT-2 tokenizer and append EOT after each:
 "plain" calls ``tokenizer.encode`` once per document in a Python loop; "ours" is
-``headgeom.corpus_sources.tokenize_stream`` (``encode_batch`` over ``--batch-docs`` documents
+``headgeom.data.corpus_sources.tokenize_stream`` (``encode_batch`` over ``--batch-docs`` documents
 on ``--threads`` Rust threads, the next batch prepared while one is encoded). The two token
 arrays must be identical; the script prints tokens/s of each and the ratio.
 """
@@ -22,7 +22,7 @@ import numpy as np
 
 def _documents(args: argparse.Namespace) -> list[str]:
     if args.files:
-        from headgeom import corpus_sources
+        from headgeom.data import corpus_sources
 
         cfg = corpus_sources.resolve_source(
             {"source": args.format, "files": [args.files], "n_val_tokens": 1, "batch_docs": 1024}
@@ -35,7 +35,7 @@ def _documents(args: argparse.Namespace) -> list[str]:
             if len(docs) >= args.docs:
                 break
         return docs[: args.docs]
-    from headgeom.corpus import iter_demo_texts
+    from headgeom.data.corpus import iter_demo_texts
 
     # Demo documents are short (~80 tokens); --join glues k of them into one document, so the
     # lengths resemble FineWeb-Edu's (~1,000 tokens).
@@ -56,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     os.environ["RAYON_NUM_THREADS"] = str(args.threads)  # before the first encode
 
-    from headgeom.corpus_sources import tokenize_stream
-    from headgeom.tokenizer import EOT_ID, load_gpt2_tokenizer
+    from headgeom.data.corpus_sources import tokenize_stream
+    from headgeom.data.tokenizer import EOT_ID, load_gpt2_tokenizer
 
     tok = load_gpt2_tokenizer()
     docs = _documents(args)

@@ -36,13 +36,13 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from headgeom.model.zoo import build_model, derive_model_config  # noqa: E402
 from headgeom.training import (  # noqa: E402
     configure_matmuls,
     optimizer_step,
     resolve_device,
     resolve_precision,
 )
-from headgeom.zoo import build_model, derive_model_config  # noqa: E402
 
 SHAPES = {
     # METHODS §4.1 / §7.1: GPT-2 small, 32 × 512 tokens per step.

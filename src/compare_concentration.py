@@ -22,10 +22,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from headgeom.hashing import sha256_file, source_freeze
-from headgeom.io import read_parquet_metadata, write_parquet
-from headgeom.patching import drops_array, metadata_text
-from headgeom.stats import (
+from headgeom.analysis.patching import drops_array, metadata_text
+from headgeom.analysis.stats import (
     effects_from_drops,
     group_weights,
     n_eff_batch,
@@ -33,6 +31,8 @@ from headgeom.stats import (
     percentile_interval,
     weighted_effects,
 )
+from headgeom.hashing import sha256_file, source_freeze
+from headgeom.io import read_parquet_metadata, write_parquet
 
 PAIR_FIELDS = [
     ("task", pa.string()),

@@ -25,10 +25,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from headgeom.hashing import sha256_file, source_freeze
-from headgeom.io import read_parquet_metadata, write_parquet
-from headgeom.patching import drops_array, metadata_text
-from headgeom.stats import (
+from headgeom.analysis.patching import drops_array, metadata_text
+from headgeom.analysis.stats import (
     bootstrap_n_eff,
     concentration,
     effects_abs_from_drops,
@@ -38,6 +36,8 @@ from headgeom.stats import (
     leave_one_group_out_n_eff,
     percentile_interval,
 )
+from headgeom.hashing import sha256_file, source_freeze
+from headgeom.io import read_parquet_metadata, write_parquet
 
 #: Check C11 (METHODS §18): N_eff = N_index · N_layer|index to this relative error.
 C11_TOLERANCE = 1e-9

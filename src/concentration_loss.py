@@ -24,9 +24,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from headgeom.analysis.stats import geometric_mean, spearman
 from headgeom.hashing import sha256_file, source_freeze
 from headgeom.io import read_json, write_parquet
-from headgeom.stats import geometric_mean, spearman
 
 TASKS = ("sva", "quote", "plural")
 

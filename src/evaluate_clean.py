@@ -20,11 +20,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from headgeom.checkpoint import load_verified
-from headgeom.corpus import compact
-from headgeom.evaluation import clean_performance, logit_differences
+from headgeom.analysis.evaluation import clean_performance, logit_differences
+from headgeom.data.corpus import compact
 from headgeom.hashing import manifest_hash, sha256_file
 from headgeom.io import read_parquet_metadata, write_parquet
+from headgeom.model.checkpoint import load_verified
 
 TASK_COLUMNS = ["split", "clean_ids", "correct_id", "incorrect_id"]
 SPLIT_ORDER = ("discovery", "validation", "evaluation", "holdout")

@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from headgeom.checkpoint import load_verified
 from headgeom.hashing import content_hash, source_freeze
-from headgeom.interop import export_hf, require_learned
+from headgeom.model.checkpoint import load_verified
+from headgeom.model.interop import export_hf, require_learned
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -28,11 +28,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from headgeom.checkpoint import load_verified
-from headgeom.hashing import content_hash, source_freeze
-from headgeom.io import write_parquet
-from headgeom.subspace import RANK_RTOL
-from headgeom.weightspace import (
+from headgeom.analysis.subspace import RANK_RTOL
+from headgeom.analysis.weightspace import (
     PROP1_TOLERANCE,
     head_maps,
     head_spaces,
@@ -43,6 +40,9 @@ from headgeom.weightspace import (
     write_read_pk,
     write_write_pk,
 )
+from headgeom.hashing import content_hash, source_freeze
+from headgeom.io import write_parquet
+from headgeom.model.checkpoint import load_verified
 
 PK_SCHEMA = pa.schema(
     [

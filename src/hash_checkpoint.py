@@ -19,10 +19,10 @@ import sys
 import pyarrow.parquet as pq
 import torch
 
-from headgeom.checkpoint import load_checkpoint, model_config_from_dict
 from headgeom.hashing import manifest_hash, sha256_file
-from headgeom.heads import basis_family
 from headgeom.io import read_json, read_parquet_metadata, write_json
+from headgeom.model.checkpoint import load_checkpoint, model_config_from_dict
+from headgeom.model.geometries import basis_family
 from headgeom.training import RunConfig, parse_run_config
 
 # Corpus-manifest fields copied into ``data`` when present (names as in METHODS §2.3).

@@ -19,10 +19,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from headgeom.analysis.lanes import lane_permutation_test
+from headgeom.analysis.patching import metadata_text
 from headgeom.hashing import sha256_file, source_freeze
 from headgeom.io import read_parquet_metadata, write_parquet
-from headgeom.lanes import lane_permutation_test
-from headgeom.patching import metadata_text
 
 IDENTITY = ["model", "seed", "task"]
 CARRIED_METADATA = ("effects_sha256", "checkpoint_sha256", "task_dataset_sha256")

@@ -32,12 +32,8 @@ import pyarrow.parquet as pq
 import torch
 from tqdm import tqdm
 
-from headgeom.checkpoint import load_verified
-from headgeom.hashing import content_hash, sha256_file, source_freeze
-from headgeom.heads import READ_TYPES
-from headgeom.io import read_parquet_metadata, write_parquet
-from headgeom.leakage import isotropic_expectation, leakage_to_readers
-from headgeom.patching import (
+from headgeom.analysis.leakage import isotropic_expectation, leakage_to_readers
+from headgeom.analysis.patching import (
     delta_patch_layer,
     drops_array,
     length_batches,
@@ -45,8 +41,12 @@ from headgeom.patching import (
     model_inputs,
     read_task,
 )
-from headgeom.stats import effects_from_drops
-from headgeom.subspace import folded_read_basis, orthonormal_basis, projection_kernel
+from headgeom.analysis.stats import effects_from_drops
+from headgeom.analysis.subspace import folded_read_basis, orthonormal_basis, projection_kernel
+from headgeom.hashing import content_hash, sha256_file, source_freeze
+from headgeom.io import read_parquet_metadata, write_parquet
+from headgeom.model.checkpoint import load_verified
+from headgeom.model.geometries import READ_TYPES
 
 #: METHODS §11.2 / §18: tolerances of checks C8 and C9 (float32 forward passes).
 C8_TOLERANCE = 1e-5

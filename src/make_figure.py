@@ -1,7 +1,7 @@
 """Render one paper figure (PNG + SVG) and its source data (CSV) from result Parquets, with a
 sidecar of input hashes (METHODS §17).
 
-Inputs come in kinds, one ``--input KIND PATH...`` per kind (see ``headgeom.figures``);
+Inputs come in kinds, one ``--input KIND PATH...`` per kind (see ``headgeom.paper.figures``);
 ``--models`` restricts a figure drawn from a cross-model Parquet (Figure 4) to those models."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from headgeom.figures import FIGURES, save_figure
 from headgeom.hashing import sha256_file
 from headgeom.io import write_json, write_text
-from headgeom.tables import grouped_inputs
+from headgeom.paper.figures import FIGURES, save_figure
+from headgeom.paper.tables import grouped_inputs
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """Render one paper table (Markdown, LaTeX and CSV) from result Parquets, with a sidecar of
 input hashes (METHODS §17).
 
-Inputs come in kinds, one ``--input KIND PATH...`` per kind (see ``headgeom.tables``)."""
+Inputs come in kinds, one ``--input KIND PATH...`` per kind (see ``headgeom.paper.tables``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 
 from headgeom.hashing import sha256_file
 from headgeom.io import write_json, write_text
-from headgeom.tables import BUILDERS, grouped_inputs
+from headgeom.paper.tables import BUILDERS, grouped_inputs
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from headgeom import tasks
+from headgeom.data import tasks
+from headgeom.data.lexicon import GROUP_SLOT, SPLITS
+from headgeom.data.tokenizer import load_gpt2_tokenizer, tokenizer_files_sha256
 from headgeom.hashing import content_hash
 from headgeom.io import write_parquet
-from headgeom.lexicon import GROUP_SLOT, SPLITS
-from headgeom.tokenizer import load_gpt2_tokenizer, tokenizer_files_sha256
 
 _LABEL = pa.dictionary(pa.int32(), pa.string())
 SCHEMA = pa.schema(

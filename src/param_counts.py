@@ -23,11 +23,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from headgeom import zoo
+from headgeom.data.tokenizer import VOCAB_SIZE
 from headgeom.hashing import content_hash
-from headgeom.heads import basis_family
 from headgeom.io import write_parquet
-from headgeom.tokenizer import VOCAB_SIZE
+from headgeom.model import zoo
+from headgeom.model.geometries import basis_family
 
 SCHEMA = pa.schema(
     [
@@ -49,7 +49,8 @@ DESCRIPTIONS = {
     "repository_name": "the paper's repository name of this (model, seed), e.g. plain-learned42 "
     "(null when the study config gives none)",
     "display_name": "the paper's display name, e.g. all-rotated-self",
-    "geometry": "read/write geometry (headgeom.heads.GEOMETRIES or a multiscreen control)",
+    "geometry": "read/write geometry (headgeom.model.geometries.GEOMETRIES or a multiscreen "
+    "control)",
     "corpus": "training corpus R (200M tokens, with replacement) or S (1.07B, read once); "
     "null when the study does not say",
     "n_params": "trainable parameters of the real constructor, tied embedding counted once, "
@@ -100,7 +101,7 @@ def count(run: dict, n_vocab: int) -> dict:
     try:
         with torch.device("meta"):
             model = zoo.build_model(run["model_config"], n_vocab)
-    except RuntimeError as err:  # e.g. headgeom.multiscreen unavailable
+    except RuntimeError as err:  # e.g. headgeom.model.multiscreen unavailable
         row["note"] = str(err)
         return row
     row["n_params"], row["n_frozen"] = zoo.count_parameters(model)

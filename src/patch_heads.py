@@ -21,10 +21,7 @@ import pyarrow as pa
 import torch
 from tqdm import tqdm
 
-from headgeom.checkpoint import load_verified
-from headgeom.hashing import content_hash, source_freeze
-from headgeom.io import write_parquet
-from headgeom.patching import (
+from headgeom.analysis.patching import (
     length_batches,
     model_inputs,
     patch_all_heads,
@@ -33,6 +30,9 @@ from headgeom.patching import (
     supports_fast,
     supports_prefix_reuse,
 )
+from headgeom.hashing import content_hash, source_freeze
+from headgeom.io import write_parquet
+from headgeom.model.checkpoint import load_verified
 
 DESCRIPTIONS = {
     "model": "model configuration name (display name, e.g. learned, write-common-axis)",

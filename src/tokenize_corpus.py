@@ -27,10 +27,10 @@ import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
-from headgeom import corpus, corpus_sources
+from headgeom.data import corpus, corpus_sources
+from headgeom.data.tokenizer import EOT_ID, load_gpt2_tokenizer, tokenizer_files_sha256
 from headgeom.hashing import content_hash, sha256_file
 from headgeom.io import write_json, write_parquet
-from headgeom.tokenizer import EOT_ID, load_gpt2_tokenizer, tokenizer_files_sha256
 
 VOCAB_SCHEMA = pa.schema([("model_id", pa.int32()), ("gpt2_id", pa.int32()), ("text", pa.string())])
 VOCAB_DESCRIPTIONS = {

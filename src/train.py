@@ -34,8 +34,7 @@ import pyarrow as pa
 import torch
 
 from hash_checkpoint import checkpoint_manifest, data_record
-from headgeom.checkpoint import save_checkpoint
-from headgeom.corpus import compact, read_tokens, read_vocab
+from headgeom.data.corpus import compact, read_tokens, read_vocab
 from headgeom.hashing import (
     ManifestMismatchError,
     environment,
@@ -46,6 +45,7 @@ from headgeom.hashing import (
     verify_file,
 )
 from headgeom.io import atomic_path, read_json, write_json, write_parquet
+from headgeom.model.checkpoint import save_checkpoint
 from headgeom.training import (
     Resume,
     build_model,

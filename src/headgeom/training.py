@@ -34,10 +34,10 @@ from safetensors.torch import load_file, save_file
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from headgeom.checkpoint import model_config_from_dict, model_from_config
 from headgeom.hashing import canonical_json, content_hash
 from headgeom.io import atomic_path
-from headgeom.model import GPT
+from headgeom.model.checkpoint import model_config_from_dict, model_from_config
+from headgeom.model.gpt import GPT
 
 SCHEDULES = ("cosine", "linear")
 PRECISIONS = ("auto", "fp32", "bf16")  # auto: bf16 autocast on CUDA, fp32 on CPU (§7.2)

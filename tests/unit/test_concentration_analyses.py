@@ -15,9 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from headgeom.comparisons import default_pairs, loss_models, resolve_pairs
+from headgeom.analysis.stats import concentration
 from headgeom.io import read_parquet_metadata, write_json, write_parquet
-from headgeom.stats import concentration
+from headgeom.paper.comparisons import default_pairs, loss_models, resolve_pairs
 from tests.scripts import load_script
 
 EFFECTS_SCHEMA = pa.schema(
@@ -444,7 +444,7 @@ def test_bootstrap_cost_at_paper_scale():
     # 2,000 resamples × 240 examples × 144 heads must be a matrix product, not a loop.
     import time
 
-    from headgeom.stats import bootstrap_n_eff
+    from headgeom.analysis.stats import bootstrap_n_eff
 
     d = np.random.default_rng(2).standard_normal((240, 12, 12))
     start = time.perf_counter()

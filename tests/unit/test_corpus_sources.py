@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from headgeom import corpus, corpus_sources
+from headgeom.data import corpus, corpus_sources
+from headgeom.data.tokenizer import EOT_ID, load_gpt2_tokenizer
 from headgeom.hashing import ManifestMismatchError, verify_file
-from headgeom.tokenizer import EOT_ID, load_gpt2_tokenizer
 from tests.e2e.conftest import REPO, make_workdir, snakemake
 from tests.scripts import load_script
 
@@ -251,7 +251,7 @@ def test_corpora_r_and_s_share_the_validation_file(tmp_path, tok, shards, local_
 
 
 def test_embedded_source_is_the_demo_corpus(tmp_path, tok):
-    """The demo corpus through the new pipeline equals headgeom.corpus.build_demo_corpus."""
+    """The demo corpus through the new pipeline equals headgeom.data.corpus.build_demo_corpus."""
     out = _build(
         tmp_path, {"source": "embedded", "seed": 5, "n_train_tokens": 6_001, "n_val_tokens": 999}
     )

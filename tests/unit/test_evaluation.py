@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from headgeom.evaluation import clean_performance, length_groups, logit_differences
-from headgeom.model import GPT, ModelConfig
+from headgeom.analysis.evaluation import clean_performance, length_groups, logit_differences
+from headgeom.model.gpt import GPT, ModelConfig
 
 
 @pytest.fixture(scope="module")

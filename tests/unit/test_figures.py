@@ -12,7 +12,8 @@ import pytest
 from matplotlib.patches import Circle
 from scipy.stats import spearmanr
 
-from headgeom.figures import (
+from headgeom.io import write_parquet
+from headgeom.paper.figures import (
     figure1,
     figure1_data,
     figure3,
@@ -26,7 +27,6 @@ from headgeom.figures import (
     figure7_data,
     pk_heatmap_matrix,
 )
-from headgeom.io import write_parquet
 from make_figure import main as make_figure_main
 
 N_LAYER, N_HEAD, D_HEAD = 3, 2, 4

@@ -13,12 +13,12 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from headgeom.checkpoint import save_checkpoint
+from headgeom.analysis.patching import patch_all_heads, patch_all_heads_fast
 from headgeom.hashing import content_hash, sha256_file
-from headgeom.interop import export_hf, require_learned, to_transformer_lens
 from headgeom.io import write_json
-from headgeom.model import GPT, ModelConfig
-from headgeom.patching import patch_all_heads, patch_all_heads_fast
+from headgeom.model.checkpoint import save_checkpoint
+from headgeom.model.gpt import GPT, ModelConfig
+from headgeom.model.interop import export_hf, require_learned, to_transformer_lens
 from tests.scripts import load_script
 
 transformers = pytest.importorskip("transformers", reason="transformers is a [dev] extra")
@@ -129,7 +129,7 @@ def test_non_learned_geometries_are_refused(geometry):
 
 
 def test_multiscreen_is_refused():
-    from headgeom.multiscreen import MultiscreenConfig, build_multiscreen
+    from headgeom.model.multiscreen import MultiscreenConfig, build_multiscreen
 
     cfg = MultiscreenConfig(
         n_vocab=N_VOCAB, n_ctx=16, n_layer=2, n_head=4, d_model=32, d_head=8, d_key=4
@@ -190,7 +190,7 @@ def test_head_effects_equal_transformer_lens_patching(engine):
 
 def test_study_code_never_imports_the_dev_peers():
     """transformers and TransformerLens are [dev] peers: only inside the functions of
-    ``headgeom.interop`` that need them (so importing it costs nothing), nowhere else in
+    ``headgeom.model.interop`` that need them (so importing it costs nothing), nowhere else in
     the library or the stage scripts."""
     src = Path(__file__).resolve().parents[2] / "src"
     peers = {"transformers", "transformer_lens"}

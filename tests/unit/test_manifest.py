@@ -14,7 +14,6 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from headgeom.checkpoint import load_checkpoint, load_verified
 from headgeom.hashing import (
     ManifestMismatchError,
     canonical_json,
@@ -23,6 +22,7 @@ from headgeom.hashing import (
     sha256_file,
 )
 from headgeom.io import read_json, read_parquet_metadata
+from headgeom.model.checkpoint import load_checkpoint, load_verified
 from tests.scripts import load_script
 
 tokenize_corpus = load_script("tokenize_corpus")

@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from headgeom.heads import FrozenWriter
-from headgeom.model import site
-from headgeom.multiscreen import (
+from headgeom.model.geometries import FrozenWriter
+from headgeom.model.gpt import site
+from headgeom.model.multiscreen import (
     PAPER_CONFIG,
     SITE_AXES,
     LearnedWriter,

@@ -14,11 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from headgeom.checkpoint import save_checkpoint
-from headgeom.hashing import ManifestMismatchError, content_hash, sha256_file
-from headgeom.io import read_parquet_metadata, write_json, write_parquet
-from headgeom.model import GPT, ModelConfig
-from headgeom.patching import (
+from headgeom.analysis.patching import (
     delta_patch_layer,
     length_batches,
     logit_difference,
@@ -26,6 +22,10 @@ from headgeom.patching import (
     patch_perturbations,
     perturbation_check,
 )
+from headgeom.hashing import ManifestMismatchError, content_hash, sha256_file
+from headgeom.io import read_parquet_metadata, write_json, write_parquet
+from headgeom.model.checkpoint import save_checkpoint
+from headgeom.model.gpt import GPT, ModelConfig
 from tests.scripts import load_script
 
 GEOMETRIES = ("learned", "write-common-axis")

@@ -9,11 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from headgeom import zoo
-from headgeom.heads import GEOMETRIES
-from headgeom.model import site
-from headgeom.multiscreen import MultiscreenConfig, build_multiscreen
-from headgeom.patching import (
+from headgeom.analysis.patching import (
     attribution_patch,
     first_difference,
     length_batches,
@@ -25,6 +21,10 @@ from headgeom.patching import (
     supports_fast,
     supports_prefix_reuse,
 )
+from headgeom.model import zoo
+from headgeom.model.geometries import GEOMETRIES
+from headgeom.model.gpt import site
+from headgeom.model.multiscreen import MultiscreenConfig, build_multiscreen
 
 TINY = dict(n_layer=3, n_head=4, d_model=16, d_head=4, d_mlp=24, n_ctx=16)
 TINY_ROUTED = dict(n_layer=3, n_head=3, d_model=24, d_head=8, d_mlp=24, n_ctx=16)

@@ -20,10 +20,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from headgeom.checkpoint import load_checkpoint, save_checkpoint
-from headgeom.corpus import compact, read_tokens, read_vocab, token_bytes_sha256, vocab_sha256
+from headgeom.data.corpus import compact, read_tokens, read_vocab, token_bytes_sha256, vocab_sha256
 from headgeom.hashing import sha256_file
 from headgeom.io import read_json, write_json, write_parquet
+from headgeom.model.checkpoint import load_checkpoint, save_checkpoint
 from headgeom.training import (
     ResumeMismatchError,
     build_model,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from headgeom.leakage import directional_leakage, isotropic_expectation, leakage_to_readers
-from headgeom.subspace import (
+from headgeom.analysis.leakage import directional_leakage, isotropic_expectation, leakage_to_readers
+from headgeom.analysis.subspace import (
     centering_projector,
     folded_block_read_basis,
     folded_read_basis,

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from headgeom.io import write_parquet
-from headgeom.tables import (
+from headgeom.paper.tables import (
     BUILDERS,
     decomposition_cell,
     fixed,

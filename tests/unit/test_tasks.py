@@ -9,9 +9,8 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from headgeom import lexicon
-from headgeom.io import read_parquet_metadata
-from headgeom.tasks import (
+from headgeom.data import lexicon
+from headgeom.data.tasks import (
     COLUMNS,
     CONDITIONS,
     TASKS,
@@ -20,7 +19,8 @@ from headgeom.tasks import (
     generate_task,
     validate_example,
 )
-from headgeom.tokenizer import EOT_ID, decode, encode, load_gpt2_tokenizer
+from headgeom.data.tokenizer import EOT_ID, decode, encode, load_gpt2_tokenizer
+from headgeom.io import read_parquet_metadata
 from tests.scripts import load_script
 
 SIZES = {"discovery": 300, "validation": 240, "evaluation": 240, "holdout": 32}

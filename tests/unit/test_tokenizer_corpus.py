@@ -12,11 +12,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from headgeom import corpus, lexicon
-from headgeom.hashing import canonical_json
-from headgeom.io import read_parquet_metadata
-from headgeom.tasks import TASKS, generate_task
-from headgeom.tokenizer import (
+from headgeom.data import corpus, lexicon
+from headgeom.data.tasks import TASKS, generate_task
+from headgeom.data.tokenizer import (
     EOT_ID,
     decode,
     default_files_dir,
@@ -24,6 +22,8 @@ from headgeom.tokenizer import (
     load_gpt2_tokenizer,
     tokenizer_files_sha256,
 )
+from headgeom.hashing import canonical_json
+from headgeom.io import read_parquet_metadata
 from tests.scripts import load_script
 
 tokenize_corpus = load_script("tokenize_corpus")

@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from headgeom.checkpoint import save_checkpoint
+from headgeom.model.checkpoint import save_checkpoint
 from headgeom.training import (
     Resume,
     ResumeMismatchError,

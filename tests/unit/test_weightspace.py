@@ -13,14 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from headgeom.checkpoint import save_checkpoint
-from headgeom.hashing import ManifestMismatchError, content_hash, sha256_file
-from headgeom.heads import READ_TYPES, write_scale
-from headgeom.io import read_json, read_parquet_metadata, write_json, write_parquet
-from headgeom.model import GPT, ModelConfig
-from headgeom.subspace import orthonormal_basis, projection_kernel
-from headgeom.tables import table2
-from headgeom.weightspace import (
+from headgeom.analysis.subspace import orthonormal_basis, projection_kernel
+from headgeom.analysis.weightspace import (
     HeadMaps,
     head_maps,
     head_spaces,
@@ -33,6 +27,12 @@ from headgeom.weightspace import (
     write_read_pk,
     write_write_pk,
 )
+from headgeom.hashing import ManifestMismatchError, content_hash, sha256_file
+from headgeom.io import read_json, read_parquet_metadata, write_json, write_parquet
+from headgeom.model.checkpoint import save_checkpoint
+from headgeom.model.geometries import READ_TYPES, write_scale
+from headgeom.model.gpt import GPT, ModelConfig
+from headgeom.paper.tables import table2
 from tests.scripts import load_script
 
 N_LAYER, N_HEAD, D_MODEL, D_HEAD = 3, 4, 32, 8

@@ -14,10 +14,10 @@ import torch
 import yaml
 
 import param_counts
-from headgeom import zoo
-from headgeom.checkpoint import load_checkpoint, save_checkpoint
-from headgeom.geometry import build_basis_family
-from headgeom.heads import (
+from headgeom.analysis.subspace import folded_block_read_basis
+from headgeom.model import zoo
+from headgeom.model.checkpoint import load_checkpoint, save_checkpoint
+from headgeom.model.geometries import (
     GEOMETRIES,
     BlockReader,
     FreeReader,
@@ -25,8 +25,8 @@ from headgeom.heads import (
     LearnedWriter,
     ValueAdapterReader,
 )
-from headgeom.model import GPT, ModelConfig
-from headgeom.subspace import folded_block_read_basis
+from headgeom.model.gpt import GPT, ModelConfig
+from headgeom.model.kerdock import build_basis_family
 from headgeom.training import TrainConfig, train
 
 REPO = Path(__file__).resolve().parents[2]
@@ -133,8 +133,8 @@ def test_paper_size_count_is_exact_and_follows_the_arithmetic(repo):
 
 
 @pytest.mark.skipif(
-    importlib.util.find_spec("headgeom.multiscreen") is None,
-    reason="headgeom.multiscreen (METHODS §6.6) is not available",
+    importlib.util.find_spec("headgeom.model.multiscreen") is None,
+    reason="headgeom.model.multiscreen (METHODS §6.6) is not available",
 )
 @pytest.mark.parametrize("repo", MULTISCREEN_REPOS)
 def test_multiscreen_paper_counts(repo):
@@ -378,7 +378,7 @@ def test_block_reader_init_is_the_recorded_choice():
 
 def test_folded_read_space_of_a_block_reader_has_dimension_d_minus_1():
     """§4.3.1/§9.2: centering within the 64-dim block leaves 63 dimensions, inside Im S_h and
-    orthogonal to S_h·1; matches headgeom.subspace's independent fold."""
+    orthogonal to S_h·1; matches headgeom.analysis.subspace's independent fold."""
     arch = dict(n_layer=1, n_head=2, d_model=128, d_head=64, d_mlp=8, n_ctx=8)
     torch.manual_seed(1)
     model = zoo.build_model(zoo.derive_model_config("all-rotated-self", arch), 11)
@@ -634,9 +634,9 @@ def test_multiscreen_entries_survive_a_missing_module_until_built(monkeypatch):
 
 def test_manifest_names_the_basis_family_of_a_rotated_model(tmp_path):
     """hash_checkpoint records the family hash (METHODS §5.7) of the bases a model uses."""
-    from headgeom import heads
-    from headgeom.geometry import build_basis_family
-    from headgeom.model import GPT, ModelConfig
+    from headgeom.model import geometries
+    from headgeom.model.gpt import GPT, ModelConfig
+    from headgeom.model.kerdock import build_basis_family
 
     cfg = ModelConfig(
         n_vocab=8,
@@ -648,12 +648,12 @@ def test_manifest_names_the_basis_family_of_a_rotated_model(tmp_path):
         d_mlp=16,
         geometry="all-rotated",
     )
-    family = heads.basis_family(GPT(cfg).cfg)
+    family = geometries.basis_family(GPT(cfg).cfg)
     p = GPT(cfg).cfg.geometry_params
     independent = build_basis_family(16, 8, p["basis_members"], m=p["basis_m"], r=p["basis_r"])
     assert family is not None and family.family_hash == independent.family_hash
     assert (
-        heads.basis_family(
+        geometries.basis_family(
             GPT(ModelConfig(**{**cfg.to_dict(), "geometry": "learned", "geometry_params": {}})).cfg
         )
         is None

@@ -14,9 +14,9 @@ SRC = Path(workflow.basedir) / "src"
 shell.prefix(f"set -euo pipefail; export PYTHONPATH={SRC}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; ")
 # The workflow itself sizes models with the same library (this checkout's, first).
 sys.path.insert(0, str(SRC))
-from headgeom import zoo  # noqa: E402
-from headgeom import tables as tables_lib  # noqa: E402
-from headgeom import comparisons  # noqa: E402
+from headgeom.model import zoo  # noqa: E402
+from headgeom.paper import tables as tables_lib  # noqa: E402
+from headgeom.paper import comparisons  # noqa: E402
 
 STUDY = config["study"]
 TASKS = ["sva", "quote", "plural"]
@@ -85,7 +85,7 @@ def final_outputs():
 # ------------------------------------------------------------------ concentration (§12)
 def concentration_pairs():
     """Model pairs of the paired bootstrap: config concentration.pairs, or the paper's pairs
-    present in the study (headgeom.comparisons.default_pairs)."""
+    present in the study (headgeom.paper.comparisons.default_pairs)."""
     return comparisons.resolve_pairs(config["models"], config["concentration"].get("pairs"))
 
 
@@ -191,7 +191,7 @@ _MODEL_CONFIGS = {}
 
 def model_config(model):
     """The model section of a run config: the geometry sized for the study's architecture,
-    every choice explicit (headgeom.zoo.derive_model_config)."""
+    every choice explicit (headgeom.model.zoo.derive_model_config)."""
     if model not in _MODEL_CONFIGS:
         spec = config["models"][model]
         try:
@@ -544,8 +544,8 @@ check_split_choices()
 
 # ------------------------------------------------------------------ tables and figures
 # Paper tables and figures read their inputs by kind (`--input KIND PATH...`, see
-# headgeom.tables); the models of Table 3 and Figures 3-5 are the paper's (METHODS §17),
-# chosen by geometry from this study's models (headgeom.tables.select_models).
+# headgeom.paper.tables); the models of Table 3 and Figures 3-5 are the paper's (METHODS §17),
+# chosen by geometry from this study's models (headgeom.paper.tables.select_models).
 def paper_selection(name):
     """(model, seed) pairs a paper table/figure shows; every run for the others."""
     if name in tables_lib.PAPER_SELECTIONS:

@@ -1,5 +1,5 @@
 # A `learned` checkpoint as a Hugging Face GPT2LMHeadModel directory, for cross-checks in
-# transformers/TransformerLens (headgeom.interop). Not part of `all`; ask for it by name:
+# transformers/TransformerLens (headgeom.model.interop). Not part of `all`; ask for it by name:
 #   snakemake --cores all results/demo/models/learned/s42/hf
 
 

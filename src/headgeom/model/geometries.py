@@ -14,7 +14,7 @@ factory ``(cfg, layer) -> (reader, writer)``; the block never branches on its na
 
 Registered geometries (D = d_model, d = d_head, H = n_head, L = n_layer, l = layer,
 g = init_std·sqrt(D/2L); E_h is coordinate block h, B_i member i of the Kerdock ⊗ Haar family
-of ``headgeom.geometry``). All except the routed ones need H·d = D.
+of ``headgeom.model.kerdock``). All except the routed ones need H·d = D.
 
 ====================  ===================================  ==================================
 geometry              write W_O^{l,h} (frozen unless said)  readers
@@ -72,8 +72,8 @@ from torch import nn
 from torch.nn import functional as F
 
 if TYPE_CHECKING:
-    from headgeom.geometry import BasisFamily
-    from headgeom.model import ModelConfig
+    from headgeom.model.gpt import ModelConfig
+    from headgeom.model.kerdock import BasisFamily
 
 READ_TYPES = ("Q", "K", "V")
 
@@ -287,7 +287,7 @@ class BlockReader(nn.Module):
 # --------------------------------------------------------------------------- frozen maps
 @functools.lru_cache(maxsize=4)
 def _family(d_model: int, d_head: int, n_members: int, m: int, r: int) -> BasisFamily:
-    from headgeom.geometry import build_basis_family
+    from headgeom.model.kerdock import build_basis_family
 
     return build_basis_family(d_model, d_head, n_members, m=m, r=r)
 
@@ -401,7 +401,7 @@ def _scale(cfg: ModelConfig, given: Mapping, default: float | None = None) -> di
 
 def _kerdock(needed: Callable[[ModelConfig], int]) -> Callable[[ModelConfig, Mapping], dict]:
     def params(cfg: ModelConfig, given: Mapping) -> dict:
-        from headgeom.geometry import kerdock_shape
+        from headgeom.model.kerdock import kerdock_shape
 
         _lanes(cfg, given)
         try:

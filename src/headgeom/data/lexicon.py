@@ -181,7 +181,7 @@ def partition_lexicon(
     consecutive runs, so the splits never share an item (METHODS §8.1).
     """
     counts = resolve_partition_counts(task, counts)
-    rng = random.Random(f"headgeom.lexicon.partition:{task}:{seed}")
+    rng = random.Random(f"headgeom.data.lexicon.partition:{task}:{seed}")
     out: dict[str, dict[str, list[Any]]] = {s: {} for s in (*SPLITS, "unused")}
     for slot, pool in TASK_SLOTS[task].items():
         items = list(pool)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from headgeom.subspace import projection_kernel
+from headgeom.analysis.subspace import projection_kernel
 
 
 def _rows(delta: np.ndarray) -> np.ndarray:

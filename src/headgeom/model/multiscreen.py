@@ -16,7 +16,7 @@ axis lanes E_h (d_E × d_V) tile the residual exactly. Per layer (all bias-free)
 
 The embedding rows are unit-normalised and tied: x_0 = e·Ŵ_E[id], logits = f·Ŵ_E x_L.
 
-Named sites (``SITE_AXES``), addressed exactly as on ``headgeom.model.GPT``:
+Named sites (``SITE_AXES``), addressed exactly as on ``headgeom.model.gpt.GPT``:
 
 * ``blocks.{l}.hook_resid_pre``   residual stream entering layer l
 * ``blocks.{l}.attn.hook_q/k``    unit, MiPE-rotated queries and keys (d_key wide)
@@ -66,8 +66,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from headgeom.heads import FrozenWriter, coordinate_blocks
-from headgeom.model import GPT, HookPoint
+from headgeom.model.geometries import FrozenWriter, coordinate_blocks
+from headgeom.model.gpt import GPT, HookPoint
 
 ARCHITECTURE = "multiscreen"
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from headgeom.model import GPT
+from headgeom.model.gpt import GPT
 
 
 def length_groups(ids: Sequence[Sequence[int]]) -> dict[int, np.ndarray]:

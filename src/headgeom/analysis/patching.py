@@ -43,9 +43,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from headgeom.evaluation import length_groups
+from headgeom.analysis.evaluation import length_groups
 from headgeom.io import read_parquet_metadata
-from headgeom.model import GPT, site
+from headgeom.model.gpt import GPT, site
 
 Progress = Callable[[int], object] | None
 
@@ -262,7 +262,7 @@ def _last_logit_difference(model: GPT) -> Callable | None:
 
         return gpt
     try:
-        from headgeom.multiscreen import MultiscreenLM, unit
+        from headgeom.model.multiscreen import MultiscreenLM, unit
     except ImportError:  # pragma: no cover
         return None
     if isinstance(model, MultiscreenLM):
@@ -288,7 +288,7 @@ def supports_fast(model: torch.nn.Module) -> bool:
 
 def supports_prefix_reuse(model: torch.nn.Module) -> bool:
     """Whether the fast engine can also reuse the clean prefix: every block must offer the
-    KV-prefix forward of ``headgeom.model`` (``forward_suffix``, ``after_z``). GPT models
+    KV-prefix forward of ``headgeom.model.gpt`` (``forward_suffix``, ``after_z``). GPT models
     of every zoo geometry do; the multiscreen controls (position-dependent windows and
     MiPE rotations, no KV interface) do not and run with layer resumption only."""
     return supports_fast(model) and all(
@@ -714,7 +714,7 @@ class PatchInputs:
 
 def model_inputs(frame: pd.DataFrame, vocab: np.ndarray) -> PatchInputs:
     """Map a task frame's GPT-2 ids to model ids with the checkpoint's vocabulary map."""
-    from headgeom.corpus import compact
+    from headgeom.data.corpus import compact
 
     def ids(column: str) -> list[np.ndarray]:
         return [np.asarray(compact(np.asarray(x, dtype=np.int64), vocab)) for x in frame[column]]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from headgeom.tables import select_models
+from headgeom.paper.tables import select_models
 
 #: (geometry A, geometry B) of the paper's paired bootstraps N_eff(A) − N_eff(B):
 #: the main comparison (§12.1, §12.4) and the equal-head-count comparison (§12.1).
@@ -89,7 +89,7 @@ def resolve_pairs(
 def loss_models(models: Mapping[str, Mapping[str, Any]], chosen: Sequence[str] | None) -> list[str]:
     """Models of the loss-versus-N_eff analysis (§12.7): ``chosen`` (config
     ``concentration.loss_models``) or, by default, the models paper Figure 4 plots
-    (``headgeom.tables.select_models``: the corpus-S models of its slots), so the stored
+    (``headgeom.paper.tables.select_models``: the corpus-S models of its slots), so the stored
     Spearman and the figure's are one number."""
     if chosen is None:
         return list(dict.fromkeys(m for m, _ in select_models(models, "figure4")))

@@ -30,9 +30,9 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Circle  # noqa: E402
 from scipy.stats import spearmanr  # noqa: E402
 
+from headgeom.analysis.stats import concentration  # noqa: E402
 from headgeom.io import atomic_path  # noqa: E402
-from headgeom.stats import concentration  # noqa: E402
-from headgeom.tables import (  # noqa: E402
+from headgeom.paper.tables import (  # noqa: E402
     TASK_ORDER,
     TASK_TITLES,
     Inputs,

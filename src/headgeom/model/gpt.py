@@ -1,7 +1,7 @@
 """A pre-LayerNorm GPT-2-style decoder (METHODS §4.1) with named activation sites.
 
 The whole model is in this file: config, hook points, attention, MLP, block, model. How a
-head reads and writes is delegated to the (reader, writer) pair of ``headgeom.heads``.
+head reads and writes is delegated to the (reader, writer) pair of ``headgeom.model.geometries``.
 
 Named sites (TransformerLens-style), each with explicit axes in ``SITE_AXES``:
 
@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from headgeom.heads import make_geometry, resolve_geometry_params
+from headgeom.model.geometries import make_geometry, resolve_geometry_params
 
 SITE_AXES: dict[str, tuple[str, ...]] = {
     "hook_resid_pre": ("batch", "position", "d_model"),
@@ -67,7 +67,7 @@ class ModelConfig:
     # [UNSPECIFIED → CHOICE] METHODS §4.2: position embeddings ~ N(0, 0.01²).
     pos_init_std: float = 0.01
     # Parameters and labelled choices of the geometry (write scale, basis family, block-reader
-    # init, ...; see ``headgeom.heads``). Missing entries are filled with the geometry's
+    # init, ...; see ``headgeom.model.geometries``). Missing entries are filled with the geometry's
     # defaults on construction, so a stored or hashed config states every one of them.
     geometry_params: Mapping[str, Any] = field(default_factory=dict, hash=False)
 

@@ -3,7 +3,7 @@
 Each example is a clean/reference prompt pair of equal token length that differs in exactly
 one token; that token flips which of two single-token answers is correct. Correct and
 incorrect are always defined by the clean prompt. Four conditions per task, balanced in
-every split; the lexicon is partitioned disjointly across the splits (``headgeom.lexicon``).
+every split; the lexicon is partitioned disjointly across the splits (``headgeom.data.lexicon``).
 
 The prompt renderers here are also used by the demo corpus, so training text and task
 prompts share the exact token-level layout.
@@ -19,10 +19,10 @@ from typing import Any
 import pandas as pd
 from tokenizers import Tokenizer
 
-from headgeom import lexicon
+from headgeom.data import lexicon
+from headgeom.data.lexicon import SPLITS
+from headgeom.data.tokenizer import EOT_TEXT, encode
 from headgeom.hashing import content_hash
-from headgeom.lexicon import SPLITS
-from headgeom.tokenizer import EOT_TEXT, encode
 
 TASKS = ("sva", "quote", "plural")
 
@@ -258,7 +258,7 @@ def generate_task(
     group_slot = lexicon.GROUP_SLOT[task]
     build = _BUILDERS[task]
     prefix = EOT_TEXT if cfg["prepend_eot"] else ""
-    rng = random.Random(f"headgeom.tasks:{task}:{cfg['seed']}")
+    rng = random.Random(f"headgeom.data.tasks:{task}:{cfg['seed']}")
     rows: list[dict[str, Any]] = []
     for split in SPLITS:
         part = partition[split]

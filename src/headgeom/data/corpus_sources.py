@@ -10,7 +10,7 @@ corpora drawn from it (the paper: R, 200,000,000 tokens sampled with replacement
   revision stop at once with a message saying what to change.
 * ``text`` / ``parquet`` / ``jsonl`` — local files (globs) through the same ``datasets``
   streaming builders, so a bring-your-own corpus is read exactly like FineWeb.
-* ``embedded`` — the generated demo corpus of ``headgeom.corpus`` (no ``datasets``).
+* ``embedded`` — the generated demo corpus of ``headgeom.data.corpus`` (no ``datasets``).
 
 Document streams ([CHOICE], METHODS §3.2–3.4): the validation file holds the first documents
 of the last shard, in stored order (continuing into the shard before it if one is too small);
@@ -20,7 +20,7 @@ order permuted, documents through a ``shuffle_buffer``-document buffer), skippin
 document whose text (SHA-256) is a validation document. Each document's ids are followed
 by EOT (50256); the stream is cut at exactly the requested number of tokens. A literal
 ``<|endoftext|>`` inside a document's text is encoded as the EOT token, as
-``headgeom.tokenizer`` encodes every text. Shuffled streams are a pure function of the seed,
+``headgeom.data.tokenizer`` encodes every text. Shuffled streams are a pure function of the seed,
 the shuffle buffer, the source and the ``datasets`` version (recorded in the manifest).
 """
 
@@ -40,9 +40,9 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from headgeom.corpus import iter_demo_texts
+from headgeom.data.corpus import iter_demo_texts
+from headgeom.data.tokenizer import EOT_ID
 from headgeom.hashing import sha256_file
-from headgeom.tokenizer import EOT_ID
 
 SOURCES = ("embedded", "fineweb", "text", "parquet", "jsonl")
 LOCAL_SOURCES = {"text": "text", "parquet": "parquet", "jsonl": "json"}  # -> datasets builder

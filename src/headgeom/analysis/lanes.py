@@ -17,7 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from headgeom.stats import permutation_p_value, permute_within_layers, within_layer_permutations
+from headgeom.analysis.stats import (
+    permutation_p_value,
+    permute_within_layers,
+    within_layer_permutations,
+)
 
 
 def _strict_suffix_sum(x: np.ndarray, axis: int) -> np.ndarray:

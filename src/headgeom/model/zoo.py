@@ -21,7 +21,7 @@ into the model section of a run config with every size and choice explicit:
 
 A geometry that cannot exist at the requested size (axis lanes need H·d = D, rotated ones a
 Kerdock family for D with enough members, ...) raises ValueError naming the geometry, the
-size and the reason. Multiscreen models come from ``headgeom.multiscreen`` (another
+size and the reason. Multiscreen models come from ``headgeom.model.multiscreen`` (another
 module's factory ``build_multiscreen``); if it cannot be imported they stay listed here and
 fail with a clear error only when sized or built.
 """
@@ -37,9 +37,9 @@ from typing import Any
 
 from torch import nn
 
-from headgeom.checkpoint import model_from_config
-from headgeom.heads import GEOMETRIES
-from headgeom.model import ModelConfig
+from headgeom.model.checkpoint import model_from_config
+from headgeom.model.geometries import GEOMETRIES
+from headgeom.model.gpt import ModelConfig
 
 #: The paper's base architecture (METHODS §4.1) and vocabulary (GPT-2, unpadded, §4.4).
 PAPER_ARCHITECTURE: Mapping[str, int] = MappingProxyType(
@@ -49,11 +49,11 @@ PAPER_N_VOCAB = 50257
 CORPORA = ("R", "S")
 
 #: The softmax-free controls (METHODS §6.6) and the write geometry each uses inside
-#: ``headgeom.multiscreen``.
+#: ``headgeom.model.multiscreen``.
 MULTISCREEN_GEOMETRIES: Mapping[str, str] = MappingProxyType(
     {"multiscreen-learned": "learned", "multiscreen-identity": "write-common-axis"}
 )
-MULTISCREEN_MODULE = "headgeom.multiscreen"
+MULTISCREEN_MODULE = "headgeom.model.multiscreen"
 #: Every geometry a study config may name.
 GEOMETRY_NAMES: tuple[str, ...] = (*GEOMETRIES, *MULTISCREEN_GEOMETRIES)
 
@@ -336,7 +336,7 @@ def has_free_readers(geometry: str) -> bool:
 # --------------------------------------------------------------------------- building
 def build_model(model_config: Mapping[str, Any], n_vocab: int) -> nn.Module:
     """The real constructor for a run config's model section (``GPT``, or for
-    ``architecture: multiscreen`` ``headgeom.multiscreen``), exactly as training and
+    ``architecture: multiscreen`` ``headgeom.model.multiscreen``), exactly as training and
     checkpoints build it. Seed the RNGs first for fixed bytes; build under
     ``torch.device("meta")`` to count without memory."""
     if model_config.get("architecture") == "multiscreen":

@@ -5,7 +5,7 @@ code-like lines in which the three task constructions occur in exactly the task 
 token layout, followed by the correct answer, so a small model can learn the rules.
 It uses every lexicon word of every split (the task splits partition the lexicon; the corpus,
 like FineWeb, covers all of it). Documents are separated by the EOT token (METHODS §3.2).
-Other sources (FineWeb-Edu, local files) live in ``headgeom.corpus_sources``; every token file
+Other sources (FineWeb-Edu, local files) live in ``headgeom.data.corpus_sources``; every token file
 is written by ``write_tokens`` and read, verified, by ``read_tokens``.
 """
 
@@ -24,10 +24,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
-from headgeom import lexicon as lx
+from headgeom.data import lexicon as lx
+from headgeom.data.tasks import plural_prompt, quote_open_line, sva_prompt
+from headgeom.data.tokenizer import EOT_ID, VOCAB_SIZE
 from headgeom.io import write_parquet
-from headgeom.tasks import plural_prompt, quote_open_line, sva_prompt
-from headgeom.tokenizer import EOT_ID, VOCAB_SIZE
 
 # Each encode_batch call handles this many documents: large enough to use the Rust
 # tokenizer's threads, small enough that the final overshoot past the target is small.
@@ -136,7 +136,7 @@ class _DemoText:
 
 def iter_demo_texts(seed: int, stream: str = "train") -> Iterator[str]:
     """Endless, deterministic document texts for (seed, stream); streams are independent."""
-    source = _DemoText(random.Random(f"headgeom.corpus.demo:{seed}:{stream}"))
+    source = _DemoText(random.Random(f"headgeom.data.corpus.demo:{seed}:{stream}"))
     while True:
         yield source.document()
 

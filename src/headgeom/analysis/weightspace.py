@@ -1,8 +1,8 @@
 """Weight-space geometry of a model's heads (METHODS §9.1, §9.3–9.4, §14.1, §14.3).
 
 Everything here is a function of the matrices the forward pass uses, read through the
-geometry API of ``headgeom.heads`` (``writer.write_maps()``, ``reader.read_maps(X)``), so it
-covers every (reader, writer) pair without knowing its name:
+geometry API of ``headgeom.model.geometries`` (``writer.write_maps()``,
+``reader.read_maps(X)``), so it covers every (reader, writer) pair without knowing its name:
 
 * write space      U^{l,h}     = Im W_O^{l,h}                     (D, r) orthonormal basis
 * read space       R_{X,0}^{l,h} = Im (W_X^{l,h})ᵀ, X ∈ {Q, K, V}   (normalisation not folded in)
@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from headgeom.heads import READ_TYPES
-from headgeom.subspace import RANK_RTOL, orthonormal_basis
+from headgeom.analysis.subspace import RANK_RTOL, orthonormal_basis
+from headgeom.model.geometries import READ_TYPES
 
 #: [CHOICE] Own-best needs the own PK to beat every other by more than this (PK units): a
 #: designed tie (e.g. all-rotated, where every same-layer PK is d²/D) is not decided by

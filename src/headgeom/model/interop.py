@@ -37,8 +37,8 @@ import torch
 from safetensors.torch import save_file
 
 from headgeom.hashing import canonical_json
-from headgeom.heads import FreeReader, LearnedWriter
-from headgeom.model import GPT
+from headgeom.model.geometries import FreeReader, LearnedWriter
+from headgeom.model.gpt import GPT
 
 if TYPE_CHECKING:  # dev-only peers
     from transformer_lens import HookedTransformer

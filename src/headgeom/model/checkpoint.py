@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from headgeom.hashing import canonical_json, read_manifest_field, verify_file
 from headgeom.io import atomic_path, read_json
-from headgeom.model import GPT, ModelConfig
+from headgeom.model.gpt import GPT, ModelConfig
 
 VOCAB_KEY = "vocab.gpt2_ids"  # model id i <-> GPT-2 id vocab[i] (compacted demo vocabulary)
 HEADER_KEY = "headgeom"  # canonical JSON: {"model_config": {...}, ...metadata}
@@ -24,7 +24,7 @@ def model_config_from_dict(model_config: dict):
     """The typed config of the architecture a model config names (GPT unless ``multiscreen``);
     unknown or missing keys fail here with the key named."""
     if model_config.get("architecture") == "multiscreen":
-        from headgeom.multiscreen import MultiscreenConfig
+        from headgeom.model.multiscreen import MultiscreenConfig
 
         return MultiscreenConfig.from_dict(model_config)
     return ModelConfig.from_dict(model_config)
@@ -34,7 +34,7 @@ def model_from_config(model_config: dict) -> torch.nn.Module:
     """Build the model a config dict describes (the constructor seeds nothing itself)."""
     cfg = model_config_from_dict(model_config)
     if model_config.get("architecture") == "multiscreen":
-        from headgeom.multiscreen import build_multiscreen
+        from headgeom.model.multiscreen import build_multiscreen
 
         return build_multiscreen(cfg)
     return GPT(cfg)

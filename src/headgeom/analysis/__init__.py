@@ -1,0 +1,1 @@
+"""Patching engines and the analyses built on them."""

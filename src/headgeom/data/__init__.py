@@ -1,0 +1,1 @@
+"""Corpora, the GPT-2 tokenizer, lexicons and the behavioural tasks."""

@@ -1,0 +1,1 @@
+"""Architectures and geometries, the model zoo, checkpoints and interop."""

@@ -1,0 +1,1 @@
+"""The paper's model selections, tables and figures."""
