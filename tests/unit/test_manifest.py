@@ -22,6 +22,7 @@ from headgeom.hashing import (
     sha256_file,
 )
 from headgeom.io import read_json, read_parquet_metadata
+from headgeom.manifest import LineageError
 from headgeom.model.checkpoint import load_checkpoint, load_verified
 from tests.scripts import load_script
 
@@ -228,7 +229,7 @@ def test_load_verified_catches_one_flipped_byte(run, tmp_path):
 def test_hash_checkpoint_refuses_a_corrupted_checkpoint(run, tmp_path):
     _flip_byte(run / "model.safetensors", tmp_path / "model.safetensors")
     args = _hash_args(run, checkpoint=tmp_path / "model.safetensors", out=tmp_path / "m.json")
-    with pytest.raises(hash_checkpoint.LineageError) as err:
+    with pytest.raises(LineageError) as err:
         hash_checkpoint.main(args)
     message = str(err.value)
     assert "model.safetensors" in message
@@ -242,7 +243,7 @@ def test_hash_checkpoint_refuses_a_changed_config(run, tmp_path):
     changed["training"]["lr_max"] = 1e-3
     args = _hash_args(run, out=tmp_path / "m.json")
     args[args.index("--config-json") + 1] = json.dumps(changed)
-    with pytest.raises(hash_checkpoint.LineageError) as err:
+    with pytest.raises(LineageError) as err:
         hash_checkpoint.main(args)
     assert content_hash(CONFIG) in str(err.value) and content_hash(changed) in str(err.value)
     assert not (tmp_path / "m.json").exists()
@@ -253,7 +254,7 @@ def test_hash_checkpoint_refuses_another_corpus_manifest(run, tmp_path):
     corpus["n_val_tokens"] += 1
     (tmp_path / "corpus.json").write_text(json.dumps(corpus))
     args = _hash_args(run, **{"corpus-manifest": tmp_path / "corpus.json", "out": tmp_path / "m"})
-    with pytest.raises(hash_checkpoint.LineageError, match="corpus.json: content hash"):
+    with pytest.raises(LineageError, match="corpus.json: content hash"):
         hash_checkpoint.main(args)
     assert not (tmp_path / "m").exists()
 
