@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -15,11 +16,20 @@ from torch.nn import functional as F
 from headgeom.model.checkpoint import save_checkpoint
 from headgeom.training.config import (
     TrainConfig,
+    checkpoint_manifest_name,
     checkpoint_name,
     checkpoint_schedule,
     parse_run_config,
 )
-from headgeom.training.data import batch_at, check_sampling, lr_at, read_once_batch, sample_batch
+from headgeom.training.data import (
+    batch_at,
+    check_sampling,
+    lr_at,
+    read_once_batch,
+    sample_batch,
+    validation_windows,
+)
+from headgeom.training.job import CorpusFiles, JobOutputs
 from headgeom.training.loop import initial_model, train, validation_loss
 from headgeom.training.state import Resume, ResumeMismatchError, read_resume_record
 
@@ -173,6 +183,16 @@ def test_validation_loss_matches_a_hand_loop():
         validation_loss(model, val[:N_CTX], N_CTX, 1)
 
 
+def test_validation_windows_cover_the_file_without_overlap():
+    ids = np.arange(3 * N_CTX + 5)  # 3 whole windows (+1 target) and a dropped tail
+    inputs, targets = validation_windows(ids, N_CTX)
+    assert inputs.shape == targets.shape == (3, N_CTX) and inputs.dtype == torch.int64
+    assert inputs.flatten().tolist() == list(range(3 * N_CTX))
+    assert (targets == inputs + 1).all()  # next token
+    with pytest.raises(ValueError, match="no 16-token window"):
+        validation_windows(ids[:N_CTX], N_CTX)
+
+
 # --------------------------------------------------------------------------- optimizer
 def test_weight_decay_goes_to_rank_two_tensors_only():
     model = initial_model(run_config(), n_vocab=11)
@@ -294,6 +314,7 @@ def test_checkpoint_schedule_is_clipped_to_the_run():
     assert checkpoint_schedule(tcfg(steps=30, checkpoint_steps=[30, 4, 0, 4])) == (0, 4)
     assert checkpoint_schedule(tcfg(steps=65536)) == (0, 256, 1024, 4096, 16384)
     assert checkpoint_name(256) == "step000256.safetensors"
+    assert checkpoint_manifest_name(256) == "step000256.manifest.json"
     for bad, message in (
         ({"checkpoint_steps": [-1]}, "checkpoint_steps"),
         ({"checkpoint_steps": "0,256"}, "checkpoint_steps"),
@@ -302,6 +323,15 @@ def test_checkpoint_schedule_is_clipped_to_the_run():
     ):
         with pytest.raises(ValueError, match=message):
             tcfg(**bad)
+
+
+def test_job_paths_default_beside_the_final_checkpoint(tmp_path):
+    out = JobOutputs.beside(tmp_path / "s1" / "model.safetensors", str(tmp_path / "log.parquet"))
+    assert out.checkpoint_dir == tmp_path / "s1" / "checkpoints"
+    assert out.resume_dir == tmp_path / "s1" / "resume" and out.log == tmp_path / "log.parquet"
+    chosen = JobOutputs.beside("m.safetensors", "l.parquet", "ck", "rs")
+    assert (chosen.checkpoint_dir, chosen.resume_dir) == (Path("ck"), Path("rs"))
+    assert CorpusFiles("t", "v", "w", "m.json").manifest == Path("m.json")
 
 
 # --------------------------------------------------------------------------- resume
