@@ -3,7 +3,7 @@
     python benchmarks/training_throughput.py --shape cpu-small --threads 1
     python benchmarks/training_throughput.py --shape paper --device cuda --geometries learned
 
-Each step is the real one (``headgeom.training.optimizer_step``: autocast forward, fp32 loss,
+Each step is the real one (``headgeom.training.loop.optimizer_step``: autocast forward, fp32 loss,
 backward, clipping, AdamW with the run's parameter groups) on random tokens. Models are timed
 round-robin, one step each per round, and the median step time is reported, so a machine
 whose load drifts slows every model alike; with one CPU thread the step's CPU time is
@@ -37,7 +37,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from headgeom.model.zoo import build_model, derive_model_config  # noqa: E402
-from headgeom.training import (  # noqa: E402
+from headgeom.training.loop import (  # noqa: E402
     configure_matmuls,
     optimizer_step,
     resolve_device,

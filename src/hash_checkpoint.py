@@ -3,7 +3,7 @@ weights.
 
     python src/hash_checkpoint.py --config-json '{...}' --checkpoint model.safetensors \\
         --train-log train_log.parquet --corpus-manifest corpus/manifest.json \\
-        --out manifest.json
+        --threads 1 --out manifest.json
 
 Before writing, it checks that the training log was produced by this config, from this
 corpus manifest, and that the checkpoint bytes are the ones training wrote; any mismatch
@@ -16,35 +16,12 @@ import argparse
 import json
 import sys
 
-import pyarrow.parquet as pq
 import torch
 
-from headgeom.hashing import manifest_hash, sha256_file
-from headgeom.io import read_json, read_parquet_metadata, write_json
-from headgeom.model.checkpoint import load_checkpoint, model_config_from_dict
-from headgeom.model.geometries import basis_family
-from headgeom.training import RunConfig, parse_run_config
-
-# Corpus-manifest fields copied into ``data`` when present (names as in METHODS §2.3).
-DATASET_FIELDS = ("dataset_config", "dataset_revision", "dataset_split", "source_files")
-
-
-# Training-log metadata this script reads (written by src/train.py).
-LOG_METADATA = (
-    "config_hash",
-    "corpus_manifest_sha256",
-    "checkpoint_file_sha256",
-    "val_loss_nats",
-    "source",
-    "environment",
-    "device",
-    "precision",
-    "threads",
-)
-
-
-class LineageError(RuntimeError):
-    """The inputs do not come from the same training run."""
+from headgeom.hashing import manifest_hash
+from headgeom.io import write_json
+from headgeom.manifest import final_manifest
+from headgeom.training.config import parse_run_config
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -53,157 +30,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--checkpoint", required=True, help="checkpoint .safetensors")
     p.add_argument("--train-log", required=True, help="training log .parquet")
     p.add_argument("--corpus-manifest", required=True, help="corpus manifest.json")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--out", required=True, help="output checkpoint manifest.json")
     return p.parse_args(argv)
 
 
-def _same(what: str, path: str, recorded: str, actual: str, where: str) -> None:
-    if recorded != actual:
-        raise LineageError(
-            f"{path}: {what} is {actual} but {where} records {recorded}; rerun the "
-            "producing rule (e.g. `snakemake --forcerun train`)"
-        )
-
-
-def data_record(corpus: dict, data_seed: int) -> dict:
-    """The ``data`` block of METHODS §2.3 from the corpus manifest of the model's corpus.
-    ``corpus`` names it (R, S, or the study's single corpus); ``corpus_sha256`` and
-    ``val_sha256`` hash the token bytes (little-endian uint16, as corpus_R.bin would be);
-    ``files_sha256`` hashes the Parquet files as stored; ``sampling`` is how training drew
-    from it (with_replacement or read_once)."""
-    source = corpus.get("dataset", corpus["config"]["source"])
-    data = {
-        "dataset": "embedded-demo" if source == "embedded" else source,
-        "corpus": corpus.get("corpus", corpus["config"].get("name")),
-        "sampling": corpus.get("sampling", "with_replacement"),
-        "tokenizer": corpus["tokenizer"]["name"],
-        "tokenizer_files_sha256": corpus["tokenizer"]["files_sha256"],
-        "corpus_sha256": corpus["train_sha256"],
-        "corpus_num_tokens": corpus["n_train_tokens"],
-        "val_sha256": corpus["val_sha256"],
-        "val_num_tokens": corpus["n_val_tokens"],
-        "vocab_sha256": corpus["vocab_sha256"],
-        "vocab_size": corpus["vocab_size"],
-        "files_sha256": corpus["files"],
-        "corpus_config_hash": corpus["config_hash"],
-        "data_seed": data_seed,
-    }
-    data.update({k: corpus[k] for k in DATASET_FIELDS if k in corpus})
-    return data
-
-
-def checkpoint_manifest(
-    *,
-    run: RunConfig,
-    model: torch.nn.Module,
-    data: dict,
-    source: dict,
-    environment: dict,
-    runtime: dict,
-    step: int,
-    tokens_seen: int,
-    val_loss: float,
-    checkpoint_sha256: str,
-    train_log_sha256: str | None,
-    corpus_manifest_sha256: str,
-) -> dict:
-    """The checkpoint manifest (METHODS §2.3) of ``model`` after ``step`` updates; the one
-    builder of the final manifest (below) and of the intermediate ones (src/train.py, where
-    ``train_log_sha256`` is null: the log is written after them)."""
-    # Multiscreen configs carry no geometry_params; only GPT geometries use Kerdock bases.
-    family = basis_family(model.cfg) if hasattr(model.cfg, "geometry_params") else None
-    return {
-        "record_type": "checkpoint_manifest",
-        "config_id": run.config_id,
-        "model_name": run.model_name,
-        "display_name": run.display_name,
-        "config_hash": run.config_hash,
-        "config": run.raw,
-        "init_seed": run.seed,
-        "data": data,
-        "basis_family_hash": family.family_hash if family is not None else None,  # §5.7
-        "source": source,
-        "environment": environment,
-        "training_runtime": runtime,
-        "step": step,
-        "tokens_seen": tokens_seen,
-        "n_trainable_params": model.n_params(),
-        "val_loss_nats": val_loss,
-        "checkpoint_file_sha256": checkpoint_sha256,
-        "train_log_sha256": train_log_sha256,
-        "corpus_manifest_sha256": corpus_manifest_sha256,
-    }
+def set_threads(n: int) -> None:
+    """torch's intra-op and inter-op thread counts, before any torch work (integration: the
+    one library threads helper replaces this)."""
+    torch.set_num_threads(n)
+    if torch.get_num_interop_threads() != n:
+        try:
+            torch.set_num_interop_threads(n)
+        except RuntimeError:  # fixed once per process: only a second main() in one process
+            print(
+                f"warning: torch inter-op threads stay {torch.get_num_interop_threads()}",
+                file=sys.stderr,
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    set_threads(args.threads)
     run = parse_run_config(json.loads(args.config_json))
-    meta = read_parquet_metadata(args.train_log)  # str values as stored, others JSON
-    missing = sorted(set(LOG_METADATA) - set(meta))
-    if missing:
-        raise LineageError(
-            f"{args.train_log}: not a training log of src/train.py (lacks {missing})"
-        )
-    if meta["config_hash"] != run.config_hash:
-        raise LineageError(
-            f"{args.train_log}: trained with config hash {meta['config_hash']} but "
-            f"--config-json hashes to {run.config_hash}; the config changed since training "
-            "(rerun `snakemake --forcerun train` for this model and seed)"
-        )
-    corpus_hash = manifest_hash(args.corpus_manifest)
-    _same(
-        "content hash",
-        args.corpus_manifest,
-        meta["corpus_manifest_sha256"],
-        corpus_hash,
-        f"training log {args.train_log}",
-    )
-    checkpoint_sha = sha256_file(args.checkpoint)
-    _same(
-        "SHA-256",
-        args.checkpoint,
-        meta["checkpoint_file_sha256"],
-        checkpoint_sha,
-        f"training log {args.train_log}",
-    )
-
-    model, _ = load_checkpoint(args.checkpoint)
-    expected_model = model_config_from_dict(run.model_config(model.cfg.n_vocab))
-    if model.cfg != expected_model:
-        raise LineageError(
-            f"{args.checkpoint}: model config {model.cfg.to_dict()} differs from the run "
-            f"config's {expected_model.to_dict()}"
-        )
-    steps = pq.read_table(args.train_log, columns=["step", "tokens"]).to_pylist()
-    last = steps[-1] if steps else {"step": 0, "tokens": 0}
-    if last["step"] != run.training.steps:
-        raise LineageError(
-            f"{args.train_log}: ends at step {last['step']}, config asks for "
-            f"{run.training.steps} steps"
-        )
-    try:
-        data = data_record(read_json(args.corpus_manifest), run.data_seed)
-    except KeyError as err:
-        raise ValueError(f"{args.corpus_manifest}: corpus manifest lacks field {err}") from None
-
-    manifest = checkpoint_manifest(
-        run=run,
-        model=model,
-        data=data,
-        source=json.loads(meta["source"]),
-        environment=json.loads(meta["environment"]),
-        runtime={
-            "device": meta["device"],
-            "precision": meta["precision"],
-            "threads": json.loads(meta["threads"]),
-        },
-        step=last["step"],
-        tokens_seen=last["tokens"],
-        val_loss=json.loads(meta["val_loss_nats"]),
-        checkpoint_sha256=checkpoint_sha,
-        train_log_sha256=sha256_file(args.train_log),
-        corpus_manifest_sha256=corpus_hash,
-    )
+    manifest = final_manifest(run, args.checkpoint, args.train_log, args.corpus_manifest)
     write_json(args.out, manifest)
     print(f"{args.out}: manifest {manifest_hash(args.out)}", file=sys.stderr)
     return 0

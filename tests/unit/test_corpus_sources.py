@@ -18,11 +18,11 @@ import yaml
 from headgeom.data import corpus, corpus_sources
 from headgeom.data.tokenizer import EOT_ID, load_gpt2_tokenizer
 from headgeom.hashing import ManifestMismatchError, verify_file
+from headgeom.manifest import data_record
 from tests.e2e.conftest import REPO, make_workdir, snakemake
 from tests.scripts import load_script
 
 tokenize_corpus = load_script("tokenize_corpus")
-hash_checkpoint = load_script("hash_checkpoint")
 REVISION = "87f09149ef4734204d70ed1d046ddc9ca3f2b8f9"
 OUTPUTS = ("train", "val", "vocab", "manifest")
 
@@ -243,11 +243,11 @@ def test_corpora_r_and_s_share_the_validation_file(tmp_path, tok, shards, local_
     texts = [tok.decode(ids[a + 1 : b]) for a, b in zip([-1, *cut], cut, strict=False)]
     assert texts and set(texts) <= allowed
     # The checkpoint manifest's data block names the model's corpus and its hashes.
-    data_s = hash_checkpoint.data_record(ms, 1729)
+    data_s = data_record(ms, 1729)
     assert (data_s["corpus"], data_s["sampling"]) == ("S", "read_once")
     assert data_s["corpus_sha256"] == ms["train_sha256"] == corpus.token_bytes_sha256(s_tok)
     assert data_s["corpus_num_tokens"] == 2_001 and data_s["val_sha256"] == mr["val_sha256"]
-    assert hash_checkpoint.data_record(mr, 1729)["corpus"] == "R"
+    assert data_record(mr, 1729)["corpus"] == "R"
 
 
 def test_embedded_source_is_the_demo_corpus(tmp_path, tok):
@@ -301,7 +301,7 @@ def test_fineweb_source_reads_the_pinned_revision_through_datasets(
     manifest = json.loads(hub["manifest"].read_text())
     assert manifest["dataset"] == "HuggingFaceFW/fineweb-edu"
     assert (manifest["dataset_config"], manifest["dataset_revision"]) == ("sample-10BT", REVISION)
-    data = hash_checkpoint.data_record(manifest, 1729)
+    data = data_record(manifest, 1729)
     assert data["dataset_revision"] == REVISION and data["dataset"] == manifest["dataset"]
     monkeypatch.setattr(datasets, "load_dataset", real_load)
     local = _build(

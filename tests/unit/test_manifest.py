@@ -22,7 +22,9 @@ from headgeom.hashing import (
     sha256_file,
 )
 from headgeom.io import read_json, read_parquet_metadata
+from headgeom.manifest import LineageError, corpus_data_record, final_manifest
 from headgeom.model.checkpoint import load_checkpoint, load_verified
+from headgeom.training.config import parse_run_config
 from tests.scripts import load_script
 
 tokenize_corpus = load_script("tokenize_corpus")
@@ -228,7 +230,7 @@ def test_load_verified_catches_one_flipped_byte(run, tmp_path):
 def test_hash_checkpoint_refuses_a_corrupted_checkpoint(run, tmp_path):
     _flip_byte(run / "model.safetensors", tmp_path / "model.safetensors")
     args = _hash_args(run, checkpoint=tmp_path / "model.safetensors", out=tmp_path / "m.json")
-    with pytest.raises(hash_checkpoint.LineageError) as err:
+    with pytest.raises(LineageError) as err:
         hash_checkpoint.main(args)
     message = str(err.value)
     assert "model.safetensors" in message
@@ -242,7 +244,7 @@ def test_hash_checkpoint_refuses_a_changed_config(run, tmp_path):
     changed["training"]["lr_max"] = 1e-3
     args = _hash_args(run, out=tmp_path / "m.json")
     args[args.index("--config-json") + 1] = json.dumps(changed)
-    with pytest.raises(hash_checkpoint.LineageError) as err:
+    with pytest.raises(LineageError) as err:
         hash_checkpoint.main(args)
     assert content_hash(CONFIG) in str(err.value) and content_hash(changed) in str(err.value)
     assert not (tmp_path / "m.json").exists()
@@ -253,9 +255,42 @@ def test_hash_checkpoint_refuses_another_corpus_manifest(run, tmp_path):
     corpus["n_val_tokens"] += 1
     (tmp_path / "corpus.json").write_text(json.dumps(corpus))
     args = _hash_args(run, **{"corpus-manifest": tmp_path / "corpus.json", "out": tmp_path / "m"})
-    with pytest.raises(hash_checkpoint.LineageError, match="corpus.json: content hash"):
+    with pytest.raises(LineageError, match="corpus.json: content hash"):
         hash_checkpoint.main(args)
     assert not (tmp_path / "m").exists()
+
+
+def test_final_manifest_is_what_hash_checkpoint_writes(run):
+    got = final_manifest(
+        parse_run_config(CONFIG),
+        run / "model.safetensors",
+        run / "train_log.parquet",
+        run / "corpus.json",
+    )
+    assert got == read_json(run / "manifest.json")
+    assert got["train_log_sha256"] == sha256_file(run / "train_log.parquet")
+
+
+def test_final_manifest_refuses_a_log_that_stops_early_or_is_not_a_train_log(run, tmp_path):
+    table = pq.read_table(run / "train_log.parquet")  # file metadata kept with the rows
+    pq.write_table(table.slice(0, 5), tmp_path / "short.parquet")
+    files = (run / "model.safetensors", tmp_path / "short.parquet", run / "corpus.json")
+    with pytest.raises(LineageError, match="ends at step 5, config asks for 12 steps"):
+        final_manifest(parse_run_config(CONFIG), *files)
+    pq.write_table(table.replace_schema_metadata(None), tmp_path / "bare.parquet")
+    files = (run / "model.safetensors", tmp_path / "bare.parquet", run / "corpus.json")
+    with pytest.raises(LineageError, match="bare.parquet: not a training log"):
+        final_manifest(parse_run_config(CONFIG), *files)
+
+
+def test_corpus_data_record_names_the_manifest_that_lacks_a_field(run, tmp_path):
+    corpus = read_json(run / "corpus.json")
+    data = corpus_data_record(run / "corpus.json", 1729)
+    assert (data["corpus_sha256"], data["data_seed"]) == (corpus["train_sha256"], 1729)
+    del corpus["val_sha256"]
+    (tmp_path / "corpus.json").write_text(json.dumps(corpus))
+    with pytest.raises(ValueError, match="corpus.json: corpus manifest lacks field 'val_sha256'"):
+        corpus_data_record(tmp_path / "corpus.json", 1729)
 
 
 # --------------------------------------------------------------------------- evaluation

@@ -24,13 +24,9 @@ from headgeom.data.corpus import compact, read_tokens, read_vocab, token_bytes_s
 from headgeom.hashing import sha256_file
 from headgeom.io import read_json, write_json, write_parquet
 from headgeom.model.checkpoint import load_checkpoint, save_checkpoint
-from headgeom.training import (
-    ResumeMismatchError,
-    build_model,
-    parse_run_config,
-    read_resume_record,
-    validation_loss,
-)
+from headgeom.training.config import parse_run_config
+from headgeom.training.loop import initial_model, validation_loss
+from headgeom.training.state import ResumeMismatchError, read_resume_record
 from tests.scripts import SRC, load_script
 
 train_script = load_script("train")
@@ -212,7 +208,7 @@ def test_reference_run_outputs(reference, corpus):
     ]
     # METHODS §7.3: the step-0 checkpoint is the initialisation, regenerated to the byte.
     regenerated = reference / "regenerated.safetensors"
-    save_checkpoint(regenerated, build_model(run, n_vocab=len(vocab)), vocab)
+    save_checkpoint(regenerated, initial_model(run, n_vocab=len(vocab)), vocab)
     step0 = reference / "checkpoints" / "step000000.safetensors"
     assert step0.read_bytes() == regenerated.read_bytes()
     for step in INTERMEDIATE:

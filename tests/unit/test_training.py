@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -13,23 +14,24 @@ import torch
 from torch.nn import functional as F
 
 from headgeom.model.checkpoint import save_checkpoint
-from headgeom.training import (
-    Resume,
-    ResumeMismatchError,
+from headgeom.training.config import (
     TrainConfig,
-    batch_at,
-    build_model,
-    check_sampling,
+    checkpoint_manifest_name,
     checkpoint_name,
     checkpoint_schedule,
-    lr_at,
     parse_run_config,
-    read_once_batch,
-    read_resume_record,
-    sample_batch,
-    train,
-    validation_loss,
 )
+from headgeom.training.data import (
+    batch_at,
+    check_sampling,
+    lr_at,
+    read_once_batch,
+    sample_batch,
+    validation_windows,
+)
+from headgeom.training.job import CorpusFiles, JobOutputs
+from headgeom.training.loop import initial_model, train, validation_loss
+from headgeom.training.state import Resume, ResumeMismatchError, read_resume_record
 
 N_CTX = 16
 MODEL = {"n_ctx": N_CTX, "n_layer": 2, "n_head": 2, "d_model": 16, "d_head": 8, "d_mlp": 32}
@@ -164,7 +166,7 @@ def test_sample_batch_reaches_but_never_passes_the_last_window():
 
 # --------------------------------------------------------------------------- validation
 def test_validation_loss_matches_a_hand_loop():
-    model = build_model(run_config(), n_vocab=11)
+    model = initial_model(run_config(), n_vocab=11)
     val = np.random.default_rng(1).integers(0, 11, 5 * N_CTX + 7)  # 5 windows + dropped tail
     windows = []
     for w in range((len(val) - 1) // N_CTX):
@@ -181,9 +183,19 @@ def test_validation_loss_matches_a_hand_loop():
         validation_loss(model, val[:N_CTX], N_CTX, 1)
 
 
+def test_validation_windows_cover_the_file_without_overlap():
+    ids = np.arange(3 * N_CTX + 5)  # 3 whole windows (+1 target) and a dropped tail
+    inputs, targets = validation_windows(ids, N_CTX)
+    assert inputs.shape == targets.shape == (3, N_CTX) and inputs.dtype == torch.int64
+    assert inputs.flatten().tolist() == list(range(3 * N_CTX))
+    assert (targets == inputs + 1).all()  # next token
+    with pytest.raises(ValueError, match="no 16-token window"):
+        validation_windows(ids[:N_CTX], N_CTX)
+
+
 # --------------------------------------------------------------------------- optimizer
 def test_weight_decay_goes_to_rank_two_tensors_only():
-    model = build_model(run_config(), n_vocab=11)
+    model = initial_model(run_config(), n_vocab=11)
     decay, no_decay = model.optim_groups(0.1)
     assert decay["weight_decay"] == 0.1 and no_decay["weight_decay"] == 0.0
     names = {id(p): n for n, p in model.named_parameters()}
@@ -201,8 +213,8 @@ def trained():
     """A tiny learned model trained on a period-8 corpus, plus its untrained twin."""
     run = parse_run_config(run_config())
     corpus = repetitive_corpus()
-    untrained = build_model(run, n_vocab=8)
-    model = build_model(run, n_vocab=8)
+    untrained = initial_model(run, n_vocab=8)
+    model = initial_model(run, n_vocab=8)
     result = train(model, corpus, corpus[:400], run.training, data_seed=1729, progress=False)
     return run, corpus, untrained, model, result
 
@@ -235,7 +247,7 @@ def test_training_is_deterministic_to_the_checkpoint_byte(tmp_path):
     paths = []
     for i, seed in enumerate((3, 3, 4)):
         r = parse_run_config({**run.raw, "seed": seed})
-        model = build_model(r, n_vocab=8)
+        model = initial_model(r, n_vocab=8)
         train(model, corpus, corpus[:200], r.training, data_seed=1729, progress=False)
         paths.append(tmp_path / f"run{i}.safetensors")
         save_checkpoint(paths[-1], model, np.arange(8))
@@ -246,7 +258,7 @@ def test_training_is_deterministic_to_the_checkpoint_byte(tmp_path):
 def test_frozen_write_buffers_are_untouched_by_training():
     cfg = run_config("write-common-axis", steps=8, eval_every=4)
     run = parse_run_config(cfg)
-    model = build_model(run, n_vocab=8)
+    model = initial_model(run, n_vocab=8)
     buffers = {n: b.clone() for n, b in model.named_buffers()}
     assert any(n.endswith("writer.basis") for n in buffers)
     frozen_ids = {id(b) for b in model.buffers()}
@@ -302,6 +314,7 @@ def test_checkpoint_schedule_is_clipped_to_the_run():
     assert checkpoint_schedule(tcfg(steps=30, checkpoint_steps=[30, 4, 0, 4])) == (0, 4)
     assert checkpoint_schedule(tcfg(steps=65536)) == (0, 256, 1024, 4096, 16384)
     assert checkpoint_name(256) == "step000256.safetensors"
+    assert checkpoint_manifest_name(256) == "step000256.manifest.json"
     for bad, message in (
         ({"checkpoint_steps": [-1]}, "checkpoint_steps"),
         ({"checkpoint_steps": "0,256"}, "checkpoint_steps"),
@@ -310,6 +323,15 @@ def test_checkpoint_schedule_is_clipped_to_the_run():
     ):
         with pytest.raises(ValueError, match=message):
             tcfg(**bad)
+
+
+def test_job_paths_default_beside_the_final_checkpoint(tmp_path):
+    out = JobOutputs.beside(tmp_path / "s1" / "model.safetensors", str(tmp_path / "log.parquet"))
+    assert out.checkpoint_dir == tmp_path / "s1" / "checkpoints"
+    assert out.resume_dir == tmp_path / "s1" / "resume" and out.log == tmp_path / "log.parquet"
+    chosen = JobOutputs.beside("m.safetensors", "l.parquet", "ck", "rs")
+    assert (chosen.checkpoint_dir, chosen.resume_dir) == (Path("ck"), Path("rs"))
+    assert CorpusFiles("t", "v", "w", "m.json").manifest == Path("m.json")
 
 
 # --------------------------------------------------------------------------- resume
@@ -331,7 +353,7 @@ def test_resume_after_an_interruption_is_bitwise_exact(tmp_path):
         records.setdefault(step, []).append(val_loss)
         return {"val_loss": val_loss}
 
-    reference = build_model(run, n_vocab=8)
+    reference = initial_model(run, n_vocab=8)
     ref = train(
         reference, corpus, corpus[:200], cfg, data_seed=1729, progress=False, on_checkpoint=keep
     )
@@ -346,7 +368,7 @@ def test_resume_after_an_interruption_is_bitwise_exact(tmp_path):
 
     with pytest.raises(_Stop):
         train(
-            build_model(run, n_vocab=8),
+            initial_model(run, n_vocab=8),
             corpus,
             corpus[:200],
             cfg,
@@ -357,7 +379,7 @@ def test_resume_after_an_interruption_is_bitwise_exact(tmp_path):
         )
     assert read_resume_record(resume.path)["step"] == 6  # written at 3 and 6
     random.seed(99)  # the state restores the RNGs too
-    model = build_model(run, n_vocab=8)
+    model = initial_model(run, n_vocab=8)
     result = train(
         model,
         corpus,
@@ -387,7 +409,7 @@ def test_a_state_of_another_run_is_refused_untouched(tmp_path):
     corpus = repetitive_corpus(400)
     resume = Resume(tmp_path / "state.safetensors", {"config_hash": "a" * 64})
     train(
-        build_model(run, n_vocab=8),
+        initial_model(run, n_vocab=8),
         corpus,
         corpus[:100],
         cfg,
@@ -397,7 +419,7 @@ def test_a_state_of_another_run_is_refused_untouched(tmp_path):
     )
     before = resume.path.read_bytes()
     other = Resume(resume.path, {"config_hash": "b" * 64})
-    model = build_model(run, n_vocab=8)
+    model = initial_model(run, n_vocab=8)
     init = {k: v.clone() for k, v in model.state_dict().items()}
     with pytest.raises(
         ResumeMismatchError, match=f"config_hash: state has '{'a' * 64}', this run has '{'b' * 64}'"
@@ -412,7 +434,7 @@ def test_frozen_maps_are_cast_once_and_follow_their_buffers():
     """The activation-dtype copy of a frozen map is reused across steps, and a new buffer
     value (load_state_dict), dtype or module copy gets a fresh one."""
     run = parse_run_config(run_config("all-rotated-self", steps=4, warmup_steps=1))
-    model = build_model(run, n_vocab=8)
+    model = initial_model(run, n_vocab=8)
     writer, reader = model.blocks[1].attn.writer, model.blocks[1].attn.reader
     ids = torch.arange(8).view(1, 8)
     with torch.no_grad():
@@ -431,7 +453,7 @@ def test_frozen_maps_are_cast_once_and_follow_their_buffers():
     assert not after.equal(before)
     assert torch.equal(writer.__dict__["_cast_cache"][1], (writer.scale * writer.basis).float())
     assert torch.equal(reader.__dict__["_cast_cache"][1], reader.basis.float())
-    reference = build_model(run, n_vocab=8)  # no cache yet: computes from the buffers
+    reference = initial_model(run, n_vocab=8)  # no cache yet: computes from the buffers
     reference.load_state_dict(swapped)
     with torch.no_grad():
         assert reference(ids).equal(after)
@@ -443,7 +465,7 @@ def test_bf16_autocast_forward_casts_frozen_maps_to_bf16_once():
     """The GPU path's autocast, exercised on CPU: frozen maps are cached in bf16, the model
     runs and its loss stays close to the fp32 one."""
     run = parse_run_config(run_config("all-rotated", steps=4, warmup_steps=1))
-    model = build_model(run, n_vocab=8)
+    model = initial_model(run, n_vocab=8)
     ids = torch.arange(16).remainder(8).view(2, 8)
     with torch.no_grad():
         exact = F.cross_entropy(model(ids).flatten(0, 1), ids.roll(-1, 1).flatten())
