@@ -34,7 +34,7 @@ from scipy import stats
 
 from headgeom.analysis.patching import attribution_patch, first_difference, patch_all_heads_fast
 from headgeom.data import tasks
-from headgeom.model import zoo
+from headgeom.model import registry, zoo
 
 PAPER_ARCH = dict(n_layer=12, n_head=12, d_model=768, d_head=64, d_mlp=3072, n_ctx=512)
 N_VOCAB = 50257
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    model = zoo.build_model(zoo.derive_model_config("learned", PAPER_ARCH, {}), N_VOCAB).eval()
+    model = registry.build_model(zoo.derive_model_config("learned", PAPER_ARCH, {}), N_VOCAB).eval()
     cfg = model.cfg
     print(
         f"model: learned, L={cfg.n_layer} H={cfg.n_head} D={cfg.d_model} d_mlp={cfg.d_mlp} "

@@ -17,7 +17,8 @@ from headgeom.analysis.patching import patch_all_heads, patch_all_heads_fast
 from headgeom.hashing import content_hash, sha256_file
 from headgeom.io import write_json
 from headgeom.model.checkpoint import save_checkpoint
-from headgeom.model.gpt import GPT, ModelConfig
+from headgeom.model.config import ModelConfig
+from headgeom.model.gpt import GPT
 from headgeom.model.interop import export_hf, require_learned, to_transformer_lens
 from tests.scripts import load_script
 
@@ -129,13 +130,14 @@ def test_non_learned_geometries_are_refused(geometry):
 
 
 def test_multiscreen_is_refused():
-    from headgeom.model.multiscreen import MultiscreenConfig, build_multiscreen
+    from headgeom.model.multiscreen import MultiscreenConfig
+    from headgeom.model.registry import build_model
 
     cfg = MultiscreenConfig(
         n_vocab=N_VOCAB, n_ctx=16, n_layer=2, n_head=4, d_model=32, d_head=8, d_key=4
     )
     with pytest.raises(ValueError, match="multiscreen"):
-        require_learned(build_multiscreen(cfg), "ckpt")
+        require_learned(build_model(cfg.to_dict()), "ckpt")
 
 
 def test_transformer_lens_logits_and_no_folding():

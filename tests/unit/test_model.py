@@ -7,8 +7,9 @@ import math
 import pytest
 import torch
 
+from headgeom.model.config import ModelConfig
 from headgeom.model.geometries import GEOMETRIES, FrozenWriter, LearnedWriter, write_scale
-from headgeom.model.gpt import GPT, SITE_AXES, ModelConfig, site
+from headgeom.model.gpt import GPT, SITE_AXES, site
 
 TINY = dict(n_vocab=23, n_ctx=16, n_layer=3, n_head=2, d_model=8, d_head=4, d_mlp=12)
 PAPER = dict(n_vocab=50257, n_ctx=512, n_layer=12, n_head=12, d_model=768, d_head=64, d_mlp=3072)

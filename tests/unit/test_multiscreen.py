@@ -16,12 +16,12 @@ from headgeom.model.multiscreen import (
     SITE_AXES,
     LearnedWriter,
     MultiscreenConfig,
-    build_multiscreen,
     causal_cosine_window,
     multiscreen_write_scale,
     screening_relevance,
     tanh_norm,
 )
+from headgeom.model.registry import build_model
 
 TINY = dict(n_vocab=13, n_ctx=24, n_layer=2, n_head=4, d_model=32, d_head=8, d_key=4)
 # Short windows and MiPE active on every tile at this size.
@@ -30,9 +30,8 @@ TINY_CHOICES = dict(window_init_max=8.0, mipe_threshold=16.0)
 
 def tiny(geometry="learned", seed=0, **overrides):
     torch.manual_seed(seed)
-    return build_multiscreen(
-        MultiscreenConfig(**TINY, geometry=geometry, **{**TINY_CHOICES, **overrides})
-    )
+    cfg = MultiscreenConfig(**TINY, geometry=geometry, **{**TINY_CHOICES, **overrides})
+    return build_model(cfg.to_dict())
 
 
 def expected_params(V, L, H, D, d_k, d_v, frozen_write):
@@ -59,7 +58,7 @@ def test_paper_size_parameter_counts_are_exact(geometry, printed):
     )
     assert derived == printed  # the §6.6 arithmetic reproduces the printed count
     with torch.device("meta"):
-        model = build_multiscreen(MultiscreenConfig(**PAPER_CONFIG, geometry=geometry))
+        model = build_model(MultiscreenConfig(**PAPER_CONFIG, geometry=geometry).to_dict())
     assert model.n_params() == printed
     assert 128_534_514 - 106_514_418 == 21 * 1024**2  # §4.4: one frozen 1024² W_O per layer
 
@@ -93,7 +92,9 @@ def test_config_round_trips_and_rejects_unknown_keys():
     with pytest.raises(ValueError, match="unknown geometry"):
         MultiscreenConfig(**TINY, geometry="all-rotated")
     with pytest.raises(ValueError, match="n_head·d_head == d_model"):
-        build_multiscreen(dict(TINY, d_model=31, geometry="write-common-axis"))
+        build_model(
+            dict(TINY, d_model=31, geometry="write-common-axis", architecture="multiscreen")
+        )
 
 
 @pytest.mark.parametrize("mipe", [True, False])

@@ -25,7 +25,8 @@ from headgeom.analysis.patching import (
 from headgeom.hashing import ManifestMismatchError, content_hash, sha256_file
 from headgeom.io import read_parquet_metadata, write_json, write_parquet
 from headgeom.model.checkpoint import save_checkpoint
-from headgeom.model.gpt import GPT, ModelConfig
+from headgeom.model.config import ModelConfig
+from headgeom.model.gpt import GPT
 from tests.scripts import load_script
 
 GEOMETRIES = ("learned", "write-common-axis")

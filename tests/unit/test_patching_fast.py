@@ -21,10 +21,9 @@ from headgeom.analysis.patching import (
     supports_fast,
     supports_prefix_reuse,
 )
-from headgeom.model import zoo
-from headgeom.model.geometries import GEOMETRIES
+from headgeom.model import registry, zoo
 from headgeom.model.gpt import site
-from headgeom.model.multiscreen import MultiscreenConfig, build_multiscreen
+from headgeom.model.multiscreen import MultiscreenConfig
 
 TINY = dict(n_layer=3, n_head=4, d_model=16, d_head=4, d_mlp=24, n_ctx=16)
 TINY_ROUTED = dict(n_layer=3, n_head=3, d_model=24, d_head=8, d_mlp=24, n_ctx=16)
@@ -52,7 +51,7 @@ def perturbed(model: torch.nn.Module, seed: int) -> torch.nn.Module:
 def zoo_model(geometry: str, seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
     arch = TINY_ROUTED if geometry.startswith("write-routed") else TINY
-    model = zoo.build_model(zoo.derive_model_config(geometry, arch, {}), N_VOCAB)
+    model = registry.build_model(zoo.derive_model_config(geometry, arch, {}), N_VOCAB)
     return perturbed(model, seed)
 
 
@@ -62,7 +61,7 @@ def multiscreen_model(geometry: str, seed: int = 0) -> torch.nn.Module:
         n_vocab=N_VOCAB, n_ctx=24, n_layer=3, n_head=4, d_model=32, d_head=8, d_key=4,
         geometry=geometry, window_init_max=8.0, mipe_threshold=16.0,
     )  # fmt: skip
-    return build_multiscreen(cfg).eval()
+    return registry.build_model(cfg.to_dict()).eval()
 
 
 def random_pairs(n: int, lengths: tuple[int, ...], seed: int = 1):
@@ -93,7 +92,7 @@ def assert_same(model, pairs, batch_size=4, **fast_kwargs):
 
 
 @pytest.mark.parametrize("prefix_reuse", [True, False])
-@pytest.mark.parametrize("geometry", sorted(GEOMETRIES))
+@pytest.mark.parametrize("geometry", sorted(registry.geometry_names("gpt")))
 def test_fast_equals_plain_for_every_geometry(geometry, prefix_reuse):
     model = zoo_model(geometry)
     assert supports_fast(model) and supports_prefix_reuse(model)

@@ -30,8 +30,9 @@ from headgeom.analysis.weightspace import (
 from headgeom.hashing import ManifestMismatchError, content_hash, sha256_file
 from headgeom.io import read_json, read_parquet_metadata, write_json, write_parquet
 from headgeom.model.checkpoint import save_checkpoint
+from headgeom.model.config import ModelConfig
 from headgeom.model.geometries import READ_TYPES, write_scale
-from headgeom.model.gpt import GPT, ModelConfig
+from headgeom.model.gpt import GPT
 from headgeom.paper.tables import table2
 from tests.scripts import load_script
 

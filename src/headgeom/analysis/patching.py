@@ -45,6 +45,7 @@ import torch
 
 from headgeom.analysis.evaluation import length_groups
 from headgeom.io import read_parquet_metadata
+from headgeom.model import registry
 from headgeom.model.gpt import GPT, site
 
 Progress = Callable[[int], object] | None
@@ -244,56 +245,34 @@ def _patch_in_batches(
 
 
 # --------------------------------------------------------------------------- fast engine
-def _last_logit_difference(model: GPT) -> Callable | None:
+def _last_logit_difference(model: GPT) -> Callable:
     """``f(x, correct, incorrect) -> LD (R,) float64`` from the residual ``x`` (R, T, D)
-    leaving the last block, computing only the two answer logits at the final position.
+    leaving the last block, computing only the two answer logits at the final position
+    (``model.answer_logits``: the model's own ``forward`` after its blocks)."""
 
-    Mirrors the model's own ``forward`` after its blocks: GPT (``ln_f`` then the tied
-    ``wte``); multiscreen (unit-normalised tied ``wte`` scaled by ``exp(s_f)``). ``None`` for
-    an unknown architecture (the caller falls back to the plain engine).
-    """
-    if isinstance(model, GPT) and hasattr(model, "ln_f"):
+    def ld(x, correct, incorrect):
+        logits = model.answer_logits(x, torch.stack([correct, incorrect], dim=1)).double()
+        return logits[:, 0] - logits[:, 1]
 
-        def gpt(x, correct, incorrect):
-            h = model.ln_f(model.hook_resid_final(x)[:, -1])  # (R, D)
-            w = model.wte.weight[torch.stack([correct, incorrect], dim=1)]  # (R, 2, D)
-            logits = torch.einsum("rd,rkd->rk", h, w).double()
-            return logits[:, 0] - logits[:, 1]
-
-        return gpt
-    try:
-        from headgeom.model.multiscreen import MultiscreenLM, unit
-    except ImportError:  # pragma: no cover
-        return None
-    if isinstance(model, MultiscreenLM):
-
-        def multiscreen(x, correct, incorrect):
-            h = model.hook_resid_final(x)[:, -1]
-            ids = torch.stack([correct, incorrect], dim=1)
-            w = unit(model.wte.weight[ids], model.cfg.norm_eps)  # rows of unit(wte)
-            logits = (torch.einsum("rd,rkd->rk", h, w) * torch.exp(model.s_f)).double()
-            return logits[:, 0] - logits[:, 1]
-
-        return multiscreen
-    return None
+    return ld
 
 
 def supports_fast(model: torch.nn.Module) -> bool:
-    """Whether :func:`patch_all_heads_fast` runs its own path (else it falls back to plain)."""
-    return _last_logit_difference(model) is not None and all(
-        hasattr(b, "hook_resid_pre") and hasattr(getattr(b, "attn", None), "hook_z")
-        for b in model.blocks
-    )
+    """Whether :func:`patch_all_heads_fast` runs its own path (else it falls back to plain):
+    the registry's ``fast_patching`` of the model's architecture (none for a model type it
+    does not know)."""
+    arch = registry.architecture_of(model)
+    return arch is not None and arch.fast_patching
 
 
 def supports_prefix_reuse(model: torch.nn.Module) -> bool:
-    """Whether the fast engine can also reuse the clean prefix: every block must offer the
-    KV-prefix forward of ``headgeom.model.gpt`` (``forward_suffix``, ``after_z``). GPT models
-    of every zoo geometry do; the multiscreen controls (position-dependent windows and
-    MiPE rotations, no KV interface) do not and run with layer resumption only."""
-    return supports_fast(model) and all(
-        hasattr(b, "forward_suffix") and hasattr(b, "after_z") for b in model.blocks
-    )
+    """Whether the fast engine can also reuse the clean prefix: the registry's
+    ``prefix_reuse`` (blocks with the KV-prefix forward of ``headgeom.model.gpt``,
+    ``forward_suffix`` and ``after_z``). GPT models of every zoo geometry have it; the
+    multiscreen controls (position-dependent windows and MiPE rotations, no KV interface)
+    do not and run with layer resumption only."""
+    arch = registry.architecture_of(model)
+    return supports_fast(model) and arch.prefix_reuse
 
 
 def _first_differences(clean_ids: Sequence, ref_ids: Sequence) -> list[int]:
@@ -443,10 +422,10 @@ def patch_all_heads_fast(
 
     ``batch_size`` bounds the examples and ``max_rows`` the rows (head patches × examples)
     of one forward, hence memory. Within a length group examples are sorted by their first
-    differing position, so batches share long clean prefixes (``prefix_reuse``). An
-    architecture whose unembedding this module does not know (:func:`supports_fast`) runs
-    the plain engine; one without the KV-prefix forward (:func:`supports_prefix_reuse`:
-    multiscreen) runs layer resumption without prefix reuse.
+    differing position, so batches share long clean prefixes (``prefix_reuse``). A model
+    whose architecture the registry does not declare ``fast_patching``
+    (:func:`supports_fast`) runs the plain engine; one without ``prefix_reuse``
+    (:func:`supports_prefix_reuse`: multiscreen) runs layer resumption without prefix reuse.
     """
     if not supports_fast(model):
         return patch_all_heads(model, clean_ids, ref_ids, correct, incorrect, batch_size, progress)

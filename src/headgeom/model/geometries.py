@@ -9,8 +9,10 @@ weight-space maps so geometric analyses read the same matrices the forward pass 
 * ``reader.read_maps(X)``         -> (head, d_head, d_model): W_X^{l,h}
 * ``reader.folded_read_maps(X)``  -> (head, d_head, d_model): W_X diag(γ) P_c (METHODS §9.2)
 
-A configuration is registered in ``GEOMETRIES`` as a :class:`Geometry`: calling it is the
-factory ``(cfg, layer) -> (reader, writer)``; the block never branches on its name.
+Every geometry of the study is one keyword record in ``GEOMETRIES`` (a :class:`Geometry`):
+its architecture, reader kind, sizing rule, parameters and capabilities, and for GPT its
+factory ``(cfg, layer) -> (reader, writer)``; the block never branches on its name. Callers
+outside the model package ask ``headgeom.model.registry``, which adds the architectures.
 
 Registered geometries (D = d_model, d = d_head, H = n_head, L = n_layer, l = layer,
 g = init_std·sqrt(D/2L); E_h is coordinate block h, B_i member i of the Kerdock ⊗ Haar family
@@ -32,6 +34,8 @@ identity-original     E_h (scale 1)                         free
 value384              g E_h                                 free + head-local value adapter
 mlp3456               g E_h (MLP width: ``cfg.d_mlp``)      free
 write-routed-a/b/c    routings of H > D/d heads, no b_O     free
+multiscreen-learned   learned, no b_O (softmax-free tiles)  free, no LayerNorm (§6.6)
+multiscreen-identity  g_ms E_h, no b_O (softmax-free tiles) free, no LayerNorm (§6.6)
 ====================  ===================================  ==================================
 
 Every parameter a geometry uses, and every METHODS ``[UNSPECIFIED → CHOICE]`` it makes, is
@@ -64,7 +68,8 @@ import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 import torch
@@ -72,18 +77,32 @@ from torch import nn
 from torch.nn import functional as F
 
 if TYPE_CHECKING:
-    from headgeom.model.gpt import ModelConfig
     from headgeom.model.kerdock import BasisFamily
 
 READ_TYPES = ("Q", "K", "V")
 
 
-def write_scale(cfg: ModelConfig) -> float:
+class ModelShape(Protocol):
+    """What a geometry reads from its model's config (``headgeom.model.config.ModelConfig``;
+    the multiscreen writers pass ``MultiscreenConfig``, which has the sizes). A protocol, so
+    this module imports no config and the config can import this module."""
+
+    n_layer: int
+    n_head: int
+    d_model: int
+    d_head: int
+    init_std: float
+    ln_eps: float
+    geometry: str
+    geometry_params: Mapping[str, Any]
+
+
+def write_scale(cfg: ModelShape) -> float:
     """g = 0.02·sqrt(D / 2L): the RMS gain of an initial learned W_O (METHODS §4.2, §5.6)."""
     return cfg.init_std * math.sqrt(cfg.d_model / (2 * cfg.n_layer))
 
 
-def coordinate_blocks(cfg: ModelConfig) -> torch.Tensor:
+def coordinate_blocks(cfg: ModelShape) -> torch.Tensor:
     """[E_0 | E_1 | ... | E_{H-1}] as a float64 (d_model, head·d_head) matrix (METHODS §0)."""
     if cfg.n_head * cfg.d_head != cfg.d_model:
         raise ValueError(
@@ -125,7 +144,7 @@ def _blocks(basis: torch.Tensor, n_head: int, d_head: int) -> torch.Tensor:
 class LearnedWriter(nn.Module):
     """Attention output Σ_h W_O^h z^h + b_O with a trained W_O (GPT-2's ``c_proj``)."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelShape):
         super().__init__()
         self.n_head, self.d_head = cfg.n_head, cfg.d_head
         self.c_proj = nn.Linear(cfg.n_head * cfg.d_head, cfg.d_model)
@@ -147,7 +166,7 @@ class FrozenWriter(nn.Module):
     trained, never counted as a parameter.
     """
 
-    def __init__(self, cfg: ModelConfig, basis: torch.Tensor, scale: float, bias: bool = True):
+    def __init__(self, cfg: ModelShape, basis: torch.Tensor, scale: float, bias: bool = True):
         super().__init__()
         if basis.shape != (cfg.d_model, cfg.n_head * cfg.d_head):
             raise ValueError(
@@ -171,7 +190,7 @@ class FrozenWriter(nn.Module):
 class FreeReader(nn.Module):
     """Shared pre-attention LayerNorm LN_1 then learned W_{Q,K,V} (GPT-2's ``c_attn``)."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelShape):
         super().__init__()
         self.n_head, self.d_head = cfg.n_head, cfg.d_head
         self.ln_1 = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps)
@@ -205,7 +224,7 @@ class ValueAdapterReader(FreeReader):
     value path only. ``read_maps("V")`` is the linear W_V the adapter follows.
     """
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelShape):
         super().__init__(cfg)
         p = cfg.geometry_params
         width = p["value_adapter_width"]
@@ -233,7 +252,7 @@ class BlockReader(nn.Module):
     Gains, biases and LN parameters are stored flat (rank 1: no weight decay, §7.2).
     """
 
-    def __init__(self, cfg: ModelConfig, basis: torch.Tensor):
+    def __init__(self, cfg: ModelShape, basis: torch.Tensor):
         super().__init__()
         H, d = cfg.n_head, cfg.d_head
         if basis.shape != (cfg.d_model, H * d):
@@ -292,7 +311,7 @@ def _family(d_model: int, d_head: int, n_members: int, m: int, r: int) -> BasisF
     return build_basis_family(d_model, d_head, n_members, m=m, r=r)
 
 
-def basis_family(cfg: ModelConfig) -> BasisFamily | None:
+def basis_family(cfg: ModelShape) -> BasisFamily | None:
     """The Kerdock ⊗ Haar family a model's frozen maps come from (built once per process,
     checks C2–C5 included), or None for geometries that use none. Its ``family_hash`` is
     the manifests' ``basis_family_hash`` (METHODS §5.7)."""
@@ -302,7 +321,7 @@ def basis_family(cfg: ModelConfig) -> BasisFamily | None:
     return _family(cfg.d_model, cfg.d_head, p["basis_members"], p["basis_m"], p["basis_r"])
 
 
-def member(cfg: ModelConfig, i: int) -> torch.Tensor:
+def member(cfg: ModelShape, i: int) -> torch.Tensor:
     """B_i as a float64 (D, D) tensor: its column blocks are B_i E_0 | ... | B_i E_{H−1}."""
     family = basis_family(cfg)
     if family is None:
@@ -310,7 +329,7 @@ def member(cfg: ModelConfig, i: int) -> torch.Tensor:
     return torch.from_numpy(np.array(family.members[i]))
 
 
-def diagonal_write_basis(cfg: ModelConfig) -> torch.Tensor:
+def diagonal_write_basis(cfg: ModelShape) -> torch.Tensor:
     """[E_0 diag(m) | ... ]: fixeddiag writes head-internal coordinates 0..w−1 of each head
     onto lane coordinates dh..dh+w−1 and discards the rest (METHODS §6.3, CHOICE "first")."""
     mask = (torch.arange(cfg.d_head) < cfg.geometry_params["write_width"]).to(torch.float64)
@@ -363,14 +382,14 @@ def angle_split_routing(d_model: int, d_head: int, n_head: int, offset: int) -> 
 
 
 # --------------------------------------------------------------------------- parameters
-def _fail(cfg: ModelConfig, message: str) -> None:
+def _fail(cfg: ModelShape, message: str) -> None:
     raise ValueError(
         f"geometry {cfg.geometry!r} cannot exist at n_layer={cfg.n_layer}, n_head={cfg.n_head}, "
         f"d_model={cfg.d_model}, d_head={cfg.d_head}: {message}"
     )
 
 
-def _param(cfg: ModelConfig, given: Mapping, name: str, default: Any, ok, allowed: str) -> Any:
+def _param(cfg: ModelShape, given: Mapping, name: str, default: Any, ok, allowed: str) -> Any:
     value = given.get(name, default)
     if not ok(value):
         raise ValueError(
@@ -388,19 +407,19 @@ def _count(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 1
 
 
-def _lanes(cfg: ModelConfig, given: Mapping) -> dict:
+def _lanes(cfg: ModelShape, given: Mapping) -> dict:
     if cfg.n_head * cfg.d_head != cfg.d_model:
         _fail(cfg, "its head blocks must tile the residual stream (n_head·d_head == d_model)")
     return {}
 
 
-def _scale(cfg: ModelConfig, given: Mapping, default: float | None = None) -> dict:
+def _scale(cfg: ModelShape, given: Mapping, default: float | None = None) -> dict:
     g = write_scale(cfg) if default is None else default
     return {"write_scale": _param(cfg, given, "write_scale", g, _positive, "a number > 0")}
 
 
-def _kerdock(needed: Callable[[ModelConfig], int]) -> Callable[[ModelConfig, Mapping], dict]:
-    def params(cfg: ModelConfig, given: Mapping) -> dict:
+def _kerdock(needed: Callable[[ModelShape], int]) -> Callable[[ModelShape, Mapping], dict]:
+    def params(cfg: ModelShape, given: Mapping) -> dict:
         from headgeom.model.kerdock import kerdock_shape
 
         _lanes(cfg, given)
@@ -429,12 +448,12 @@ def _kerdock(needed: Callable[[ModelConfig], int]) -> Callable[[ModelConfig, Map
     return params
 
 
-def _block(cfg: ModelConfig, given: Mapping) -> dict:
+def _block(cfg: ModelShape, given: Mapping) -> dict:
     std = cfg.init_std * math.sqrt(cfg.d_model / cfg.d_head)
     return {"block_init_std": _param(cfg, given, "block_init_std", std, _positive, "> 0")}
 
 
-def _fixeddiag(cfg: ModelConfig, given: Mapping) -> dict:
+def _fixeddiag(cfg: ModelShape, given: Mapping) -> dict:
     _lanes(cfg, given)
     w = _param(
         cfg,
@@ -449,7 +468,7 @@ def _fixeddiag(cfg: ModelConfig, given: Mapping) -> dict:
     return {"write_width": w, "write_mask": mask, **scale}
 
 
-def _value_adapter(cfg: ModelConfig, given: Mapping) -> dict:
+def _value_adapter(cfg: ModelShape, given: Mapping) -> dict:
     if "value_adapter_width" not in given and cfg.d_model % 2:
         _fail(cfg, "the value adapter is D/2 wide, so d_model must be even")
     width = _param(cfg, given, "value_adapter_width", cfg.d_model // 2, _count, "an integer >= 1")
@@ -470,9 +489,9 @@ def _value_adapter(cfg: ModelConfig, given: Mapping) -> dict:
 
 
 def _routed(
-    extra: Callable[[ModelConfig, Mapping], dict],
-) -> Callable[[ModelConfig, Mapping], dict]:
-    def params(cfg: ModelConfig, given: Mapping) -> dict:
+    extra: Callable[[ModelShape, Mapping], dict],
+) -> Callable[[ModelShape, Mapping], dict]:
+    def params(cfg: ModelShape, given: Mapping) -> dict:
         if cfg.d_model % cfg.d_head:
             _fail(cfg, "routed writes use the D/d_head lanes E_h, so d_head must divide d_model")
         if cfg.n_head * cfg.d_head <= cfg.d_model:
@@ -485,20 +504,20 @@ def _routed(
     return params
 
 
-def _sum_hub(cfg: ModelConfig, given: Mapping) -> dict:
+def _sum_hub(cfg: ModelShape, given: Mapping) -> dict:
     lanes = cfg.d_model // cfg.d_head
     if lanes % (cfg.n_head - lanes):
         _fail(cfg, f"the {cfg.n_head - lanes} hub heads must split the {lanes} lanes evenly")
     return {}
 
 
-def _split_cycle(cfg: ModelConfig, given: Mapping) -> dict:
+def _split_cycle(cfg: ModelShape, given: Mapping) -> dict:
     if cfg.d_head % 2:
         _fail(cfg, "split-cycle halves every head, so d_head must be even")
     return {}
 
 
-def _angle_split(cfg: ModelConfig, given: Mapping) -> dict:
+def _angle_split(cfg: ModelShape, given: Mapping) -> dict:
     lanes = cfg.d_model // cfg.d_head
     offset = _param(
         cfg,
@@ -511,8 +530,8 @@ def _angle_split(cfg: ModelConfig, given: Mapping) -> dict:
     return {"angle_offset": offset}
 
 
-def _combine(*parts: Callable[[ModelConfig, Mapping], dict]):
-    def params(cfg: ModelConfig, given: Mapping) -> dict:
+def _combine(*parts: Callable[[ModelShape, Mapping], dict]):
+    def params(cfg: ModelShape, given: Mapping) -> dict:
         out: dict[str, Any] = {}
         for part in parts:
             out.update(part(cfg, given))
@@ -522,132 +541,235 @@ def _combine(*parts: Callable[[ModelConfig, Mapping], dict]):
 
 
 # --------------------------------------------------------------------------- factories
-def _frozen(cfg: ModelConfig, basis: torch.Tensor) -> FrozenWriter:
+def _frozen(cfg: ModelShape, basis: torch.Tensor) -> FrozenWriter:
     p = cfg.geometry_params
     return FrozenWriter(cfg, basis, p["write_scale"], bias=p.get("attn_out_bias", True))
 
 
-def _learned(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+def _learned(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
     return FreeReader(cfg), LearnedWriter(cfg)
 
 
-def _write_common_axis(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+def _write_common_axis(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
     return FreeReader(cfg), _frozen(cfg, coordinate_blocks(cfg))
 
 
-def _write_common(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+def _write_common(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
     return FreeReader(cfg), _frozen(cfg, member(cfg, 0))
 
 
-def _write_rotated(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+def _write_rotated(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
     return FreeReader(cfg), _frozen(cfg, member(cfg, layer))
 
 
-def _read_common(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+def _read_common(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
     return BlockReader(cfg, coordinate_blocks(cfg)), LearnedWriter(cfg)
 
 
-def _all_common_axis(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+def _all_common_axis(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
     return BlockReader(cfg, coordinate_blocks(cfg)), _frozen(cfg, coordinate_blocks(cfg))
 
 
-def _all_rotated(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+def _all_rotated(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
     return BlockReader(cfg, member(cfg, cfg.n_layer + layer)), _frozen(cfg, member(cfg, layer))
 
 
-def _all_rotated_self(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+def _all_rotated_self(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
     return BlockReader(cfg, member(cfg, layer)), _frozen(cfg, member(cfg, layer))
 
 
-def _fixeddiag_geometry(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+def _fixeddiag_geometry(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
     return FreeReader(cfg), _frozen(cfg, diagonal_write_basis(cfg))
 
 
-def _value384(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+def _value384(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
     return ValueAdapterReader(cfg), _frozen(cfg, coordinate_blocks(cfg))
 
 
-def _write_routed_a(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+def _write_routed_a(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
     return FreeReader(cfg), _frozen(cfg, sum_hub_routing(cfg.d_model, cfg.d_head, cfg.n_head))
 
 
-def _write_routed_b(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+def _write_routed_b(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
     basis = split_cycle_routing(cfg.d_model, cfg.d_head, cfg.n_head)
     return FreeReader(cfg), _frozen(cfg, basis)
 
 
-def _write_routed_c(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
+def _write_routed_c(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
     offset = cfg.geometry_params["angle_offset"]
     basis = angle_split_routing(cfg.d_model, cfg.d_head, cfg.n_head, offset)
     return FreeReader(cfg), _frozen(cfg, basis)
 
 
+# --------------------------------------------------------------------------- sizing
+class SizeError(ValueError):
+    """Why a geometry cannot exist at a base architecture (the zoo adds the name and size)."""
+
+
+def _base_size(arch: Mapping[str, Any]) -> dict[str, Any]:
+    """Most geometries take the study's base architecture as it is."""
+    return dict(arch)
+
+
+def _wider_mlp(arch: Mapping[str, Any]) -> dict[str, Any]:
+    """mlp3456: the MLP grows by D/2 (paper: 3072 + 384 = 3456) to match learned's count."""
+    if arch["d_model"] % 2:
+        raise SizeError("the MLP grows by D/2, so d_model must be even")
+    return {**arch, "d_mlp": arch["d_mlp"] + arch["d_model"] // 2}
+
+
+def _routed_heads(arch: Mapping[str, Any]) -> dict[str, Any]:
+    """write-routed-a/b/c: n_head = 4H/3 heads (paper: 16) writing into the H lanes."""
+    H = arch["n_head"]
+    if H % 3 or H * arch["d_head"] != arch["d_model"]:
+        raise SizeError(
+            "a routed control has 4H/3 heads writing into the H lanes of width d_head, "
+            "so 3 must divide n_head and n_head·d_head must equal d_model"
+        )
+    return {**arch, "n_head": 4 * H // 3}
+
+
+def _multiscreen_size(arch: Mapping[str, Any]) -> dict[str, Any]:
+    """multiscreen-*: 4H/3 tiles of width d, d_model = n_head·d, 7L/4 layers and key width
+    d/4 (paper: 16 tiles, D = 1024, 21 layers, d_key = 16; METHODS §6.6). No MLP width."""
+    L, H, d = arch["n_layer"], arch["n_head"], arch["d_head"]
+    if H % 3 or L % 4 or d % 4:
+        raise SizeError(
+            "a multiscreen control has 4H/3 tiles of width d, 7L/4 layers and key width d/4, "
+            "so 3 must divide n_head, 4 n_layer and 4 d_head (paper: 12, 12, 64)"
+        )
+    n_head = 4 * H // 3
+    return {
+        "n_ctx": arch["n_ctx"],
+        "n_layer": 7 * L // 4,
+        "n_head": n_head,
+        "d_model": n_head * d,
+        "d_head": d,
+        "d_key": d // 4,
+    }
+
+
 # --------------------------------------------------------------------------- registry
-GeometryFactory = Callable[["ModelConfig", int], tuple[nn.Module, nn.Module]]
-ParamsFn = Callable[["ModelConfig", Mapping], dict]
+GeometryFactory = Callable[[ModelShape, int], tuple[nn.Module, nn.Module]]
+ParamsFn = Callable[[ModelShape, Mapping], dict]
+SizeFn = Callable[[Mapping[str, Any]], dict[str, Any]]
+#: How a head reads the residual: "free" (learned maps of the whole residual) or "block"
+#: (one fixed d-dim block per head, METHODS §4.3.1).
+ReaderKind = Literal["free", "block"]
+FREE: ReaderKind = "free"
+BLOCK: ReaderKind = "block"
 
 
-@dataclass(frozen=True)
-class Geometry:
-    """A registered geometry: calling it is the factory ``(cfg, layer) -> (reader, writer)``.
-
-    ``params(cfg, given)`` returns every parameter and labelled choice the geometry uses,
-    defaults filled and values checked; it raises ValueError when the geometry cannot exist
-    at ``cfg``'s size. ``free_readers``: a shared LN_1 before learned W_{Q,K,V} (§11.1).
-    """
-
-    build: GeometryFactory
-    params: ParamsFn
-    free_readers: bool
-
-    def __call__(self, cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
-        return self.build(cfg, layer)
-
-
-def _no_params(cfg: ModelConfig, given: Mapping) -> dict:
+def _no_params(cfg: ModelShape, given: Mapping) -> dict:
     return {}
 
 
+@dataclass(frozen=True, kw_only=True)
+class Geometry:
+    """One geometry of the study, everything the rest of the code may ask about it.
+
+    * ``name`` — the study's name (config ``models.<m>.geometry``, the schema's enum);
+    * ``architecture`` — the key of its architecture in ``headgeom.model.registry``;
+    * ``config_geometry`` — the ``geometry`` its model config stores, when not ``name``
+      (a multiscreen model config names the write geometry inside its tiles);
+    * ``reader`` — ``FREE`` or ``BLOCK``; ``shared_ln1`` — a shared LN_1 before learned
+      W_{Q,K,V}, what leakage needs (METHODS §11.1; multiscreen tiles read freely but
+      without any LayerNorm);
+    * ``build`` — GPT only: the factory ``(cfg, layer) -> (reader, writer)`` a block is given;
+    * ``params`` — GPT only: ``params(cfg, given)`` returns every parameter and labelled
+      choice the geometry uses, defaults filled and values checked; it raises ValueError
+      when the geometry cannot exist at ``cfg``'s size;
+    * ``size`` — the sizing rule: the study's base architecture -> this geometry's sizes
+      (raises :class:`SizeError`);
+    * ``gpt2_form`` — exactly GPT-2's parameterisation (exportable to transformers and
+      TransformerLens); ``baseline`` — the unconstrained model every Δ compares with.
+    """
+
+    name: str
+    architecture: str = "gpt"
+    config_geometry: str | None = None
+    reader: ReaderKind
+    shared_ln1: bool
+    build: GeometryFactory | None = None
+    params: ParamsFn = _no_params
+    size: SizeFn = _base_size
+    gpt2_form: bool = False
+    baseline: bool = False
+
+    @property
+    def stored_geometry(self) -> str:
+        """The ``geometry`` value of this geometry's model configs."""
+        return self.name if self.config_geometry is None else self.config_geometry
+
+
 _AXIS = _combine(_lanes, _scale)
-_BLOCK = {"free_readers": False}
-_FREE = {"free_readers": True}
-GEOMETRIES: dict[str, Geometry] = {
-    "learned": Geometry(_learned, _no_params, **_FREE),
-    "write-common-axis": Geometry(_write_common_axis, _AXIS, **_FREE),
-    "write-common": Geometry(_write_common, _combine(_kerdock(lambda c: 1), _scale), **_FREE),
-    "write-rotated": Geometry(
-        _write_rotated, _combine(_kerdock(lambda c: c.n_layer), _scale), **_FREE
-    ),
-    "read-common": Geometry(_read_common, _combine(_lanes, _block), **_BLOCK),
-    "all-common-axis": Geometry(_all_common_axis, _combine(_AXIS, _block), **_BLOCK),
-    "all-rotated": Geometry(
-        _all_rotated, _combine(_kerdock(lambda c: 2 * c.n_layer), _scale, _block), **_BLOCK
-    ),
-    "all-rotated-self": Geometry(
-        _all_rotated_self, _combine(_kerdock(lambda c: c.n_layer), _scale, _block), **_BLOCK
-    ),
-    "fixeddiag": Geometry(_fixeddiag_geometry, _fixeddiag, **_FREE),
-    "identity-original": Geometry(
-        _write_common_axis, _combine(_lanes, lambda c, g: _scale(c, g, 1.0)), **_FREE
-    ),
-    "value384": Geometry(_value384, _combine(_AXIS, _value_adapter), **_FREE),
-    "mlp3456": Geometry(_write_common_axis, _AXIS, **_FREE),  # d_mlp comes from the config
-    "write-routed-a": Geometry(_write_routed_a, _routed(_sum_hub), **_FREE),
-    "write-routed-b": Geometry(_write_routed_b, _routed(_split_cycle), **_FREE),
-    "write-routed-c": Geometry(_write_routed_c, _routed(_angle_split), **_FREE),
+_GPT_FREE = {"reader": FREE, "shared_ln1": True}
+_GPT_BLOCK = {"reader": BLOCK, "shared_ln1": False}
+#: Softmax-free controls (METHODS §6.6): ``headgeom.model.multiscreen`` builds their tiles.
+_MULTISCREEN = {
+    "architecture": "multiscreen",
+    "reader": FREE,
+    "shared_ln1": False,
+    "size": _multiscreen_size,
 }
 
+#: Every geometry of the study, in the order of the config schema's enum. Adding a geometry
+#: is one record here (plus its factory above, or its architecture's own modules).
+GEOMETRIES: Mapping[str, Geometry] = MappingProxyType(
+    {
+        g.name: g
+        for g in (
+            Geometry(name="learned", build=_learned, gpt2_form=True, baseline=True, **_GPT_FREE),
+            Geometry(name="write-common-axis", build=_write_common_axis, params=_AXIS,
+                     **_GPT_FREE),
+            Geometry(name="write-common", build=_write_common,
+                     params=_combine(_kerdock(lambda c: 1), _scale), **_GPT_FREE),
+            Geometry(name="write-rotated", build=_write_rotated,
+                     params=_combine(_kerdock(lambda c: c.n_layer), _scale), **_GPT_FREE),
+            Geometry(name="read-common", build=_read_common, params=_combine(_lanes, _block),
+                     **_GPT_BLOCK),
+            Geometry(name="all-common-axis", build=_all_common_axis,
+                     params=_combine(_AXIS, _block), **_GPT_BLOCK),
+            Geometry(name="all-rotated", build=_all_rotated,
+                     params=_combine(_kerdock(lambda c: 2 * c.n_layer), _scale, _block),
+                     **_GPT_BLOCK),
+            Geometry(name="all-rotated-self", build=_all_rotated_self,
+                     params=_combine(_kerdock(lambda c: c.n_layer), _scale, _block),
+                     **_GPT_BLOCK),
+            Geometry(name="fixeddiag", build=_fixeddiag_geometry, params=_fixeddiag,
+                     **_GPT_FREE),
+            Geometry(name="identity-original", build=_write_common_axis,
+                     params=_combine(_lanes, lambda c, g: _scale(c, g, 1.0)), **_GPT_FREE),
+            Geometry(name="value384", build=_value384, params=_combine(_AXIS, _value_adapter),
+                     **_GPT_FREE),
+            Geometry(name="mlp3456", build=_write_common_axis, params=_AXIS, size=_wider_mlp,
+                     **_GPT_FREE),
+            Geometry(name="write-routed-a", build=_write_routed_a, params=_routed(_sum_hub),
+                     size=_routed_heads, **_GPT_FREE),
+            Geometry(name="write-routed-b", build=_write_routed_b,
+                     params=_routed(_split_cycle), size=_routed_heads, **_GPT_FREE),
+            Geometry(name="write-routed-c", build=_write_routed_c,
+                     params=_routed(_angle_split), size=_routed_heads, **_GPT_FREE),
+            Geometry(name="multiscreen-learned", config_geometry="learned", **_MULTISCREEN),
+            Geometry(name="multiscreen-identity", config_geometry="write-common-axis",
+                     **_MULTISCREEN),
+        )
+    }
+)  # fmt: skip
 
-def geometry_spec(name: str) -> Geometry:
-    try:
-        return GEOMETRIES[name]
-    except KeyError:
-        raise ValueError(f"unknown geometry {name!r}; known: {sorted(GEOMETRIES)}") from None
+
+def block_geometry(name: str) -> Geometry:
+    """The geometry a GPT block of ``ModelConfig(geometry=name)`` is built with."""
+    spec = GEOMETRIES.get(name)
+    if spec is None or spec.build is None:
+        known = sorted(g.name for g in GEOMETRIES.values() if g.build is not None)
+        raise ValueError(f"unknown geometry {name!r}; known: {known}")
+    return spec
 
 
-def resolve_geometry_params(cfg: ModelConfig) -> dict[str, Any]:
+def resolve_geometry_params(cfg: ModelShape) -> dict[str, Any]:
     """``cfg.geometry_params`` with every default of its geometry filled (sorted keys)."""
-    spec = geometry_spec(cfg.geometry)
+    spec = block_geometry(cfg.geometry)
     given = dict(cfg.geometry_params)
     params = spec.params(cfg, given)
     unknown = set(given) - set(params)
@@ -659,5 +781,6 @@ def resolve_geometry_params(cfg: ModelConfig) -> dict[str, Any]:
     return dict(sorted(params.items()))
 
 
-def make_geometry(cfg: ModelConfig, layer: int) -> tuple[nn.Module, nn.Module]:
-    return geometry_spec(cfg.geometry)(cfg, layer)
+def make_geometry(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
+    """The (reader, writer) pair of block ``layer``."""
+    return block_geometry(cfg.geometry).build(cfg, layer)

@@ -1,7 +1,8 @@
 """A pre-LayerNorm GPT-2-style decoder (METHODS §4.1) with named activation sites.
 
-The whole model is in this file: config, hook points, attention, MLP, block, model. How a
-head reads and writes is delegated to the (reader, writer) pair of ``headgeom.model.geometries``.
+The whole model is in this file: hook points, attention, MLP, block, model (its config is
+``headgeom.model.config.ModelConfig``). How a head reads and writes is delegated to the
+(reader, writer) pair of ``headgeom.model.geometries``.
 
 Named sites (TransformerLens-style), each with explicit axes in ``SITE_AXES``:
 
@@ -20,17 +21,15 @@ functions ``fn(activation) -> activation`` on those sites for the duration of a 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from headgeom.model.geometries import make_geometry, resolve_geometry_params
+from headgeom.model.config import ModelConfig
+from headgeom.model.geometries import make_geometry
 
 SITE_AXES: dict[str, tuple[str, ...]] = {
     "hook_resid_pre": ("batch", "position", "d_model"),
@@ -50,40 +49,6 @@ def site(layer: int, name: str) -> str:
     if name not in SITE_AXES or name == "hook_resid_final":
         raise KeyError(f"unknown block site {name!r}; known: {sorted(SITE_AXES)}")
     return f"blocks.{layer}.{name}"
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    n_vocab: int
-    n_ctx: int
-    n_layer: int
-    n_head: int
-    d_model: int
-    d_head: int
-    d_mlp: int
-    geometry: str = "learned"
-    ln_eps: float = 1e-5
-    init_std: float = 0.02
-    # [UNSPECIFIED → CHOICE] METHODS §4.2: position embeddings ~ N(0, 0.01²).
-    pos_init_std: float = 0.01
-    # Parameters and labelled choices of the geometry (write scale, basis family, block-reader
-    # init, ...; see ``headgeom.model.geometries``). Missing entries are filled with the geometry's
-    # defaults on construction, so a stored or hashed config states every one of them.
-    geometry_params: Mapping[str, Any] = field(default_factory=dict, hash=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "geometry_params", resolve_geometry_params(self))
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping) -> ModelConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise ValueError(f"unknown model config keys {sorted(unknown)}; known: {sorted(names)}")
-        return cls(**d)
 
 
 class HookPoint(nn.Module):
@@ -237,6 +202,13 @@ class GPT(nn.Module):
         if last_only:
             x = x[:, -1]
         return self.ln_f(x) @ self.wte.weight.T
+
+    def answer_logits(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """Logits (R, K) of the token ids ``ids`` (R, K) at the final position, from the
+        residual ``x`` (R, T, D) leaving the last block: ``forward`` after its blocks, for a
+        few ids only (the fast patching engine needs two answer logits)."""
+        h = self.ln_f(self.hook_resid_final(x)[:, -1])  # (R, D)
+        return torch.einsum("rd,rkd->rk", h, self.wte.weight[ids])  # (R, K)
 
     def n_params(self) -> int:
         """Trainable parameters, tied embedding counted once, frozen buffers excluded (§4.4)."""

@@ -37,7 +37,7 @@ import torch
 from safetensors.torch import save_file
 
 from headgeom.hashing import canonical_json
-from headgeom.model.geometries import FreeReader, LearnedWriter
+from headgeom.model import registry
 from headgeom.model.gpt import GPT
 
 if TYPE_CHECKING:  # dev-only peers
@@ -48,20 +48,17 @@ GPT2_EOT_ID = 50256  # <|endoftext|>
 
 
 def require_learned(model: torch.nn.Module, where: str = "model") -> None:
-    """Refuse anything but a GPT of the ``learned`` geometry (free readers, learned W_O)."""
-    geometry = getattr(getattr(model, "cfg", None), "geometry", None)
-    exact = (
-        type(model) is GPT
-        and geometry == "learned"
-        and all(
-            type(b.attn.reader) is FreeReader and type(b.attn.writer) is LearnedWriter
-            for b in model.blocks
+    """Refuse any model whose geometry has no GPT-2 form (the registry's ``gpt2_form``:
+    only ``learned``, free readers and a learned W_O)."""
+    arch = registry.architecture_of(model)
+    if arch is None or not registry.geometry_of(model.cfg).gpt2_form:
+        what = (
+            f"geometry {model.cfg.geometry!r} (architecture {arch.name!r})"
+            if arch is not None
+            else f"model type {type(model).__name__!r}"
         )
-    )
-    if not exact:
-        arch = getattr(getattr(model, "cfg", None), "architecture", "gpt")
         raise ValueError(
-            f"{where}: geometry {geometry!r} (architecture {arch!r}) cannot be exported to "
+            f"{where}: {what} cannot be exported to "
             "GPT-2 / TransformerLens; only the 'learned' geometry has GPT-2's parameterisation "
             "(frozen writes, block readers, value adapters, routed and multiscreen models have "
             "no faithful GPT-2 form)"

@@ -299,7 +299,8 @@ class ScreeningBlock(nn.Module):
 
 class MultiscreenLM(nn.Module):
     """Drop-in for ``GPT``: ``cfg``, ``blocks[l].attn.writer``, the named sites, ``hooks``,
-    ``run_with_cache``, ``n_params``, ``optim_groups`` and ``forward(ids, last_only)``."""
+    ``run_with_cache``, ``n_params``, ``optim_groups``, ``forward(ids, last_only)`` and
+    ``answer_logits``. Built through ``headgeom.model.registry.build_model`` like every model."""
 
     # One hook mechanism for every model: GPT's site methods only use ``named_modules``
     # and ``self(...)``, and its counting/decay rules are the ones §4.4 and §7.2 ask for
@@ -334,12 +335,13 @@ class MultiscreenLM(nn.Module):
             x = x[:, -1]
         return (x @ emb.T) * torch.exp(self.s_f)
 
-
-def build_multiscreen(cfg: MultiscreenConfig | Mapping) -> MultiscreenLM:
-    """The model of a config (or its ``to_dict``); seed the RNGs first for fixed bytes."""
-    if not isinstance(cfg, MultiscreenConfig):
-        cfg = MultiscreenConfig.from_dict(cfg)
-    return MultiscreenLM(cfg)
+    def answer_logits(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """Logits (R, K) of the token ids ``ids`` (R, K) at the final position, from the
+        residual ``x`` (R, T, d_E) leaving the last block: ``forward`` after its blocks (rows
+        of the unit-normalised tied embedding, scaled by f), for a few ids only."""
+        h = self.hook_resid_final(x)[:, -1]  # (R, d_E)
+        w = unit(self.wte.weight[ids], self.cfg.norm_eps)  # rows of unit(wte), (R, K, d_E)
+        return torch.einsum("rd,rkd->rk", h, w) * torch.exp(self.s_f)
 
 
 PAPER_CONFIG = dict(

@@ -19,27 +19,25 @@ into the model section of a run config with every size and choice explicit:
   (16), which needs 3 | H, 4 | L and 4 | d (METHODS §6.6);
 * everything else: the base architecture as it is.
 
-A geometry that cannot exist at the requested size (axis lanes need H·d = D, rotated ones a
+Each rule is the ``size`` of the geometry's record (``headgeom.model.geometries``); the zoo
+asks ``headgeom.model.registry`` for it and for the architecture whose config it fills. A
+geometry that cannot exist at the requested size (axis lanes need H·d = D, rotated ones a
 Kerdock family for D with enough members, ...) raises ValueError naming the geometry, the
-size and the reason. Multiscreen models come from ``headgeom.model.multiscreen`` (another
-module's factory ``build_multiscreen``); if it cannot be imported they stay listed here and
-fail with a clear error only when sized or built.
+size and the reason.
 """
 
 from __future__ import annotations
 
 import difflib
-import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType, ModuleType
+from types import MappingProxyType
 from typing import Any
 
 from torch import nn
 
-from headgeom.model.checkpoint import model_from_config
-from headgeom.model.geometries import GEOMETRIES
-from headgeom.model.gpt import ModelConfig
+from headgeom.model import registry
+from headgeom.model.geometries import SizeError
 
 #: The paper's base architecture (METHODS §4.1) and vocabulary (GPT-2, unpadded, §4.4).
 PAPER_ARCHITECTURE: Mapping[str, int] = MappingProxyType(
@@ -47,15 +45,6 @@ PAPER_ARCHITECTURE: Mapping[str, int] = MappingProxyType(
 )
 PAPER_N_VOCAB = 50257
 CORPORA = ("R", "S")
-
-#: The softmax-free controls (METHODS §6.6) and the write geometry each uses inside
-#: ``headgeom.model.multiscreen``.
-MULTISCREEN_GEOMETRIES: Mapping[str, str] = MappingProxyType(
-    {"multiscreen-learned": "learned", "multiscreen-identity": "write-common-axis"}
-)
-MULTISCREEN_MODULE = "headgeom.model.multiscreen"
-#: Every geometry a study config may name.
-GEOMETRY_NAMES: tuple[str, ...] = (*GEOMETRIES, *MULTISCREEN_GEOMETRIES)
 
 
 @dataclass(frozen=True, eq=False)
@@ -222,80 +211,25 @@ def lookup(name: str, corpus: str | None = None) -> tuple[Configuration, int | N
 
 
 # --------------------------------------------------------------------------- sizing
-def _size_error(geometry: str, arch: Mapping, reason: str) -> ValueError:
-    size = ", ".join(f"{k}={arch[k]}" for k in ("n_layer", "n_head", "d_model", "d_head"))
-    return ValueError(f"geometry {geometry!r} cannot exist at {size}: {reason}")
-
-
-def _multiscreen() -> ModuleType:
-    try:
-        return importlib.import_module(MULTISCREEN_MODULE)
-    except ImportError as err:
-        raise RuntimeError(
-            f"the multiscreen configurations (METHODS §6.6) need {MULTISCREEN_MODULE}, which "
-            f"cannot be imported ({err}); the zoo lists them but cannot size or build them"
-        ) from err
-
-
-def _derive_multiscreen(geometry: str, arch: Mapping) -> dict[str, Any]:
-    L, H, d = arch["n_layer"], arch["n_head"], arch["d_head"]
-    if H % 3 or L % 4 or d % 4:
-        raise _size_error(
-            geometry,
-            arch,
-            "a multiscreen control has 4H/3 tiles of width d, 7L/4 layers and key width d/4, "
-            "so 3 must divide n_head, 4 n_layer and 4 d_head (paper: 12, 12, 64)",
-        )
-    n_head = 4 * H // 3
-    sized = {
-        "n_ctx": arch["n_ctx"],
-        "n_layer": 7 * L // 4,
-        "n_head": n_head,
-        "d_model": n_head * d,
-        "d_head": d,
-        "d_key": d // 4,
-        "geometry": MULTISCREEN_GEOMETRIES[geometry],
-        "architecture": "multiscreen",
-    }
-    try:
-        module = _multiscreen()
-    except RuntimeError:
-        return sized  # sizes only; building says why it cannot
-    resolved = module.MultiscreenConfig.from_dict({**sized, "n_vocab": 1}).to_dict()
-    del resolved["n_vocab"]
-    return resolved
-
-
 def derive_model_config(
     geometry: str, architecture: Mapping[str, Any], geometry_params: Mapping | None = None
 ) -> dict[str, Any]:
     """The model section of a run config (every field but n_vocab, defaults and choices
     filled) for ``geometry`` in a study whose base architecture is ``architecture``."""
-    if geometry in MULTISCREEN_GEOMETRIES:
-        if geometry_params:
-            raise ValueError(f"geometry {geometry!r} takes no geometry_params")
-        return _derive_multiscreen(geometry, architecture)
-    if geometry not in GEOMETRIES:
-        raise ValueError(f"unknown geometry {geometry!r}; known: {list(GEOMETRY_NAMES)}")
-    arch = dict(architecture)
-    D, H = arch["d_model"], arch["n_head"]
-    if geometry == "mlp3456":
-        if D % 2:
-            raise _size_error(geometry, arch, "the MLP grows by D/2, so d_model must be even")
-        arch["d_mlp"] += D // 2
-    elif geometry.startswith("write-routed"):
-        if H % 3 or H * arch["d_head"] != D:
-            raise _size_error(
-                geometry,
-                arch,
-                "a routed control has 4H/3 heads writing into the H lanes of width d_head, "
-                "so 3 must divide n_head and n_head·d_head must equal d_model",
-            )
-        arch["n_head"] = 4 * H // 3
+    spec = registry.geometry(geometry)
+    arch = registry.architecture(spec.architecture)
+    if geometry_params and not arch.geometry_params:
+        raise ValueError(f"geometry {geometry!r} takes no geometry_params")
     try:
-        cfg = ModelConfig(
-            **arch, n_vocab=1, geometry=geometry, geometry_params=dict(geometry_params or {})
+        sized = spec.size(architecture)
+    except SizeError as err:
+        size = ", ".join(
+            f"{k}={architecture[k]}" for k in ("n_layer", "n_head", "d_model", "d_head")
         )
+        raise ValueError(f"geometry {geometry!r} cannot exist at {size}: {err}") from None
+    params = {"geometry_params": dict(geometry_params or {})} if arch.geometry_params else {}
+    try:
+        cfg = arch.config(**sized, n_vocab=1, geometry=spec.stored_geometry, **params)
     except TypeError as err:
         raise ValueError(f"architecture {dict(architecture)}: {err}") from None
     model = cfg.to_dict()
@@ -324,27 +258,17 @@ def expected_n_params(geometry: str, model_config: Mapping, n_vocab: int) -> int
     return PAPER_N_PARAMS[geometry] if _shape(model_config) == _shape(paper) else None
 
 
-def has_free_readers(geometry: str) -> bool:
-    """A shared LN_1 before learned W_{Q,K,V}: what leakage needs (METHODS §11.1)."""
-    if geometry in MULTISCREEN_GEOMETRIES:
-        return False
-    if geometry not in GEOMETRIES:
-        raise ValueError(f"unknown geometry {geometry!r}; known: {list(GEOMETRY_NAMES)}")
-    return GEOMETRIES[geometry].free_readers
-
-
-# --------------------------------------------------------------------------- building
-def build_model(model_config: Mapping[str, Any], n_vocab: int) -> nn.Module:
-    """The real constructor for a run config's model section (``GPT``, or for
-    ``architecture: multiscreen`` ``headgeom.model.multiscreen``), exactly as training and
-    checkpoints build it. Seed the RNGs first for fixed bytes; build under
-    ``torch.device("meta")`` to count without memory."""
-    if model_config.get("architecture") == "multiscreen":
-        _multiscreen()  # a clear error when the module is missing
-    return model_from_config({**model_config, "n_vocab": int(n_vocab)})
-
-
 def count_parameters(model: nn.Module) -> tuple[int, int]:
     """(trainable parameters, tied embedding once; frozen buffer elements) (METHODS §4.4)."""
     n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return n_params, sum(b.numel() for b in model.buffers())
+
+
+# Transitional names for callers outside the model package (src/param_counts.py,
+# workflow/rules/common.smk, benchmarks/training_throughput.py) until they ask
+# headgeom.model.registry; then delete these lines.
+build_model = registry.build_model
+has_free_readers = registry.has_shared_ln1
+MULTISCREEN_GEOMETRIES: Mapping[str, str] = MappingProxyType(
+    {g: registry.geometry(g).stored_geometry for g in registry.geometry_names("multiscreen")}
+)

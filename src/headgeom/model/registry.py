@@ -1,0 +1,186 @@
+"""The model registry: every architecture and geometry of the study, and the one model builder.
+
+Code outside this package asks here; it never compares an architecture or geometry name with
+a string and never probes a model with ``hasattr``:
+
+* a geometry by its study name: :func:`geometry` returns its record
+  (``headgeom.model.geometries.Geometry``: architecture, reader kind, shared LN_1, sizing
+  rule, GPT-2 form, baseline); :func:`geometry_names`; and the questions of the workflow and
+  the paper tables, :func:`reader_kind`, :func:`has_shared_ln1`, :func:`has_gpt2_form`,
+  :func:`is_baseline`;
+* an architecture: :func:`architecture` by name, :func:`architecture_of` for a built model
+  (None for a model type the registry does not know): its config and model types, its named
+  sites with their axes, and what the analysis engines may assume of it (``fast_patching``,
+  ``prefix_reuse``);
+* a model config: :func:`config_from_dict` (the dict of a run config or checkpoint header ->
+  its typed config), :func:`geometry_of` and :func:`basis_family` (typed config -> its
+  geometry record, its Kerdock ⊗ Haar family or None), and :func:`build_model`, the one
+  constructor that training, checkpoints, the zoo and the benchmarks use.
+
+Adding a geometry is one record in ``headgeom.model.geometries.GEOMETRIES``; adding an
+architecture is one record in :data:`ARCHITECTURES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from torch import nn
+
+from headgeom.model import config as gpt_config
+from headgeom.model import geometries, gpt, multiscreen
+from headgeom.model.config import ModelConfig
+from headgeom.model.geometries import GEOMETRIES, Geometry, ReaderKind
+from headgeom.model.kerdock import BasisFamily
+from headgeom.model.multiscreen import MultiscreenConfig, MultiscreenLM
+
+
+@dataclass(frozen=True, kw_only=True)
+class Architecture:
+    """One architecture: what its configs and models are, and what engines may assume.
+
+    * ``name`` — the ``architecture`` key of its model configs (GPT configs have none);
+    * ``config`` — its typed config (``from_dict``, ``to_dict``); ``model`` — its module,
+      built as ``model(config)``;
+    * ``sites`` — its named activation sites and their axes (``blocks.{l}.<site>``, and
+      ``hook_resid_final``);
+    * ``geometry_params`` — its configs carry ``geometry_params`` (frozen maps, Kerdock bases);
+    * ``fast_patching`` — every block is a function of the residual entering it
+      (``hook_resid_pre``) with head outputs at ``attn.hook_z``, and ``model.answer_logits``
+      reads the answer logits from the residual leaving the last block: the fast engine may
+      resume from a cached residual and compute two logits only;
+    * ``prefix_reuse`` — blocks also offer the KV-prefix forward (``forward_suffix``,
+      ``after_z``): readers act position by position under plain causal softmax attention,
+      so the fast engine may reuse the clean prefix.
+    """
+
+    name: str
+    config: type
+    model: type[nn.Module]
+    sites: Mapping[str, tuple[str, ...]]
+    geometry_params: bool
+    fast_patching: bool
+    prefix_reuse: bool
+
+
+ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
+    {
+        a.name: a
+        for a in (
+            Architecture(
+                name=gpt_config.ARCHITECTURE,
+                config=ModelConfig,
+                model=gpt.GPT,
+                sites=MappingProxyType(gpt.SITE_AXES),
+                geometry_params=True,
+                fast_patching=True,
+                prefix_reuse=True,
+            ),
+            # Position-dependent windows and MiPE rotations, no KV interface: the fast engine
+            # resumes layers but recomputes whole sequences (METHODS §6.6).
+            Architecture(
+                name=multiscreen.ARCHITECTURE,
+                config=MultiscreenConfig,
+                model=MultiscreenLM,
+                sites=MappingProxyType(multiscreen.SITE_AXES),
+                geometry_params=False,
+                fast_patching=True,
+                prefix_reuse=False,
+            ),
+        )
+    }
+)
+_BY_MODEL_TYPE = {a.model: a for a in ARCHITECTURES.values()}
+_BY_STORED = {(g.architecture, g.stored_geometry): g for g in GEOMETRIES.values()}
+
+
+# --------------------------------------------------------------------------- geometries
+def geometry(name: str) -> Geometry:
+    """The record of a study geometry (``models.<m>.geometry`` of a config)."""
+    try:
+        return GEOMETRIES[name]
+    except KeyError:
+        raise ValueError(f"unknown geometry {name!r}; known: {list(GEOMETRIES)}") from None
+
+
+def geometry_names(arch: str | None = None) -> tuple[str, ...]:
+    """Every study geometry (the config schema's enum, in its order), or those of the
+    architecture named ``arch``."""
+    if arch is not None:
+        architecture(arch)  # an unknown name fails here
+    return tuple(g.name for g in GEOMETRIES.values() if arch in (None, g.architecture))
+
+
+def reader_kind(name: str) -> ReaderKind:
+    """``"free"`` or ``"block"`` (METHODS §4.3.1); multiscreen tiles read freely."""
+    return geometry(name).reader
+
+
+def has_shared_ln1(name: str) -> bool:
+    """A shared LN_1 before learned W_{Q,K,V}: what leakage needs (METHODS §11.1)."""
+    return geometry(name).shared_ln1
+
+
+def has_gpt2_form(name: str) -> bool:
+    """Exactly GPT-2's parameterisation: exportable to transformers / TransformerLens."""
+    return geometry(name).gpt2_form
+
+
+def is_baseline(name: str) -> bool:
+    """The unconstrained model (``learned``) that Δs and seed pairs compare with."""
+    return geometry(name).baseline
+
+
+# --------------------------------------------------------------------------- architectures
+def architecture(name: str) -> Architecture:
+    try:
+        return ARCHITECTURES[name]
+    except KeyError:
+        raise ValueError(f"unknown architecture {name!r}; known: {list(ARCHITECTURES)}") from None
+
+
+def architecture_of(model: nn.Module) -> Architecture | None:
+    """The architecture of a built model, by its exact type; None for a type not registered
+    (an engine then assumes nothing of it)."""
+    return _BY_MODEL_TYPE.get(type(model))
+
+
+# --------------------------------------------------------------------------- model configs
+def config_from_dict(model_config: Mapping[str, Any]) -> Any:
+    """The typed config (``ModelConfig`` or ``MultiscreenConfig``) of a model config dict;
+    the dict's ``architecture`` picks it, GPT when absent. Unknown or missing keys fail here
+    with the key named."""
+    name = model_config.get("architecture", gpt_config.ARCHITECTURE)
+    return architecture(name).config.from_dict(model_config)
+
+
+def geometry_of(cfg: Any) -> Geometry:
+    """The study geometry of a typed model config (e.g. ``model.cfg``)."""
+    try:
+        return _BY_STORED[(cfg.architecture, cfg.geometry)]
+    except KeyError:
+        raise ValueError(
+            f"no study geometry is a {cfg.architecture!r} model of geometry {cfg.geometry!r}"
+        ) from None
+
+
+def basis_family(cfg: Any) -> BasisFamily | None:
+    """The Kerdock ⊗ Haar family a model's frozen maps come from (its ``family_hash`` is the
+    manifests' ``basis_family_hash``, METHODS §5.7), or None when it uses none."""
+    if not architecture(cfg.architecture).geometry_params:
+        return None
+    return geometries.basis_family(cfg)
+
+
+def build_model(model_config: Mapping[str, Any], n_vocab: int | None = None) -> nn.Module:
+    """The model a model config dict describes (a run config's ``model`` section, or a
+    checkpoint header's ``model_config``), with ``n_vocab`` set when given. The constructor
+    seeds nothing: seed the RNGs first for fixed bytes; build under ``torch.device("meta")``
+    to count without memory."""
+    if n_vocab is not None:
+        model_config = {**model_config, "n_vocab": int(n_vocab)}
+    cfg = config_from_dict(model_config)
+    return architecture(cfg.architecture).model(cfg)
