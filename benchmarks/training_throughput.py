@@ -36,7 +36,8 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from headgeom.model.zoo import build_model, derive_model_config  # noqa: E402
+from headgeom.model.registry import build_model  # noqa: E402
+from headgeom.model.zoo import derive_model_config  # noqa: E402
 from headgeom.training.loop import (  # noqa: E402
     configure_matmuls,
     optimizer_step,

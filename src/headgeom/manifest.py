@@ -19,8 +19,8 @@ import torch
 
 from headgeom.hashing import manifest_hash, sha256_file
 from headgeom.io import read_json, read_parquet_metadata
-from headgeom.model.checkpoint import load_checkpoint, model_config_from_dict
-from headgeom.model.geometries import basis_family
+from headgeom.model import registry
+from headgeom.model.checkpoint import load_checkpoint
 from headgeom.training.config import RunConfig
 
 # Corpus-manifest fields copied into ``data`` when present (names as in METHODS §2.3).
@@ -98,7 +98,7 @@ def checkpoint_manifest(
     builder of the final manifest (:func:`final_manifest`) and of the intermediate ones
     (written while training, where ``train_log_sha256`` is null: the log comes after them)."""
     # Multiscreen configs carry no geometry_params; only GPT geometries use Kerdock bases.
-    family = basis_family(model.cfg) if hasattr(model.cfg, "geometry_params") else None
+    family = registry.basis_family(model.cfg)
     return {
         "record_type": "checkpoint_manifest",
         "config_id": run.config_id,
@@ -157,7 +157,7 @@ def final_manifest(
     _same("SHA-256", checkpoint, meta["checkpoint_file_sha256"], checkpoint_sha, where)
 
     model, _ = load_checkpoint(checkpoint)
-    expected_model = model_config_from_dict(run.model_config(model.cfg.n_vocab))
+    expected_model = registry.config_from_dict(run.model_config(model.cfg.n_vocab))
     if model.cfg != expected_model:
         raise LineageError(
             f"{checkpoint}: model config {model.cfg.to_dict()} differs from the run "

@@ -26,7 +26,8 @@ from headgeom.model.geometries import (
 )
 from headgeom.model.gpt import GPT
 from headgeom.model.kerdock import build_basis_family
-from headgeom.training import TrainConfig, train
+from headgeom.training.config import TrainConfig
+from headgeom.training.loop import train
 
 REPO = Path(__file__).resolve().parents[2]
 

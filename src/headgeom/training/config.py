@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from headgeom.hashing import content_hash
-from headgeom.model.checkpoint import model_config_from_dict
+from headgeom.model import registry
 
 SCHEDULES = ("cosine", "linear")
 PRECISIONS = ("auto", "fp32", "bf16")  # auto: bf16 autocast on CUDA, fp32 on CPU (§7.2)
@@ -179,5 +179,5 @@ def parse_run_config(obj: Mapping) -> RunConfig:
         model=dict(obj["model"]),
         training=TrainConfig.from_dict(obj["training"]),
     )
-    model_config_from_dict(run.model_config(n_vocab=1))  # bad model keys fail before any data
+    registry.config_from_dict(run.model_config(n_vocab=1))  # bad model keys fail before any data
     return run

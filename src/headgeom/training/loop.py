@@ -19,7 +19,7 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from headgeom.model.checkpoint import model_from_config
+from headgeom.model import registry
 from headgeom.model.gpt import GPT
 from headgeom.training.config import RunConfig, TrainConfig, checkpoint_schedule, parse_run_config
 from headgeom.training.data import batch_at, check_sampling, lr_at, validation_windows
@@ -70,7 +70,7 @@ def initial_model(config: Mapping | RunConfig, n_vocab: int) -> torch.nn.Module:
     model package's builder (same bytes each time: METHODS §7.3)."""
     run = config if isinstance(config, RunConfig) else parse_run_config(config)
     seed_everything(run.seed)
-    return model_from_config(run.model_config(n_vocab))
+    return registry.build_model(run.model_config(n_vocab))
 
 
 # --------------------------------------------------------------------------- validation
