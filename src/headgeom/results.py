@@ -740,6 +740,8 @@ LANES = ResultTable(
         "n_permutations": "permutations drawn",
         "permutation_seed": "seed of numpy Generator(PCG64) for the permutations",
         "chance": "1 / n_heads",
+        "n_layers": "layers L of the model",
+        "n_heads": "heads per layer H of the model",
     },
     "(model, seed, task)",
 )
