@@ -14,9 +14,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from headgeom.hashing import content_hash, source_freeze
+from headgeom import results
 from headgeom.model.checkpoint import load_verified
 from headgeom.model.interop import export_hf, require_learned
+from headgeom.runtime import set_threads
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -24,20 +25,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--checkpoint", required=True, help="safetensors checkpoint")
     parser.add_argument("--manifest", required=True, help="its JSON manifest")
     parser.add_argument("--out-dir", required=True, help="directory to write (replaced)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    set_threads(args.threads)
     model, vocab, manifest = load_verified(args.checkpoint, args.manifest)
     require_learned(model, args.checkpoint)
-    provenance = {
-        "checkpoint_sha256": manifest["checkpoint_file_sha256"],
-        "manifest_content_hash": content_hash(manifest),
-        "config_id": manifest.get("config_id"),
-        "source": source_freeze(),
-    }
-    out = export_hf(model, vocab, args.out_dir, provenance)
+    out = export_hf(model, vocab, args.out_dir, results.provenance(manifest))
     print(f"wrote {out} ({model.cfg.n_vocab} model ids)", file=sys.stderr)
     return 0
 

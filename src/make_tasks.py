@@ -16,47 +16,11 @@ import json
 import sys
 from pathlib import Path
 
-import pyarrow as pa
-
+from headgeom import results
 from headgeom.data import tasks
-from headgeom.data.lexicon import GROUP_SLOT, SPLITS
+from headgeom.data.lexicon import GROUP_SLOT
 from headgeom.data.tokenizer import load_gpt2_tokenizer, tokenizer_files_sha256
 from headgeom.hashing import content_hash
-from headgeom.io import write_parquet
-
-_LABEL = pa.dictionary(pa.int32(), pa.string())
-SCHEMA = pa.schema(
-    [
-        ("example_id", pa.int32()),
-        ("split", _LABEL),
-        ("condition", _LABEL),
-        ("lexical_group", _LABEL),
-        ("clean_ids", pa.list_(pa.int32())),
-        ("ref_ids", pa.list_(pa.int32())),
-        ("diff_position", pa.int32()),
-        ("correct_id", pa.int32()),
-        ("incorrect_id", pa.int32()),
-        ("correct_text", pa.string()),
-        ("incorrect_text", pa.string()),
-        ("clean_text", pa.string()),
-        ("ref_text", pa.string()),
-    ]
-)
-DESCRIPTIONS = {
-    "example_id": "example id, unique within the task file (0-based)",
-    "split": f"split: one of {', '.join(SPLITS)}; lexical items never shared across splits",
-    "condition": "one of the task's 4 balanced conditions, defined by the clean prompt",
-    "lexical_group": "lexical group (SVA subject pair, Quote first variable, Plural noun)",
-    "clean_ids": "GPT-2 ids of the clean prompt; its last token is the prediction position",
-    "ref_ids": "GPT-2 ids of the reference prompt: same length, one token differs",
-    "diff_position": "index of the single token where clean_ids and ref_ids differ",
-    "correct_id": "GPT-2 id of the correct answer for the clean prompt",
-    "incorrect_id": "GPT-2 id of the incorrect answer for the clean prompt (correct for ref)",
-    "correct_text": "text of correct_id",
-    "incorrect_text": "text of incorrect_id",
-    "clean_text": "clean prompt text (decodes clean_ids exactly)",
-    "ref_text": "reference prompt text (decodes ref_ids exactly)",
-}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,11 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg = tasks.resolve_task_config(args.task, raw)
     df, partition = tasks.generate_task(args.task, load_gpt2_tokenizer(), cfg)
     dataset_sha256 = tasks.dataset_sha256(df)
-    write_parquet(
+    results.TASK.write(
         args.out,
         df,
-        SCHEMA,
-        metadata={
+        {
             "task": args.task,
             "generator_seed": cfg["seed"],
             "config": cfg,
@@ -89,8 +52,8 @@ def main(argv: list[str] | None = None) -> int:
             "tokenizer_files_sha256": tokenizer_files_sha256(),
             "n_examples": len(df),
             "dataset_sha256": dataset_sha256,
+            **results.provenance(),
         },
-        descriptions=DESCRIPTIONS,
     )
     print(
         f"{args.task}: {len(df)} examples, dataset_sha256 {dataset_sha256[:12]} -> {args.out}",

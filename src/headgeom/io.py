@@ -71,21 +71,6 @@ def read_json(path: str | os.PathLike) -> Any:
         raise ValueError(f"{path}: not valid JSON ({err})") from None
 
 
-# Columns that mean the same in every result file; a writer's own description wins.
-STANDARD_DESCRIPTIONS = {
-    "model": "model configuration name (config key, e.g. learned, write-common-axis)",
-    "seed": "training (initialisation) seed of the model",
-    "task": "behavioural task (sva, quote, plural; METHODS §8)",
-    "split": "task split (discovery, validation, evaluation, holdout)",
-    "example_id": "example id in the task Parquet",
-    "condition": "task condition of the example (METHODS §8)",
-    "lexical_group": "lexical group of the example (METHODS §8.1)",
-    "layer": "layer l, 0-based (0 is closest to the embedding)",
-    "head": "head index h within the layer, 0-based",
-    "read_type": "reader input X: Q, K or V",
-}
-
-
 def write_parquet(
     path: str | os.PathLike,
     data: pd.DataFrame | pa.Table,
@@ -97,7 +82,8 @@ def write_parquet(
 
     ``metadata`` values are stored as JSON strings under their keys; the code version is
     always added. ``descriptions`` documents columns (stored as field metadata
-    ``description``) so a reader understands the file without the code.
+    ``description``) so a reader understands the file without the code. Result files are
+    written through ``headgeom.results`` (the schemas and descriptions of every output).
     """
     if isinstance(data, pd.DataFrame):
         missing = [n for n in schema.names if n not in data.columns]
@@ -106,10 +92,7 @@ def write_parquet(
         table = pa.Table.from_pandas(data[schema.names], schema=schema, preserve_index=False)
     else:
         table = data.select(schema.names).cast(schema)
-    descriptions = {
-        **{k: v for k, v in STANDARD_DESCRIPTIONS.items() if k in schema.names},
-        **(descriptions or {}),
-    }
+    descriptions = dict(descriptions or {})
     if descriptions:
         unknown = set(descriptions) - set(schema.names)
         if unknown:
@@ -134,3 +117,15 @@ def read_parquet_metadata(path: str | os.PathLike) -> dict[str, str]:
     """File-level key-value metadata as str → str (JSON values left encoded)."""
     md = pq.read_schema(path).metadata or {}
     return {k.decode(): v.decode() for k, v in md.items() if not k.startswith(b"ARROW:pandas")}
+
+
+def metadata_text(metadata: Mapping[str, str], key: str, path: str | os.PathLike) -> str:
+    """A string value of Parquet file metadata (raw or JSON-encoded); clear error if absent."""
+    if key not in metadata:
+        raise KeyError(f"{path}: Parquet file metadata has no {key!r} (keys: {sorted(metadata)})")
+    raw = metadata[key]
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+    return value if isinstance(value, str) else raw

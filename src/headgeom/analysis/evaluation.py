@@ -65,3 +65,28 @@ def clean_performance(ld: np.ndarray) -> dict[str, float | int]:
     if ld.size == 0:
         raise ValueError("no examples")
     return {"n": int(ld.size), "accuracy": float(np.mean(ld > 0)), "margin": float(np.mean(ld))}
+
+
+#: Output order of the splits (any other split follows, sorted).
+SPLIT_ORDER = ("discovery", "validation", "evaluation", "holdout")
+
+
+def evaluate_splits(
+    model: GPT,
+    clean_ids: Sequence[Sequence[int]],
+    correct: Sequence[int],
+    incorrect: Sequence[int],
+    splits: Sequence[str],
+    batch_size: int = 256,
+) -> list[dict]:
+    """Clean performance per split (METHODS §8.6, paper Table 5): one ``{"split", "n",
+    "accuracy", "margin"}`` per split, the splits in :data:`SPLIT_ORDER`.
+
+    ``clean_ids``, ``correct`` and ``incorrect`` are model ids of every example and
+    ``splits`` each example's split; all examples run through one batched pass.
+    """
+    ld = logit_differences(model, clean_ids, correct, incorrect, batch_size=batch_size)
+    split_of = np.asarray(splits, dtype=object)
+    present = list(dict.fromkeys(split_of.tolist()))
+    ordered = [s for s in SPLIT_ORDER if s in present] + sorted(set(present) - set(SPLIT_ORDER))
+    return [{"split": s, **clean_performance(ld[split_of == s])} for s in ordered]

@@ -16,12 +16,17 @@ cancellation (which could turn a positive denominator into 0).
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
+from headgeom import results
+from headgeom.analysis.effects import effect_matrix
 from headgeom.analysis.stats import (
     permutation_p_value,
     permute_within_layers,
     within_layer_permutations,
 )
+
+IDENTITY = ("model", "seed", "task")
 
 
 def _strict_suffix_sum(x: np.ndarray, axis: int) -> np.ndarray:
@@ -86,3 +91,33 @@ def lane_permutation_test(
     null = _same_index_mass(permute_within_layers(w, perm)) / denominator
     observed = float(_same_index_mass(w)) / denominator
     return observed, permutation_p_value(null, observed, "greater"), null
+
+
+def lane_rows(
+    heads: pd.DataFrame, split: str, n_permutations: int, seed: int, where: str
+) -> pd.DataFrame:
+    """One lanes row per (model, seed, task) of a heads table (src/concentration.py) on
+    ``split``: Λ, its permutation p, and the chance level 1/H."""
+    available = list(pd.unique(heads["split"]))
+    if split not in available:
+        raise ValueError(f"{where}: split {split!r} not present (has {available})")
+    heads = heads[heads["split"] == split]
+    records = []
+    for key, rows in heads.groupby(list(IDENTITY), sort=True):
+        identity = dict(zip(IDENTITY, key, strict=True))
+        e = effect_matrix(rows, "e", f"{where} {identity}")
+        lam, p_value, _ = lane_permutation_test(e, n_permutations, seed=seed)
+        records.append(
+            {
+                **identity,
+                "split": split,
+                "lambda_score": lam,
+                "p_value": p_value,
+                "n_permutations": n_permutations,
+                "permutation_seed": seed,
+                "chance": 1.0 / e.shape[1],
+                "n_layers": e.shape[0],
+                "n_heads": e.shape[1],
+            }
+        )
+    return pd.DataFrame(records, columns=results.LANES.names)

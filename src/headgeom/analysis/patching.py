@@ -32,19 +32,12 @@ Engines, all with the same arguments and ``(clean_ld (N,), patched_ld (N, L, H))
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 
 from headgeom.analysis.evaluation import length_groups
-from headgeom.io import read_parquet_metadata
 from headgeom.model import registry
 from headgeom.model.gpt import GPT, site
 
@@ -616,124 +609,3 @@ def delta_patch_layer(
     clean_ld = logit_difference(model(clean, last_only=True), correct, incorrect)
     drops = clean_ld[:, None] - delta_patched_ld(model, clean, layer, delta, correct, incorrect)
     return delta, drops, c8
-
-
-# --------------------------------------------------------------------------- task inputs
-#: Columns of a task Parquet (``src/make_tasks.py``) that patching reads.
-TASK_COLUMNS = (
-    "example_id",
-    "split",
-    "condition",
-    "lexical_group",
-    "clean_ids",
-    "ref_ids",
-    "correct_id",
-    "incorrect_id",
-)
-
-
-def metadata_text(metadata: dict[str, str], key: str, path: str | os.PathLike) -> str:
-    """A string value of Parquet file metadata (raw or JSON-encoded); clear error if absent."""
-    if key not in metadata:
-        raise KeyError(f"{path}: Parquet file metadata has no {key!r} (keys: {sorted(metadata)})")
-    raw = metadata[key]
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError:
-        return raw
-    return value if isinstance(value, str) else raw
-
-
-@dataclass(frozen=True)
-class TaskSplits:
-    """Examples of the requested splits of a task file, in file order within each split."""
-
-    frame: pd.DataFrame  # TASK_COLUMNS, one row per example
-    schema: pa.Schema  # the task file's schema (column types are carried into results)
-    dataset_sha256: str
-    file_sha256: str
-
-
-def read_task(path: str | os.PathLike, splits: Sequence[str]) -> TaskSplits:
-    """Read a task Parquet, keeping ``splits`` (in that order); every split must be present."""
-    from headgeom.hashing import sha256_file
-
-    table = pq.read_table(path)
-    missing = [c for c in TASK_COLUMNS if c not in table.column_names]
-    if missing:
-        raise ValueError(f"{path}: task file lacks columns {missing}")
-    frame = table.select(list(TASK_COLUMNS)).to_pandas()
-    available = list(pd.unique(frame["split"]))
-    absent = [s for s in splits if s not in available]
-    if absent or not splits:
-        raise ValueError(f"{path}: splits {absent or list(splits)} requested, file has {available}")
-    if len(set(splits)) != len(splits):
-        raise ValueError(f"splits {list(splits)} name a split twice")
-    parts = [frame[frame["split"] == s] for s in splits]
-    for part in parts:
-        if part["example_id"].duplicated().any():
-            raise ValueError(f"{path}: duplicate example_id within split {part['split'].iloc[0]!r}")
-    return TaskSplits(
-        frame=pd.concat(parts, ignore_index=True),
-        schema=table.schema,
-        dataset_sha256=metadata_text(read_parquet_metadata(path), "dataset_sha256", path),
-        file_sha256=sha256_file(path),
-    )
-
-
-@dataclass(frozen=True)
-class PatchInputs:
-    """Model-id inputs of a patching run, one entry per example."""
-
-    clean_ids: list[np.ndarray]
-    ref_ids: list[np.ndarray]
-    correct: np.ndarray
-    incorrect: np.ndarray
-
-
-def model_inputs(frame: pd.DataFrame, vocab: np.ndarray) -> PatchInputs:
-    """Map a task frame's GPT-2 ids to model ids with the checkpoint's vocabulary map."""
-    from headgeom.data.corpus import compact
-
-    def ids(column: str) -> list[np.ndarray]:
-        return [np.asarray(compact(np.asarray(x, dtype=np.int64), vocab)) for x in frame[column]]
-
-    return PatchInputs(
-        clean_ids=ids("clean_ids"),
-        ref_ids=ids("ref_ids"),
-        correct=np.asarray(compact(frame["correct_id"].to_numpy(np.int64), vocab)),
-        incorrect=np.asarray(compact(frame["incorrect_id"].to_numpy(np.int64), vocab)),
-    )
-
-
-# --------------------------------------------------------------------------- effects tables
-def drops_array(
-    effects: pd.DataFrame, n_layers: int | None = None, n_heads: int | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per-example drops of one split of an effects table as ``(example_ids, d (N, L, H))``.
-
-    ``effects`` holds the rows of ``src/patch_heads.py`` for a single split (columns
-    example_id, layer, head, effect). Examples keep their order of first appearance. The
-    table must be complete: exactly one row per (example, layer, head).
-    """
-    if effects.empty:
-        raise ValueError("no effect rows")
-    n_layers = int(effects["layer"].max()) + 1 if n_layers is None else n_layers
-    n_heads = int(effects["head"].max()) + 1 if n_heads is None else n_heads
-    example_ids = pd.unique(effects["example_id"])
-    if effects.duplicated(["example_id", "layer", "head"]).any():
-        raise ValueError("effects name some (example, layer, head) more than once")
-    if len(effects) != len(example_ids) * n_layers * n_heads:
-        raise ValueError(
-            f"effects are incomplete: {len(effects)} rows for {len(example_ids)} examples × "
-            f"{n_layers} layers × {n_heads} heads"
-        )
-    layer, head = effects["layer"].to_numpy(np.int64), effects["head"].to_numpy(np.int64)
-    if layer.min() < 0 or layer.max() >= n_layers or head.min() < 0 or head.max() >= n_heads:
-        raise ValueError(f"effects name layers/heads outside the {n_layers}×{n_heads} model")
-    example = pd.Index(example_ids).get_indexer(effects["example_id"])
-    d = np.full((len(example_ids), n_layers, n_heads), np.nan)
-    d[example, layer, head] = effects["effect"].to_numpy(np.float64)
-    if np.isnan(d).any():
-        raise ValueError("effects contain NaN drops")
-    return np.asarray(example_ids), d

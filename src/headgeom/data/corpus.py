@@ -24,10 +24,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
+from headgeom import results
 from headgeom.data import lexicon as lx
 from headgeom.data.tasks import plural_prompt, quote_open_line, sva_prompt
 from headgeom.data.tokenizer import EOT_ID, VOCAB_SIZE
-from headgeom.io import write_parquet
 
 # Each encode_batch call handles this many documents: large enough to use the Rust
 # tokenizer's threads, small enough that the final overshoot past the target is small.
@@ -306,12 +306,6 @@ def vocab_sha256(vocab: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(vocab, dtype="<i4").tobytes()).hexdigest()
 
 
-TOKEN_SCHEMA = pa.schema([("token", pa.uint16())])
-TOKEN_DESCRIPTIONS = {
-    "token": "GPT-2 BPE token id in corpus order; documents are each followed by EOT (50256)"
-}
-
-
 class TokenFileError(ValueError):
     """A token file is truncated, corrupt or not a token file of this project."""
 
@@ -326,7 +320,7 @@ def write_tokens(path: str | os.PathLike, tokens: np.ndarray, metadata: dict[str
     sha = token_bytes_sha256(tokens)
     meta = {**metadata, "n_tokens": len(tokens), "token_sha256": sha}
     table = pa.table({"token": pa.array(tokens, type=pa.uint16())})
-    write_parquet(path, table, TOKEN_SCHEMA, meta, TOKEN_DESCRIPTIONS)
+    results.TOKENS.write(path, table, meta)
     return sha
 
 

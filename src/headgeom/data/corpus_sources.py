@@ -483,8 +483,3 @@ def all_or_nothing(*paths: str | os.PathLike) -> Iterator[None]:
         for path in paths:
             Path(path).unlink(missing_ok=True)
         raise
-
-
-def set_threads(threads: int) -> None:
-    """Threads of the Rust tokenizer pool (read when it first encodes)."""
-    os.environ["RAYON_NUM_THREADS"] = str(max(1, int(threads)))

@@ -30,6 +30,8 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Circle  # noqa: E402
 from scipy.stats import spearmanr  # noqa: E402
 
+from headgeom import results  # noqa: E402
+from headgeom.analysis.effects import effect_matrix  # noqa: E402
 from headgeom.analysis.stats import concentration  # noqa: E402
 from headgeom.io import atomic_path  # noqa: E402
 from headgeom.paper.tables import (  # noqa: E402
@@ -53,7 +55,7 @@ def _model_order(frame: pd.DataFrame) -> list[str]:
 
 
 # --------------------------------------------------------------------------- Figure 1
-FIGURE1_COLUMNS = [
+FIGURE1_COLUMNS = results.GEOMETRY_PK.columns(
     "model",
     "seed",
     "kind",
@@ -66,7 +68,7 @@ FIGURE1_COLUMNS = [
     "source_dim",
     "target_dim",
     "same_index",
-]
+)
 
 
 def figure1_data(inputs: Inputs) -> pd.DataFrame:
@@ -174,7 +176,7 @@ def figure1(data: pd.DataFrame, ncols: int = 3) -> Figure:
 
 
 # --------------------------------------------------------------------------- Figure 7
-FIGURE7_COLUMNS = [
+FIGURE7_COLUMNS = results.GEOMETRY_SUMMARY.columns(
     "model",
     "seed",
     "n_head",
@@ -183,7 +185,7 @@ FIGURE7_COLUMNS = [
     "own_best_fraction",
     "own_best_fraction_layer0",
     "rho_self_mean",
-]
+)
 
 
 def figure7_data(inputs: Inputs) -> pd.DataFrame:
@@ -294,8 +296,10 @@ def figure7(data: pd.DataFrame) -> Figure:
 
 # --------------------------------------------------------------------------- Figure 3
 #: Columns Figure 3 reads from the robustness Parquets (coord interface §3).
-FIGURE3_COLUMNS = ["model", "seed", "task", "split", "N_eff", "N_eff_ci_low", "N_eff_ci_high"]
-FIGURE3_COLUMNS += ["ci_level", "n_bootstrap"]
+FIGURE3_COLUMNS = results.ROBUSTNESS.columns(
+    "model", "seed", "task", "split", "N_eff", "N_eff_ci_low", "N_eff_ci_high"
+)
+FIGURE3_COLUMNS += results.ROBUSTNESS.columns("ci_level", "n_bootstrap")
 
 
 def figure3_data(inputs: Inputs) -> pd.DataFrame:
@@ -384,8 +388,10 @@ def _single(values: pd.Series, what: str):
 
 # --------------------------------------------------------------------------- Figure 4
 #: Columns Figure 4 reads from compare/loss.parquet (coord interface §8).
-FIGURE4_COLUMNS = ["model", "seed", "display_name", "corpus", "reader_type", "n_head"]
-FIGURE4_COLUMNS += ["index_meaningful", "val_loss", "N_eff_geomean"]
+FIGURE4_COLUMNS = results.LOSS.columns(
+    "model", "seed", "display_name", "corpus", "reader_type", "n_head"
+)
+FIGURE4_COLUMNS += results.LOSS.columns("index_meaningful", "val_loss", "N_eff_geomean")
 FIGURE4_MARKERS = {"free": "o", "block": "s"}
 
 
@@ -515,9 +521,9 @@ def _place_labels(fig: Figure, ax, xs, ys, labels) -> None:
 # --------------------------------------------------------------------------- Figure 5
 #: asinh(e / ASINH_WIDTH) colour transform of the heat maps (paper Figure 5).
 ASINH_WIDTH = 0.2
-FIGURE5_HEADS = ["model", "seed", "task", "split", "layer", "head", "e"]
-FIGURE5_LANES = ["model", "seed", "task", "split", "lambda_score", "p_value"]
-FIGURE5_EVAL = ["model", "seed", "task", "split", "margin"]
+FIGURE5_HEADS = results.HEADS.columns("model", "seed", "task", "split", "layer", "head", "e")
+FIGURE5_LANES = results.LANES.columns("model", "seed", "task", "split", "lambda_score", "p_value")
+FIGURE5_EVAL = results.EVAL.columns("model", "seed", "task", "split", "margin")
 
 
 def figure5_data(inputs: Inputs) -> pd.DataFrame:
@@ -567,16 +573,6 @@ def _attach(frame: pd.DataFrame, other: pd.DataFrame, what: str) -> pd.DataFrame
     if len(missing):
         raise ValueError(f"figure5: no {what} row for {missing.values.tolist()}")
     return out.drop(columns="_merge")
-
-
-def effect_matrix(rows: pd.DataFrame) -> np.ndarray:
-    """(L, H) matrix of e indexed [layer, head]; every cell must be present once."""
-    n_layer, n_head = int(rows["layer"].max()) + 1, int(rows["head"].max()) + 1
-    if len(rows) != n_layer * n_head or rows.duplicated(["layer", "head"]).any():
-        raise ValueError(f"per-head effects do not cover a {n_layer}×{n_head} grid exactly once")
-    e = np.full((n_layer, n_head), np.nan)
-    e[rows["layer"].to_numpy(), rows["head"].to_numpy()] = rows["e"].to_numpy(dtype=float)
-    return e
 
 
 def figure5_norm(data: pd.DataFrame) -> AsinhNorm:

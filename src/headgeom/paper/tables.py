@@ -29,6 +29,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 from scipy.stats import spearmanr
 
+from headgeom import results
 from headgeom.io import read_parquet_metadata
 
 TASK_ORDER = ["sva", "quote", "plural"]
@@ -376,14 +377,14 @@ def _row_keys(wide: pd.DataFrame) -> pd.DataFrame:
 
 # ----------------------------------------------------------------------------- Table 2
 #: Geometry columns Table 2 takes from the geometry_stats summaries (METHODS §9.4, §14.1).
-TABLE2_GEOMETRY_COLUMNS = [
+TABLE2_GEOMETRY_COLUMNS = results.GEOMETRY_SUMMARY.columns(
     "own_best_fraction",
     "rho_self_mean",
     "write_write_pk_same_index_mean",
     "write_write_pk_other_index_mean",
     "prop1_applies",
     "prop1_max_residual",
-]
+)
 
 
 def table2(inputs: Inputs) -> Table:
@@ -450,7 +451,7 @@ def _task_columns(wide: pd.DataFrame, stat: str) -> list[str]:
 
 # ----------------------------------------------------------------------------- Table 3
 #: Columns Table 3 reads from the robustness Parquets (coord interface §3).
-TABLE3_COLUMNS = [
+TABLE3_COLUMNS = results.ROBUSTNESS.columns(
     "model",
     "seed",
     "task",
@@ -463,7 +464,7 @@ TABLE3_COLUMNS = [
     "N_index_p_lower",
     "n_permutations",
     "N_eff_abs",
-]
+)
 
 
 def decomposition_cell(n_eff: float, n_index: float, n_layer: float) -> str:
@@ -548,15 +549,10 @@ def table3(inputs: Inputs) -> Table:
 def table5(inputs: Inputs) -> Table:
     """Clean accuracy (%) / mean logit margin on the evaluation split (paper Table 5)."""
     runs = read_runs(need_kind(inputs, "runs", "table5"))
-    frame = read_kind(
-        need_kind(inputs, "eval", "table5"),
-        ["model", "seed", "task", "split", "n", "accuracy", "margin"],
-        "table5",
-    )
+    cols = results.EVAL.columns("model", "seed", "task", "split", "n", "accuracy", "margin")
+    frame = read_kind(need_kind(inputs, "eval", "table5"), cols, "table5")
     frame = _split_rows(frame, "evaluation", "table5")
-    tidy = with_runs(
-        frame[["model", "seed", "task", "split", "n", "accuracy", "margin"]], runs, "table5"
-    )
+    tidy = with_runs(frame[cols], runs, "table5")
     wide = _wide(tidy, ["accuracy", "margin"])
     keys = _row_keys(wide)
     cells = pd.DataFrame({"Model": keys["label_repository"], "Corpus": keys["corpus"]})
@@ -578,7 +574,7 @@ def table6(inputs: Inputs) -> Table:
     """N_eff and E per task on the evaluation split (paper Table 6); rows grouped by corpus
     (R first, as the paper) in config order. The top-head share is in the CSV."""
     runs = read_runs(need_kind(inputs, "runs", "table6"))
-    cols = ["model", "seed", "task", "split", "N_eff", "E", "top_head_share"]
+    cols = results.SUMMARY.columns("model", "seed", "task", "split", "N_eff", "E", "top_head_share")
     frame = _split_rows(
         read_kind(need_kind(inputs, "summaries", "table6"), cols, "table6"), "evaluation", "table6"
     )
@@ -612,8 +608,14 @@ def table6(inputs: Inputs) -> Table:
 # ----------------------------------------------------------------------------- Lanes
 def lanes(inputs: Inputs) -> Table:
     """Lane score Λ with its permutation p, Bonferroni ×3 within each model (METHODS §10.5)."""
-    cols = ["model", "seed", "task", "split", "lambda_score", "chance", "p_value"]
-    frame = read_kind(need_kind(inputs, "lanes", "lanes"), [*cols, "n_permutations"], "lanes")
+    cols = results.LANES.columns(
+        "model", "seed", "task", "split", "lambda_score", "chance", "p_value"
+    )
+    frame = read_kind(
+        need_kind(inputs, "lanes", "lanes"),
+        [*cols, *results.LANES.columns("n_permutations")],
+        "lanes",
+    )
     frame = frame.assign(
         _o=frame["model"].map({m: i for i, m in enumerate(dict.fromkeys(frame["model"]))})
     )
@@ -648,7 +650,9 @@ def leakage(inputs: Inputs) -> Table:
     """Leakage summaries per model, seed and read type, pooled over tasks (METHODS §11.3):
     median L (fraction of perturbation energy), median L/ρ and Spearman(L, ρ) across
     source–reader pairs."""
-    cols = ["model", "seed", "read_type", "leakage", "rho", "leakage_over_rho"]
+    cols = results.LEAKAGE.columns(
+        "model", "seed", "read_type", "leakage", "rho", "leakage_over_rho"
+    )
     frame = read_kind(need_kind(inputs, "leakage", "leakage"), cols, "leakage")
     frame = frame.dropna(subset=["leakage", "rho"])
     rows = []

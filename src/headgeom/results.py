@@ -1,0 +1,809 @@
+"""The results contract: every Parquet the workflow writes, its columns and its provenance.
+
+Each output is one :class:`ResultTable`: a name, an explicit pyarrow schema, a description
+of every column (stored in the file as field metadata, so a reader understands the file
+without the code) and what one row stands for. Producers write through
+:meth:`ResultTable.write`; consumers (paper tables and figures, tests) name the columns they
+read with :meth:`ResultTable.columns`, which refuses a column the producer does not write.
+
+File-level provenance uses one set of keys (:data:`PROVENANCE_KEYS`), built by
+:func:`provenance` and carried from an input file to its derived files by
+:func:`carried_provenance`. The training log's schema lives with training (``src/train.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from headgeom.data.lexicon import SPLITS
+from headgeom.hashing import content_hash, source_freeze
+from headgeom.io import metadata_text, write_parquet
+
+# ----------------------------------------------------------------------------- provenance
+#: SHA-256 of the checkpoint's safetensors bytes (the manifest's ``checkpoint_file_sha256``).
+CHECKPOINT_SHA256 = "checkpoint_sha256"
+#: Content hash (canonical JSON) of the checkpoint manifest; not the hash of its bytes.
+MANIFEST_CONTENT_HASH = "manifest_content_hash"
+#: ``dataset_sha256`` of the task file: canonical JSON of its example records.
+TASK_DATASET_SHA256 = "task_dataset_sha256"
+#: SHA-256 of the task Parquet's bytes.
+TASK_FILE_SHA256 = "task_file_sha256"
+#: Content hash of the run config the checkpoint was trained with, and its id.
+CONFIG_HASH = "config_hash"
+CONFIG_ID = "config_id"
+#: Git commit and tracked-diff hash of the code that wrote the file (hashing.source_freeze).
+SOURCE_FREEZE = "source_freeze"
+#: Package version; io.write_parquet adds it to every Parquet.
+CODE_VERSION = "headgeom_version"
+
+PROVENANCE_KEYS = (
+    CHECKPOINT_SHA256,
+    MANIFEST_CONTENT_HASH,
+    CONFIG_HASH,
+    CONFIG_ID,
+    TASK_DATASET_SHA256,
+    TASK_FILE_SHA256,
+    SOURCE_FREEZE,
+    CODE_VERSION,
+)
+#: Keys an input file passes on to the files derived from it (the code keys are re-recorded).
+CARRIED_KEYS = PROVENANCE_KEYS[:-2]
+
+
+def provenance(
+    manifest: Mapping[str, Any] | None = None,
+    *,
+    task_dataset_sha256: str | None = None,
+    task_file_sha256: str | None = None,
+) -> dict[str, Any]:
+    """The provenance keys of a result file: checkpoint and manifest (from a checkpoint
+    ``manifest`` record, when the file derives from a checkpoint), task dataset and task
+    file hashes when given, and always the source freeze of the code writing it."""
+    out: dict[str, Any] = {}
+    if manifest is not None:
+        out[CHECKPOINT_SHA256] = manifest["checkpoint_file_sha256"]
+        out[MANIFEST_CONTENT_HASH] = content_hash(dict(manifest))
+        for key in (CONFIG_HASH, CONFIG_ID):
+            if key in manifest:
+                out[key] = manifest[key]
+    if task_dataset_sha256 is not None:
+        out[TASK_DATASET_SHA256] = task_dataset_sha256
+    if task_file_sha256 is not None:
+        out[TASK_FILE_SHA256] = task_file_sha256
+    out[SOURCE_FREEZE] = source_freeze()
+    return out
+
+
+def carried_provenance(metadata: Mapping[str, str], path: str | os.PathLike) -> dict[str, str]:
+    """The :data:`CARRIED_KEYS` present in an input file's metadata, as strings."""
+    return {k: metadata_text(metadata, k, path) for k in CARRIED_KEYS if k in metadata}
+
+
+def require_provenance(
+    metadata: Mapping[str, str], expected: Mapping[str, str], path: str | os.PathLike
+) -> None:
+    """Refuse an input file whose provenance keys differ from ``expected`` (e.g. effects
+    patched from another checkpoint or task than the one now given)."""
+    for key, value in expected.items():
+        found = metadata_text(metadata, key, path)
+        if found != value:
+            raise ValueError(
+                f"{path}: {key} is {found} but the inputs have {value}; "
+                "the effects come from another checkpoint or task (rerun patch_heads)"
+            )
+
+
+# ----------------------------------------------------------------------------- tables
+#: Columns that mean the same in every result file; a table's own description wins.
+STANDARD_DESCRIPTIONS = {
+    "model": "model configuration name (config key, e.g. learned, write-common-axis)",
+    "seed": "training (initialisation) seed of the model",
+    "task": "behavioural task (sva, quote, plural; METHODS §8)",
+    "split": "task split (discovery, validation, evaluation, holdout)",
+    "example_id": "example id in the task Parquet",
+    "condition": "task condition of the example (METHODS §8)",
+    "lexical_group": "lexical group of the example (METHODS §8.1)",
+    "layer": "layer l, 0-based (0 is closest to the embedding)",
+    "head": "head index h within the layer, 0-based",
+    "read_type": "reader input X: Q, K or V",
+}
+
+
+@dataclass(frozen=True)
+class ResultTable:
+    """One result Parquet: its schema, column descriptions and what one row is."""
+
+    name: str
+    schema: pa.Schema
+    descriptions: Mapping[str, str]
+    one_row_per: str
+
+    def __post_init__(self) -> None:
+        unknown = set(self.descriptions) - set(self.schema.names)
+        if unknown:
+            raise ValueError(f"{self.name}: descriptions name unknown columns {sorted(unknown)}")
+        standard = {k: v for k, v in STANDARD_DESCRIPTIONS.items() if k in self.schema.names}
+        object.__setattr__(self, "descriptions", {**standard, **self.descriptions})
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.schema.names)
+
+    def columns(self, *names: str) -> list[str]:
+        """``names`` as a list, refusing any column this table does not have."""
+        missing = [n for n in names if n not in self.schema.names]
+        if missing:
+            raise KeyError(f"{self.name} has no columns {missing} (has {self.schema.names})")
+        return list(names)
+
+    def with_type(self, column: str, type_: pa.DataType) -> ResultTable:
+        """The same table with ``column`` of another type (e.g. example_id as in the task)."""
+        index = self.schema.get_field_index(column)
+        return replace(self, schema=self.schema.set(index, pa.field(column, type_)))
+
+    def write(
+        self,
+        path: str | os.PathLike,
+        data: pd.DataFrame | pa.Table,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        write_parquet(path, data, self.schema, metadata, self.descriptions)
+
+
+def _schema(*fields: Sequence[tuple[str, pa.DataType]]) -> pa.Schema:
+    return pa.schema([f for group in fields for f in group])
+
+
+_RUN = [("model", pa.string()), ("seed", pa.int64())]
+_RUN_TASK = [*_RUN, ("task", pa.string())]
+_RUN_TASK_SPLIT = [*_RUN_TASK, ("split", pa.string())]
+
+# --- corpus (src/tokenize_corpus.py) ------------------------------------------------------
+TOKENS = ResultTable(
+    "tokens",
+    pa.schema([("token", pa.uint16())]),
+    {"token": "GPT-2 BPE token id in corpus order; documents are each followed by EOT (50256)"},
+    "token of the corpus (or validation) stream",
+)
+VOCAB = ResultTable(
+    "vocab",
+    pa.schema([("model_id", pa.int32()), ("gpt2_id", pa.int32()), ("text", pa.string())]),
+    {
+        "model_id": "row of the model's embedding / unembedding (0-based, dense)",
+        "gpt2_id": "GPT-2 BPE id that model_id stands for (sorted ascending)",
+        "text": "decoded text of the GPT-2 token (invalid UTF-8 fragments shown as U+FFFD)",
+    },
+    "model vocabulary id",
+)
+
+# --- tasks (src/make_tasks.py) ------------------------------------------------------------
+_LABEL = pa.dictionary(pa.int32(), pa.string())
+TASK = ResultTable(
+    "task",
+    pa.schema(
+        [
+            ("example_id", pa.int32()),
+            ("split", _LABEL),
+            ("condition", _LABEL),
+            ("lexical_group", _LABEL),
+            ("clean_ids", pa.list_(pa.int32())),
+            ("ref_ids", pa.list_(pa.int32())),
+            ("diff_position", pa.int32()),
+            ("correct_id", pa.int32()),
+            ("incorrect_id", pa.int32()),
+            ("correct_text", pa.string()),
+            ("incorrect_text", pa.string()),
+            ("clean_text", pa.string()),
+            ("ref_text", pa.string()),
+        ]
+    ),
+    {
+        "example_id": "example id, unique within the task file (0-based)",
+        "split": f"split: one of {', '.join(SPLITS)}; lexical items never shared across splits",
+        "condition": "one of the task's 4 balanced conditions, defined by the clean prompt",
+        "lexical_group": "lexical group (SVA subject pair, Quote first variable, Plural noun)",
+        "clean_ids": "GPT-2 ids of the clean prompt; its last token is the prediction position",
+        "ref_ids": "GPT-2 ids of the reference prompt: same length, one token differs",
+        "diff_position": "index of the single token where clean_ids and ref_ids differ",
+        "correct_id": "GPT-2 id of the correct answer for the clean prompt",
+        "incorrect_id": "GPT-2 id of the incorrect answer for the clean prompt (correct for ref)",
+        "correct_text": "text of correct_id",
+        "incorrect_text": "text of incorrect_id",
+        "clean_text": "clean prompt text (decodes clean_ids exactly)",
+        "ref_text": "reference prompt text (decodes ref_ids exactly)",
+    },
+    "task example (clean/reference prompt pair)",
+)
+
+# --- models (src/param_counts.py) ---------------------------------------------------------
+PARAM_COUNTS = ResultTable(
+    "param_counts",
+    pa.schema(
+        [
+            ("model", pa.string()),
+            ("seed", pa.int32()),
+            ("repository_name", pa.string()),
+            ("display_name", pa.string()),
+            ("geometry", pa.string()),
+            ("corpus", pa.string()),
+            ("n_params", pa.int64()),
+            ("expected_n_params", pa.int64()),
+            ("n_frozen", pa.int64()),
+            ("n_vocab", pa.int64()),
+            ("basis_family_hash", pa.string()),
+            ("note", pa.string()),
+        ]
+    ),
+    {
+        "repository_name": "the paper's repository name of this (model, seed), e.g. "
+        "plain-learned42 (null when the study config gives none)",
+        "display_name": "the paper's display name, e.g. all-rotated-self",
+        "geometry": "read/write geometry (headgeom.model.geometries.GEOMETRIES or a multiscreen "
+        "control)",
+        "corpus": "training corpus R (200M tokens, with replacement) or S (1.07B, read once); "
+        "null when the study does not say",
+        "n_params": "trainable parameters of the real constructor, tied embedding counted once, "
+        "frozen buffers excluded (METHODS §4.4); null if the model cannot be built",
+        "expected_n_params": "exact count of METHODS §6.1 when the model has the paper's size; "
+        "null where the paper gives no number (other sizes)",
+        "n_frozen": "elements of the frozen buffers (write maps, read blocks); not parameters",
+        "n_vocab": "vocabulary size the model was built with",
+        "basis_family_hash": "content hash of the Kerdock ⊗ Haar basis family record (METHODS "
+        "§5.7) the frozen maps come from; null when none is used",
+        "note": "why n_params is null, if it is",
+    },
+    "(model, seed) of the study",
+)
+
+# --- weight-space geometry (src/geometry_stats.py) ----------------------------------------
+GEOMETRY_PK = ResultTable(
+    "geometry_pk",
+    _schema(
+        _RUN,
+        [
+            ("kind", pa.string()),
+            ("source_layer", pa.int32()),
+            ("source_head", pa.int32()),
+            ("target_layer", pa.int32()),
+            ("target_head", pa.int32()),
+            ("read_type", pa.string()),
+            ("pk", pa.float64()),
+            ("rho", pa.float64()),
+            ("source_dim", pa.int32()),
+            ("target_dim", pa.int32()),
+            ("same_index", pa.bool_()),
+        ],
+    ),
+    {
+        "model": "model configuration name (display name)",
+        "seed": "training (initialisation) seed of the model",
+        "kind": "write_write: U^{l,h} vs U^{l',k}, l < l' (PK symmetric, each pair once); "
+        "write_read: U^{l,h} vs R_{X,0}^{l',h'}, l' > l",
+        "source_layer": "layer l of the writing head, 0-based",
+        "source_head": "head index h of the writing head, 0-based",
+        "target_layer": "layer l' (> l) of the other head",
+        "target_head": "head index of the other head",
+        "read_type": "X ∈ {Q, K, V} of the read space for write_read; null for write_write",
+        "pk": "projection kernel ‖UᵀV‖_F² = Σ cos²θ_i (METHODS §9.3), weight space",
+        "rho": "PK / min(source_dim, target_dim)",
+        "source_dim": "dimension of Im W_O of the source head (rank, SVD cut 1e-6·σ_max)",
+        "target_dim": "dimension of the target write space or weight-space read space Im W_Xᵀ",
+        "same_index": "source_head == target_head",
+    },
+    "(kind, source head, target head, read type) of one checkpoint",
+)
+
+_GEOMETRY_SUMMARY_COLUMNS = [
+    ("model", pa.string(), "model configuration name (display name)"),
+    ("seed", pa.int64(), "training (initialisation) seed of the model"),
+    ("n_layer", pa.int32(), "layers L"),
+    ("n_head", pa.int32(), "heads per layer H (own-best chance is 1/H)"),
+    ("d_model", pa.int32(), "residual width D"),
+    ("d_head", pa.int32(), "head width d"),
+    ("write_dim_min", pa.int32(), "smallest dim Im W_O over heads"),
+    ("write_dim_max", pa.int32(), "largest dim Im W_O over heads"),
+    (
+        "own_best_fraction",
+        pa.float64(),
+        "fraction of heads in layers ≥ 1 whose V read space R_{V,0} has strictly the "
+        "largest PK with their own write space among their layer's heads (METHODS §14.1)",
+    ),
+    ("own_best_fraction_layer0", pa.float64(), "the same for the heads of layer 0"),
+    ("n_heads_own_best_test", pa.int32(), "heads in layers ≥ 1 (the own-best reader set)"),
+    (
+        "rho_self_mean",
+        pa.float64(),
+        "mean over heads in layers ≥ 1 of ρ(R_{V,0}^{l,h}, U^{l,h}) = PK / min(dim)",
+    ),
+    ("rho_self_median", pa.float64(), "median of the same"),
+    (
+        "idempotence_median",
+        pa.float64(),
+        "median over all heads of the scaled idempotence P(T_h), T_h = O_h V_hᵀ (§14.3)",
+    ),
+    ("idempotence_mean", pa.float64(), "mean over all heads of P(T_h)"),
+    (
+        "prop1_applies",
+        pa.bool_(),
+        "every layer's writes decompose R^D orthogonally: H·d == D and "
+        "max|Σ_h P_{U^{l,h}} − I| ≤ 1e-8 (METHODS §9.4)",
+    ),
+    (
+        "write_decomposition_residual",
+        pa.float64(),
+        "max over layers of max|Σ_h P_{U^{l,h}} − I| (the detection statistic)",
+    ),
+    (
+        "prop1_max_residual",
+        pa.float64(),
+        "check C14: max over layers l and all read spaces R of |Σ_h PK(U^{l,h}, R) − dim R| "
+        "(tolerance 1e-8); null where Proposition 1 does not apply",
+    ),
+]
+for _kind, _title in (("write_write", "write–write"), ("write_read", "write→later-read")):
+    for _index in ("same_index", "other_index"):
+        for _stat in ("mean", "min", "max"):
+            _GEOMETRY_SUMMARY_COLUMNS.append(
+                (
+                    f"{_kind}_pk_{_index}_{_stat}",
+                    pa.float64(),
+                    f"{_stat} of inter-layer {_title} PK over {_index.replace('_', '-')} "
+                    f"head pairs" + (" (Q, K, V pooled)" if _kind == "write_read" else ""),
+                )
+            )
+GEOMETRY_SUMMARY = ResultTable(
+    "geometry_summary",
+    pa.schema([(name, typ) for name, typ, _ in _GEOMETRY_SUMMARY_COLUMNS]),
+    {name: text for name, _, text in _GEOMETRY_SUMMARY_COLUMNS},
+    "(model, seed)",
+)
+
+# --- clean evaluation (src/evaluate_clean.py) ---------------------------------------------
+EVAL = ResultTable(
+    "eval",
+    _schema(
+        _RUN_TASK_SPLIT,
+        [("n", pa.int64()), ("accuracy", pa.float64()), ("margin", pa.float64())],
+    ),
+    {
+        "model": "model configuration name (the {model} wildcard)",
+        "seed": "initialisation seed",
+        "task": "task name",
+        "split": "task split",
+        "n": "examples in the split",
+        "accuracy": "fraction of clean prompts with LD = logit(correct) - logit(incorrect) > 0",
+        "margin": "mean clean LD over the split (logits, final prompt position)",
+    },
+    "(model, seed, task, split)",
+)
+
+# --- head patching (src/patch_heads.py) ---------------------------------------------------
+#: example_id keeps the task file's type: write with ``EFFECTS.with_type("example_id", ...)``.
+EFFECTS = ResultTable(
+    "effects",
+    _schema(
+        _RUN_TASK_SPLIT,
+        [
+            ("example_id", pa.int32()),
+            ("condition", pa.string()),
+            ("lexical_group", pa.string()),
+            ("layer", pa.int32()),
+            ("head", pa.int32()),
+            ("clean_ld", pa.float64()),
+            ("patched_ld", pa.float64()),
+            ("effect", pa.float64()),
+        ],
+    ),
+    {
+        "model": "model configuration name (display name, e.g. learned, write-common-axis)",
+        "seed": "training (initialisation) seed of the model",
+        "task": "behavioural task (sva, quote, plural)",
+        "split": "task split the example belongs to",
+        "example_id": "example id in the task file",
+        "condition": "task condition of the example",
+        "lexical_group": "lexical group of the example (METHODS §8.1)",
+        "layer": "layer l of the patched head, 0-based",
+        "head": "head index h within the layer, 0-based",
+        "clean_ld": "logit(correct) − logit(incorrect) at the final position, clean prompt",
+        "patched_ld": "the same with z^{l,h} replaced by its reference value at all positions",
+        "effect": "drop d_{l,h}(x) = clean_ld − patched_ld (positive: the patch hurts)",
+    },
+    "(split, example, layer, head) of one (model, seed, task)",
+)
+
+# --- concentration (src/concentration.py) -------------------------------------------------
+_STAT_DESCRIPTIONS = {
+    "n_examples": "examples averaged into e",
+    "E": "Σ|e_{l,h}|, logit units: separate single-head interventions, not a joint one",
+    "N_eff": "exp of the Shannon entropy (nats) of p = |e|/E: effective number of heads",
+    "top_head_share": "max |e| / E",
+    "N_index": "exp H(index marginal q_h = Σ_l p_{l,h}) (METHODS §10.3)",
+    "N_layer_given_index": "exp Σ_h q_h H(layer | h); N_eff = N_index · N_layer_given_index",
+    "N_eff_abs": "N_eff with p from the per-example-absolute effects E_x|d(x)| (METHODS §12.3)",
+    "N_eff_abs_ratio": "N_eff_abs / N_eff",
+}
+HEADS = ResultTable(
+    "heads",
+    _schema(
+        _RUN_TASK_SPLIT,
+        [("layer", pa.int32()), ("head", pa.int32()), ("e", pa.float64()), ("p", pa.float64())],
+    ),
+    {
+        "e": "signed mean drop e_{l,h} over the split's examples, logit units (METHODS §10.1)",
+        "p": "share |e_{l,h}| / E; null when every effect is zero (METHODS §10.2)",
+    },
+    "(split, layer, head) of one (model, seed, task)",
+)
+_SUMMARY_SCHEMA = _schema(
+    _RUN_TASK_SPLIT,
+    [
+        ("n_examples", pa.int64()),
+        ("E", pa.float64()),
+        ("N_eff", pa.float64()),
+        ("top_head_share", pa.float64()),
+        ("top_layer", pa.int32()),
+        ("top_head", pa.int32()),
+        ("N_index", pa.float64()),
+        ("N_layer_given_index", pa.float64()),
+    ],
+)
+SUMMARY = ResultTable(
+    "summary",
+    _SUMMARY_SCHEMA,
+    {
+        **{k: v for k, v in _STAT_DESCRIPTIONS.items() if k in _SUMMARY_SCHEMA.names},
+        "top_layer": "layer of the head with the largest |e| (first in row-major order on ties)",
+        "top_head": "head index of that head",
+    },
+    "split of one (model, seed, task)",
+)
+ROBUSTNESS = ResultTable(
+    "robustness",
+    _schema(
+        _RUN_TASK_SPLIT,
+        [
+            ("n_examples", pa.int64()),
+            ("n_layers", pa.int32()),
+            ("n_heads", pa.int32()),
+            ("E", pa.float64()),
+            ("N_eff", pa.float64()),
+            ("top_head_share", pa.float64()),
+            ("N_index", pa.float64()),
+            ("N_layer_given_index", pa.float64()),
+            ("index_meaningful", pa.bool_()),
+            ("N_index_null_median", pa.float64()),
+            ("N_index_p_lower", pa.float64()),
+            ("n_permutations", pa.int64()),
+            ("permutation_seed", pa.int64()),
+            ("N_eff_abs", pa.float64()),
+            ("N_eff_abs_ratio", pa.float64()),
+            ("N_eff_boot_median", pa.float64()),
+            ("N_eff_ci_low", pa.float64()),
+            ("N_eff_ci_high", pa.float64()),
+            ("ci_level", pa.float64()),
+            ("n_bootstrap", pa.int64()),
+            ("bootstrap_seed", pa.int64()),
+            ("n_lexical_groups", pa.int64()),
+            ("logo_max_rel_change", pa.float64()),
+            ("logo_max_rel_change_group", pa.string()),
+            ("check_C10_max_abs_diff", pa.float64()),
+        ],
+    ),
+    {
+        **_STAT_DESCRIPTIONS,
+        "split": "analysis split (config concentration.split; the evaluation split of METHODS §12)",
+        "n_layers": "layers L of the model",
+        "n_heads": "heads per layer H of the model",
+        "index_meaningful": "the model has the base architecture's heads per layer, so head "
+        "indices form the paper's lanes and the index decomposition/null are reported "
+        "(METHODS §10.3: 12-head models); false for write-routed and multiscreen models",
+        "N_index_null_median": "median N_index over within-layer head-index permutations (§10.4)",
+        "N_index_p_lower": "lower one-sided p = (1 + #{N_index_null ≤ N_index}) / (1 + "
+        "n_permutations); uncorrected across models",
+        "n_permutations": "within-layer permutation draws of the index null",
+        "permutation_seed": "seed of numpy Generator(PCG64) for the permutations",
+        "N_eff_boot_median": "median N_eff over bootstrap resamples of the examples",
+        "N_eff_ci_low": "lower end of the percentile bootstrap interval of N_eff (§12.4)",
+        "N_eff_ci_high": "upper end of the percentile bootstrap interval of N_eff (§12.4)",
+        "ci_level": "coverage of the percentile interval (0.95: 2.5 and 97.5 percentiles)",
+        "n_bootstrap": "bootstrap resamples (examples drawn with replacement)",
+        "bootstrap_seed": "seed of numpy Generator(PCG64) for the resamples (same indices as "
+        "the paired bootstrap across models)",
+        "n_lexical_groups": "lexical groups left out in turn (§12.6)",
+        "logo_max_rel_change": "max over left-out lexical groups of |N_eff(without group) − "
+        "N_eff| / N_eff (§12.6)",
+        "logo_max_rel_change_group": "lexical group whose removal changes N_eff most",
+        "check_C10_max_abs_diff": "check C10: max |difference| between per-head means (and "
+        "N_eff) from the per-example arrays and from an independent group-by of the stored rows",
+    },
+    "analysis split of one (model, seed, task)",
+)
+CONDITIONS = ResultTable(
+    "conditions",
+    _schema(
+        _RUN_TASK_SPLIT,
+        [
+            ("condition", pa.string()),
+            ("n_examples", pa.int64()),
+            ("E", pa.float64()),
+            ("N_eff", pa.float64()),
+            ("top_head_share", pa.float64()),
+            ("N_eff_abs", pa.float64()),
+        ],
+    ),
+    {
+        **{k: _STAT_DESCRIPTIONS[k] for k in ("E", "N_eff", "top_head_share", "N_eff_abs")},
+        "n_examples": "examples of the condition (METHODS §12.5: 60 per condition)",
+    },
+    "condition of the analysis split of one (model, seed, task)",
+)
+LOGO = ResultTable(
+    "logo",
+    _schema(
+        _RUN_TASK_SPLIT,
+        [
+            ("lexical_group", pa.string()),
+            ("n_dropped", pa.int64()),
+            ("n_kept", pa.int64()),
+            ("N_eff", pa.float64()),
+            ("N_eff_all", pa.float64()),
+            ("rel_change", pa.float64()),
+        ],
+    ),
+    {
+        "lexical_group": "the lexical group left out (METHODS §12.6)",
+        "n_dropped": "examples of the group, dropped",
+        "n_kept": "examples kept",
+        "N_eff": "N_eff on the kept examples",
+        "N_eff_all": "N_eff on all examples of the split",
+        "rel_change": "(N_eff − N_eff_all) / N_eff_all, signed",
+    },
+    "left-out lexical group of the analysis split of one (model, seed, task)",
+)
+
+# --- paired comparisons (src/compare_concentration.py) ------------------------------------
+_PAIR_FIELDS = [
+    ("task", pa.string()),
+    ("split", pa.string()),
+    ("model_a", pa.string()),
+    ("seed_a", pa.int64()),
+    ("model_b", pa.string()),
+    ("seed_b", pa.int64()),
+    ("pair_label", pa.string()),
+]
+_PAIR_DESCRIPTIONS = {
+    "split": "analysis split (config concentration.split)",
+    "model_a": "model A of the difference N_eff(A) − N_eff(B)",
+    "seed_a": "training seed of model A",
+    "model_b": "model B",
+    "seed_b": "training seed of model B",
+    "pair_label": "'<A> s<seed> − <B> s<seed>'",
+}
+PAIRED = ResultTable(
+    "paired",
+    _schema(
+        _PAIR_FIELDS,
+        [
+            ("n_examples", pa.int64()),
+            ("N_eff_a", pa.float64()),
+            ("N_eff_b", pa.float64()),
+            ("diff", pa.float64()),
+            ("ratio", pa.float64()),
+            ("ci_low", pa.float64()),
+            ("ci_high", pa.float64()),
+            ("ci_level", pa.float64()),
+            ("n_bootstrap", pa.int64()),
+            ("bootstrap_seed", pa.int64()),
+            ("resolved", pa.bool_()),
+            ("logo_n_groups", pa.int64()),
+            ("logo_sign_reversals", pa.int64()),
+            ("logo_min_diff", pa.float64()),
+            ("logo_max_diff", pa.float64()),
+            ("logo_reversal_groups", pa.string()),
+        ],
+    ),
+    {
+        **_PAIR_DESCRIPTIONS,
+        "n_examples": "examples shared by both models",
+        "N_eff_a": "N_eff of A on all shared examples",
+        "N_eff_b": "N_eff of B on all shared examples",
+        "diff": "N_eff(A) − N_eff(B) on all shared examples",
+        "ratio": "N_eff(A) / N_eff(B)",
+        "ci_low": "lower end of the paired-bootstrap percentile interval of diff (METHODS §12.4)",
+        "ci_high": "upper end of that interval",
+        "ci_level": "coverage of the interval (0.95: the 2.5 and 97.5 percentiles)",
+        "n_bootstrap": "paired resamples: the same example multiplicities applied to A and B",
+        "bootstrap_seed": "seed of numpy Generator(PCG64) for the resamples",
+        "resolved": "the interval excludes 0",
+        "logo_n_groups": "lexical groups left out in turn (METHODS §12.6)",
+        "logo_sign_reversals": "left-out groups whose diff has the opposite sign of diff",
+        "logo_min_diff": "smallest diff over left-out groups",
+        "logo_max_diff": "largest diff over left-out groups",
+        "logo_reversal_groups": "comma-separated groups whose removal reverses the sign ('' if "
+        "none)",
+    },
+    "pair of (model, seed) on one task",
+)
+PAIRED_LOGO = ResultTable(
+    "paired_logo",
+    _schema(
+        _PAIR_FIELDS,
+        [
+            ("lexical_group", pa.string()),
+            ("n_kept", pa.int64()),
+            ("N_eff_a", pa.float64()),
+            ("N_eff_b", pa.float64()),
+            ("diff", pa.float64()),
+            ("sign_reversed", pa.bool_()),
+        ],
+    ),
+    {
+        **_PAIR_DESCRIPTIONS,
+        "lexical_group": "lexical group left out of both models (METHODS §12.6)",
+        "n_kept": "examples kept",
+        "N_eff_a": "N_eff of A without the group",
+        "N_eff_b": "N_eff of B without the group",
+        "diff": "N_eff(A) − N_eff(B) without the group",
+        "sign_reversed": "diff has the opposite sign of the all-example diff",
+    },
+    "(pair, left-out lexical group) on one task",
+)
+
+# --- loss versus concentration (src/concentration_loss.py) --------------------------------
+LOSS_TASKS = ("sva", "quote", "plural")
+LOSS = ResultTable(
+    "loss",
+    _schema(
+        _RUN,
+        [
+            ("display_name", pa.string()),
+            ("geometry", pa.string()),
+            ("corpus", pa.string()),
+            ("reader_type", pa.string()),
+            ("n_head", pa.int32()),
+            ("index_meaningful", pa.bool_()),
+            ("val_loss", pa.float64()),
+            *[(f"N_eff_{t}", pa.float64()) for t in LOSS_TASKS],
+            ("N_eff_geomean", pa.float64()),
+            ("included", pa.bool_()),
+        ],
+    ),
+    {
+        "display_name": "the paper's name of the configuration",
+        "geometry": "read/write geometry (METHODS §6)",
+        "corpus": "training corpus of the paper (R or S); null when the study does not say",
+        "reader_type": "free (learned W_QKV after the shared LN) or block readers (marker of "
+        "paper Figure 4)",
+        "n_head": "heads per layer (16-head models are flagged in paper Figure 4)",
+        "index_meaningful": "n_head equals the base architecture's (the paper's 12-head models)",
+        "val_loss": "validation loss (nats) of the final checkpoint, from its manifest "
+        "(val_loss_nats); x of paper Figure 4",
+        **{f"N_eff_{t}": f"N_eff on {t}, analysis split" for t in LOSS_TASKS},
+        "N_eff_geomean": "geometric mean of N_eff over the three tasks; y of paper Figure 4",
+        "included": "in the loss-versus-N_eff correlation (config concentration.loss_models)",
+    },
+    "(model, seed)",
+)
+SPEARMAN = ResultTable(
+    "spearman",
+    pa.schema(
+        [
+            ("analysis", pa.string()),
+            ("subset", pa.string()),
+            ("task", pa.string()),
+            ("n", pa.int64()),
+            ("rho", pa.float64()),
+            ("p_value", pa.float64()),
+        ]
+    ),
+    {
+        "analysis": "loss_vs_N_eff: validation loss vs geometric-mean N_eff over (model, seed) "
+        "(METHODS §12.7); N_eff_vs_N_eff_abs: N_eff vs per-example-absolute N_eff (METHODS "
+        "§12.3)",
+        "subset": "all: every included (model, seed) or every (model, seed, task); base_heads: "
+        "included models with the base head count; task: the (model, seed) rows of one task",
+        "task": "task of a per-task row; null otherwise",
+        "n": "points correlated",
+        "rho": "Spearman ρ (scipy.stats.spearmanr); null when n < 3 or a variable is constant",
+        "p_value": "two-sided p of ρ (scipy); null with ρ",
+    },
+    "(analysis, subset, task) correlation",
+)
+
+# --- lanes (src/lanes.py) -----------------------------------------------------------------
+LANES = ResultTable(
+    "lanes",
+    _schema(
+        _RUN_TASK_SPLIT,
+        [
+            ("lambda_score", pa.float64()),
+            ("p_value", pa.float64()),
+            ("n_permutations", pa.int64()),
+            ("permutation_seed", pa.int64()),
+            ("chance", pa.float64()),
+            ("n_layers", pa.int32()),
+            ("n_heads", pa.int32()),
+        ],
+    ),
+    {
+        "split": "split whose effects e_{l,h} were used",
+        "lambda_score": "Λ: share of cross-layer positive-effect pair mass in same-index pairs; "
+        "null when undefined",
+        "p_value": "one-sided upper permutation p, (1 + #{Λ_perm ≥ Λ}) / (1 + n_permutations), "
+        "head labels shuffled within each layer; uncorrected; null when Λ is undefined",
+        "n_permutations": "permutations drawn",
+        "permutation_seed": "seed of numpy Generator(PCG64) for the permutations",
+        "chance": "1 / n_heads",
+        "n_layers": "layers L of the model",
+        "n_heads": "heads per layer H of the model",
+    },
+    "(model, seed, task)",
+)
+
+# --- leakage (src/leakage.py) -------------------------------------------------------------
+LEAKAGE = ResultTable(
+    "leakage",
+    _schema(
+        _RUN_TASK_SPLIT,
+        [
+            ("source_layer", pa.int32()),
+            ("source_head", pa.int32()),
+            ("reader_layer", pa.int32()),
+            ("reader_head", pa.int32()),
+            ("read_type", pa.string()),
+            ("leakage", pa.float64()),
+            ("rho", pa.float64()),
+            ("leakage_over_rho", pa.float64()),
+            ("pk", pa.float64()),
+            ("write_dim", pa.int32()),
+            ("read_dim", pa.int32()),
+        ],
+    ),
+    {
+        "split": "task split whose examples (all positions) pool the perturbation",
+        "source_layer": "layer l of the patched source head i",
+        "source_head": "head h of the source",
+        "reader_layer": "layer l' > l of the reader j",
+        "reader_head": "head h' of the reader",
+        "read_type": "Q, K or V: which reader map defines the folded read space",
+        "leakage": "L = Σ‖P_R δ_i‖² / Σ‖δ_i‖² over examples and positions; null if δ_i = 0",
+        "rho": "isotropic expectation PK(U^i, R) / dim U^i, U^i = Im W_O^i",
+        "leakage_over_rho": "leakage / rho; null if either is undefined or rho = 0",
+        "pk": "projection kernel PK(U^i, R) = ‖U^iᵀ R‖_F²",
+        "write_dim": "dim U^i (rank of W_O^i)",
+        "read_dim": "dim R (rank of the folded read map)",
+    },
+    "(source head, later reader head, read type) of one (model, seed, task, split)",
+)
+
+#: Every result table by name (docs and tests walk this).
+TABLES: dict[str, ResultTable] = {
+    t.name: t
+    for t in (
+        TOKENS,
+        VOCAB,
+        TASK,
+        PARAM_COUNTS,
+        GEOMETRY_PK,
+        GEOMETRY_SUMMARY,
+        EVAL,
+        EFFECTS,
+        HEADS,
+        SUMMARY,
+        ROBUSTNESS,
+        CONDITIONS,
+        LOGO,
+        PAIRED,
+        PAIRED_LOGO,
+        LOSS,
+        SPEARMAN,
+        LANES,
+        LEAKAGE,
+    )
+}
