@@ -16,11 +16,10 @@ import argparse
 import json
 import sys
 
-import torch
-
 from headgeom.hashing import manifest_hash
 from headgeom.io import write_json
 from headgeom.manifest import final_manifest
+from headgeom.runtime import set_threads
 from headgeom.training.config import parse_run_config
 
 
@@ -33,20 +32,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--out", required=True, help="output checkpoint manifest.json")
     return p.parse_args(argv)
-
-
-def set_threads(n: int) -> None:
-    """torch's intra-op and inter-op thread counts, before any torch work (integration: the
-    one library threads helper replaces this)."""
-    torch.set_num_threads(n)
-    if torch.get_num_interop_threads() != n:
-        try:
-            torch.set_num_interop_threads(n)
-        except RuntimeError:  # fixed once per process: only a second main() in one process
-            print(
-                f"warning: torch inter-op threads stay {torch.get_num_interop_threads()}",
-                file=sys.stderr,
-            )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -30,9 +30,9 @@ DATASET_FIELDS = ("dataset_config", "dataset_revision", "dataset_split", "source
 LOG_METADATA = (
     "config_hash",
     "corpus_manifest_sha256",
-    "checkpoint_file_sha256",
+    "checkpoint_sha256",
     "val_loss_nats",
-    "source",
+    "source_freeze",
     "environment",
     "device",
     "precision",
@@ -154,7 +154,7 @@ def final_manifest(
     where = f"training log {train_log}"
     _same("content hash", corpus_manifest, meta["corpus_manifest_sha256"], corpus_hash, where)
     checkpoint_sha = sha256_file(checkpoint)
-    _same("SHA-256", checkpoint, meta["checkpoint_file_sha256"], checkpoint_sha, where)
+    _same("SHA-256", checkpoint, meta["checkpoint_sha256"], checkpoint_sha, where)
 
     model, _ = load_checkpoint(checkpoint)
     expected_model = registry.config_from_dict(run.model_config(model.cfg.n_vocab))
@@ -173,7 +173,7 @@ def final_manifest(
         run=run,
         model=model,
         data=corpus_data_record(corpus_manifest, run.data_seed),
-        source=json.loads(meta["source"]),
+        source=json.loads(meta["source_freeze"]),
         environment=json.loads(meta["environment"]),
         runtime={
             "device": meta["device"],

@@ -165,6 +165,39 @@ _RUN_TASK = [*_RUN, ("task", pa.string())]
 _RUN_TASK_SPLIT = [*_RUN_TASK, ("split", pa.string())]
 
 # --- corpus (src/tokenize_corpus.py) ------------------------------------------------------
+# The train log (``TrainResult.log``, written by ``src/train.py``): one row per update.
+_TRAIN_LOG_SCHEMA = pa.schema(
+    [
+        ("step", pa.int64()),
+        ("tokens", pa.int64()),
+        ("loss", pa.float64()),
+        ("lr", pa.float64()),
+        ("grad_norm", pa.float64()),
+        ("seconds", pa.float64()),
+        ("val_loss", pa.float64()),
+    ]
+)
+_TRAIN_LOG_DESCRIPTIONS = {
+    "step": "optimizer update s (1-based; step 0 is the initialisation)",
+    "tokens": "training tokens seen after this update (s * batch_size * n_ctx)",
+    "loss": "training next-token cross-entropy of this update's batch, nats",
+    "lr": "learning rate used by this update",
+    "grad_norm": "global gradient L2 norm before clipping",
+    "seconds": "wall-clock training seconds since the start at the end of this update "
+    "(validation and checkpoint writes excluded; summed over restarts). The only column "
+    "that differs between an interrupted-and-resumed run and an uninterrupted one",
+    "val_loss": "validation cross-entropy in nats (METHODS §3.4) after this update; null "
+    "except every eval_every steps, at every intermediate checkpoint step and at the "
+    "final step",
+}
+TRAIN_LOG = ResultTable(
+    name="train_log",
+    schema=_TRAIN_LOG_SCHEMA,
+    descriptions=_TRAIN_LOG_DESCRIPTIONS,
+    one_row_per="optimizer update of one (model, seed)",
+)
+
+
 TOKENS = ResultTable(
     "tokens",
     pa.schema([("token", pa.uint16())]),

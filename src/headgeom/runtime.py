@@ -8,6 +8,7 @@ stage script before any torch (or tokenizer) work.
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 
@@ -30,6 +31,12 @@ def set_threads(threads: int) -> int:
             torch.set_num_interop_threads(threads)
         except RuntimeError:  # already set, or parallel work has started
             pass
+    # in the job's log, so a run shows that no job used more threads than it was given
+    print(
+        f"torch threads: {torch.get_num_threads()} intra-op, "
+        f"{torch.get_num_interop_threads()} inter-op (given {threads})",
+        file=sys.stderr,
+    )
     return threads
 
 

@@ -156,7 +156,7 @@ def test_train_log_columns_and_metadata(run):
     assert json.loads(meta["config"]) == CONFIG
     assert json.loads(meta["val_loss_nats"]) == log["val_loss"].iloc[-1]
     assert meta["corpus_manifest_sha256"] == manifest_hash(run / "corpus.json")
-    assert meta["checkpoint_file_sha256"] == sha256_file(run / "model.safetensors")
+    assert meta["checkpoint_sha256"] == sha256_file(run / "model.safetensors")
     assert meta["model_name"] == "write-common-axis" and json.loads(meta["seed"]) == 1
     model, vocab = load_checkpoint(run / "model.safetensors")
     assert json.loads(meta["n_params"]) == model.n_params()
@@ -302,8 +302,8 @@ def test_evaluate_clean_rows_and_metadata(run):
     assert set(out["task"]) == {"sva"}
     assert out["accuracy"].between(0, 1).all() and np.isfinite(out["margin"]).all()
     meta = read_parquet_metadata(run / "eval_sva.parquet")
-    assert meta["checkpoint_manifest_sha256"] == manifest_hash(run / "manifest.json")
-    assert meta["checkpoint_file_sha256"] == sha256_file(run / "model.safetensors")
+    assert meta["manifest_content_hash"] == manifest_hash(run / "manifest.json")
+    assert meta["checkpoint_sha256"] == sha256_file(run / "model.safetensors")
     task_meta = read_parquet_metadata(run / "sva.parquet")
     assert meta["task_dataset_sha256"] == task_meta["dataset_sha256"]
     assert meta["task_file_sha256"] == sha256_file(run / "sva.parquet")

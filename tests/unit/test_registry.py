@@ -268,9 +268,6 @@ def test_the_model_package_imports_without_cycles():
 #: owned by another part of the refactor (issue 9), with the registry call that replaces it.
 #: Empty this set as they are fixed; a new file with such a site fails the test.
 PENDING = {
-    "src/leakage.py",  # hasattr(block.attn.reader, "ln_1") -> registry.has_shared_ln1
-    "src/param_counts.py",  # hasattr(model.cfg, "geometry_params") -> registry.basis_family
-    "src/headgeom/paper/tables.py",  # geometry == "learned" -> registry.is_baseline
     "src/headgeom/paper/comparisons.py",  # SEED_PAIR_GEOMETRIES = ("learned",)
     "workflow/rules/common.smk",  # != "learned", in MULTISCREEN_GEOMETRIES -> registry
 }

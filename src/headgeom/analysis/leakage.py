@@ -38,6 +38,7 @@ from headgeom.analysis.patching import delta_patch_layer, length_batches
 from headgeom.analysis.stats import effects_from_drops
 from headgeom.analysis.subspace import folded_read_basis, orthonormal_basis, projection_kernel
 from headgeom.data.tasks import PatchInputs
+from headgeom.model import registry
 from headgeom.model.geometries import READ_TYPES
 
 #: METHODS §11.2 / §18: tolerances of checks C8 and C9 (float32 forward passes).
@@ -112,13 +113,13 @@ def isotropic_expectation(U: np.ndarray, R: np.ndarray) -> float:
 
 # ----------------------------------------------------------------------------- the analysis
 def require_free_readers(model, checkpoint: str) -> None:
-    for layer, block in enumerate(model.blocks):
-        if not hasattr(block.attn.reader, "ln_1"):
-            raise ValueError(
-                f"{checkpoint}: leakage needs free readers (a shared LN_1 before learned "
-                f"W_Q/W_K/W_V, METHODS §11.1), but layer {layer} of geometry "
-                f"{model.cfg.geometry!r} uses {type(block.attn.reader).__name__}"
-            )
+    spec = registry.geometry_of(model.cfg)
+    if not spec.shared_ln1:
+        raise ValueError(
+            f"{checkpoint}: leakage needs free readers (a shared LN_1 before learned "
+            f"W_Q/W_K/W_V, METHODS §11.1), but geometry {spec.name!r} has {spec.reader} "
+            "readers without one"
+        )
 
 
 def write_bases(model) -> list[list[np.ndarray]]:

@@ -16,8 +16,7 @@ import torch
 
 from headgeom import results
 from headgeom.hashing import content_hash
-from headgeom.model import zoo
-from headgeom.model.geometries import basis_family
+from headgeom.model import registry, zoo
 
 #: Keys of one run: its study model name, seed, the paper's names, geometry, corpus and the
 #: model section of its run config.
@@ -47,14 +46,10 @@ def count(run: dict, n_vocab: int) -> dict:
     row = {k: run[k] for k in RUN_KEYS if k != "model_config"}
     row.update(n_params=None, n_frozen=None, basis_family_hash=None, note=None, n_vocab=n_vocab)
     row["expected_n_params"] = zoo.expected_n_params(run["geometry"], run["model_config"], n_vocab)
-    try:
-        with torch.device("meta"):
-            model = zoo.build_model(run["model_config"], n_vocab)
-    except RuntimeError as err:  # e.g. headgeom.model.multiscreen unavailable
-        row["note"] = str(err)
-        return row
+    with torch.device("meta"):
+        model = registry.build_model(run["model_config"], n_vocab)
     row["n_params"], row["n_frozen"] = zoo.count_parameters(model)
-    family = basis_family(model.cfg) if hasattr(model.cfg, "geometry_params") else None
+    family = registry.basis_family(model.cfg)
     row["basis_family_hash"] = family.family_hash if family is not None else None
     return row
 

@@ -31,6 +31,7 @@ from scipy.stats import spearmanr
 
 from headgeom import results
 from headgeom.io import read_parquet_metadata
+from headgeom.model import registry
 
 TASK_ORDER = ["sva", "quote", "plural"]
 TASK_TITLES = {"sva": "SVA", "quote": "Quote", "plural": "Plural"}
@@ -437,7 +438,7 @@ def table2(inputs: Inputs) -> Table:
 
 def _learned_reference(frame: pd.DataFrame) -> pd.Series:
     """Validation loss of the learned model each row is compared with (NaN if none)."""
-    learned = frame[frame["geometry"] == "learned"]
+    learned = frame[frame["geometry"].map(registry.is_baseline)]
     same_seed = learned.set_index(["corpus", "seed"])["val_loss"]
     corpus_mean = learned.groupby("corpus")["val_loss"].mean()
     keys = pd.MultiIndex.from_frame(frame[["corpus", "seed"]])

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from headgeom import results
 from headgeom.data.corpus import compact, read_tokens, read_vocab
 from headgeom.hashing import (
     ManifestMismatchError,
@@ -37,7 +38,7 @@ from headgeom.hashing import (
     source_freeze,
     verify_file,
 )
-from headgeom.io import atomic_path, read_json, write_json, write_parquet
+from headgeom.io import atomic_path, read_json, write_json
 from headgeom.manifest import checkpoint_manifest, corpus_data_record
 from headgeom.model.checkpoint import save_checkpoint
 from headgeom.training.config import (
@@ -47,8 +48,6 @@ from headgeom.training.config import (
     checkpoint_schedule,
 )
 from headgeom.training.loop import (
-    TRAIN_LOG_DESCRIPTIONS,
-    TRAIN_LOG_SCHEMA,
     TrainResult,
     initial_model,
     resolve_device,
@@ -239,16 +238,16 @@ def train_job(
         "n_params": model.n_params(),
         "val_loss_nats": result.val_loss,
         "corpus_manifest_sha256": corpus_hash,
-        "checkpoint_file_sha256": sha256_file(out.checkpoint),
+        results.CHECKPOINT_SHA256: sha256_file(out.checkpoint),
         "intermediate_checkpoints": {str(k): v for k, v in result.checkpoints.items()},
         "device": result.device,
         "precision": result.precision,
         "threads": threads,
         "train_seconds": result.seconds,
-        "source": source,
+        results.SOURCE_FREEZE: source,
         "environment": env,
     }
-    write_parquet(out.log, result.log, TRAIN_LOG_SCHEMA, metadata, TRAIN_LOG_DESCRIPTIONS)
+    results.TRAIN_LOG.write(out.log, result.log, metadata)
     # The state goes first: a kill mid-cleanup then restarts from scratch (same bytes).
     state_path.unlink(missing_ok=True)
     shutil.rmtree(out.resume_dir)

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import torch
 from torch.nn import functional as F
 from tqdm import tqdm
@@ -30,32 +29,6 @@ from headgeom.training.state import (
     load_resume_state,
     save_resume_state,
 )
-
-# The train log (``TrainResult.log``, written by ``src/train.py``): one row per update.
-TRAIN_LOG_SCHEMA = pa.schema(
-    [
-        ("step", pa.int64()),
-        ("tokens", pa.int64()),
-        ("loss", pa.float64()),
-        ("lr", pa.float64()),
-        ("grad_norm", pa.float64()),
-        ("seconds", pa.float64()),
-        ("val_loss", pa.float64()),
-    ]
-)
-TRAIN_LOG_DESCRIPTIONS = {
-    "step": "optimizer update s (1-based; step 0 is the initialisation)",
-    "tokens": "training tokens seen after this update (s * batch_size * n_ctx)",
-    "loss": "training next-token cross-entropy of this update's batch, nats",
-    "lr": "learning rate used by this update",
-    "grad_norm": "global gradient L2 norm before clipping",
-    "seconds": "wall-clock training seconds since the start at the end of this update "
-    "(validation and checkpoint writes excluded; summed over restarts). The only column "
-    "that differs between an interrupted-and-resumed run and an uninterrupted one",
-    "val_loss": "validation cross-entropy in nats (METHODS §3.4) after this update; null "
-    "except every eval_every steps, at every intermediate checkpoint step and at the "
-    "final step",
-}
 
 
 def seed_everything(seed: int) -> None:
