@@ -15,8 +15,7 @@ shell.prefix(f"set -euo pipefail; export PYTHONPATH={SRC}${{{{PYTHONPATH:+:$PYTH
 # The workflow itself sizes models with the same library (this checkout's, first).
 sys.path.insert(0, str(SRC))
 from headgeom.model import zoo  # noqa: E402
-from headgeom.paper import tables as tables_lib  # noqa: E402
-from headgeom.paper import comparisons  # noqa: E402
+from headgeom.paper import selections  # noqa: E402
 
 STUDY = config["study"]
 TASKS = ["sva", "quote", "plural"]
@@ -85,13 +84,13 @@ def final_outputs():
 # ------------------------------------------------------------------ concentration (§12)
 def concentration_pairs():
     """Model pairs of the paired bootstrap: config concentration.pairs, or the paper's pairs
-    present in the study (headgeom.paper.comparisons.default_pairs)."""
-    return comparisons.resolve_pairs(config["models"], config["concentration"].get("pairs"))
+    present in the study (headgeom.paper.selections.default_pairs)."""
+    return selections.resolve_pairs(config["models"], config["concentration"].get("pairs"))
 
 
 def concentration_loss_models():
     """Models of the loss-versus-N_eff correlation (METHODS §12.7)."""
-    return comparisons.loss_models(config["models"], config["concentration"].get("loss_models"))
+    return selections.loss_models(config["models"], config["concentration"].get("loss_models"))
 
 
 def compare_effects_inputs(wildcards):
@@ -548,8 +547,8 @@ check_split_choices()
 # chosen by geometry from this study's models (headgeom.paper.tables.select_models).
 def paper_selection(name):
     """(model, seed) pairs a paper table/figure shows; every run for the others."""
-    if name in tables_lib.PAPER_SELECTIONS:
-        return tables_lib.select_models(config["models"], name)
+    if name in selections.PAPER_SELECTIONS:
+        return selections.select_models(config["models"], name)
     return model_seeds()
 
 
