@@ -67,6 +67,38 @@ def select_models(models: Mapping[str, Mapping], name: str) -> list[tuple[str, i
     return chosen
 
 
+# ----------------------------------------------------------------------------- inputs
+#: What each paper table and figure reads, by input kind (``--input KIND PATH...`` of
+#: src/make_table.py and src/make_figure.py, headgeom.paper.tables): kind -> (result, runs).
+#: ``result`` names a path template of the workflow (workflow/rules/common.smk, PATHS);
+#: ``runs`` the runs it is read for: ``runs`` (every run), ``selection`` (the table's or
+#: figure's :data:`PAPER_SELECTIONS`, every run for the others), ``leakage`` (the runs
+#: leakage measures), ``first_seeds`` (one run per model), None (one cross-model file).
+PAPER_INPUTS: dict[str, dict[str, tuple[str, str | None]]] = {
+    "table2": {"runs": ("train_log", "runs"), "geometry": ("geometry_summary", "runs")},
+    "table3": {"runs": ("train_log", "selection"), "robustness": ("robustness", "selection")},
+    "table5": {"runs": ("train_log", "runs"), "eval": ("eval", "runs")},
+    "table6": {"runs": ("train_log", "runs"), "summaries": ("summary", "runs")},
+    "lanes": {"lanes": ("lanes", "runs")},
+    "leakage": {"leakage": ("leakage", "leakage")},
+    "figure1": {"pk": ("pk", "first_seeds")},
+    "figure3": {"runs": ("train_log", "selection"), "robustness": ("robustness", "selection")},
+    "figure4": {"loss": ("loss", None)},
+    "figure5": {
+        "runs": ("train_log", "selection"),
+        "heads": ("heads", "selection"),
+        "lanes": ("lanes", "selection"),
+        "eval": ("eval", "selection"),
+    },
+    "figure7": {"geometry": ("geometry_summary", "runs")},
+}
+PAPER_TABLES = ("table2", "table3", "table5", "table6", "lanes", "leakage")
+PAPER_FIGURES = ("figure1", "figure3", "figure4", "figure5", "figure7")
+#: Figures told which models to plot (``--models``): Figure 4 plots its selection from the
+#: cross-model loss Parquet.
+PLOTS_MODELS = {"figure4"}
+
+
 # ----------------------------------------------------------------------------- pairs
 #: (geometry A, geometry B) of the paper's paired bootstraps N_eff(A) − N_eff(B):
 #: the main comparison (§12.1, §12.4) and the equal-head-count comparison (§12.1).
