@@ -16,4 +16,5 @@ rule evaluate_clean:
         "../../envs/headgeom.yaml"
     shell:
         "python src/evaluate_clean.py --checkpoint {input.checkpoint} "
-        "--manifest {input.manifest} --task {input.task} --out {output} 2> {log}"
+        "--manifest {input.manifest} --task {input.task} --threads {threads} "
+        "--out {output} 2> {log}"
