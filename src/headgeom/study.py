@@ -43,8 +43,8 @@ class StudyConfigError(ValueError):
 
 
 # ----------------------------------------------------------------------------- what the zoo knows
-# The only two places the study asks the model zoo to classify a geometry; the model
-# registry's reader kind replaces their bodies.
+# The only places the study asks what a geometry is; each body becomes one call of the model
+# registry (reader_kind, has_shared_ln1, has_gpt2_form).
 def _reader_type(geometry: str) -> str:
     """``block`` for the block-reader geometries (METHODS §4.3.1), ``free`` otherwise
     (multiscreen tiles read freely too, though without a shared LN)."""
