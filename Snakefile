@@ -35,3 +35,7 @@ rule all:
     default_target: True
     input:
         final_outputs(),
+
+
+# config `resources` may name only the rules above (any other key would place nothing)
+checked(STUDY.check_rules, [r.name for r in workflow.rules])

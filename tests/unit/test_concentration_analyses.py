@@ -17,7 +17,6 @@ import pytest
 
 from headgeom.analysis.stats import concentration
 from headgeom.io import read_parquet_metadata, write_json, write_parquet
-from headgeom.paper.comparisons import default_pairs, loss_models, resolve_pairs
 from tests.scripts import load_script
 
 EFFECTS_SCHEMA = pa.schema(
@@ -309,39 +308,6 @@ def test_paired_logo_sign_reversal_by_hand(tmp_path):
     assert logo.loc["g1", "diff"] == pytest.approx(n_a - 1.0)  # B = (2, 0) → 1
     assert list(logo["sign_reversed"]) == [False, False, True]
     assert row["logo_sign_reversals"] == 1 and row["logo_reversal_groups"] == "g3"
-
-
-# ----------------------------------------------------------------------- pairs
-def test_default_pairs_match_geometry_and_corpus():
-    models = {
-        "learned-r": {"geometry": "learned", "corpus": "R", "seeds": [42, 43]},
-        "learned-s": {"geometry": "learned", "corpus": "S", "seeds": [42]},
-        "write-rotated-s": {"geometry": "write-rotated", "corpus": "S", "seeds": [42]},
-        "acx": {"geometry": "all-common-axis", "corpus": "S", "seeds": [42]},
-        "ar": {"geometry": "all-rotated", "corpus": "S", "seeds": [42]},
-    }
-    labels = [p["pair_label"] for p in default_pairs(models)]
-    assert labels == [
-        "acx s42 − ar s42",
-        "write-rotated-s s42 − learned-s s42",
-        "learned-r s42 − learned-r s43",
-    ]
-    assert loss_models(models, None) == ["learned-s", "write-rotated-s", "acx", "ar"]
-
-
-def test_configured_pairs_are_checked():
-    models = {
-        "a": {"geometry": "learned", "seeds": [1, 2]},
-        "b": {"geometry": "learned", "seeds": [3]},
-    }
-    got = resolve_pairs(models, [{"a": "a", "b": "b"}, {"a": "a", "seed_a": 2, "b": "a"}])
-    assert [(p["seed_a"], p["seed_b"]) for p in got] == [(1, 3), (2, 1)]
-    with pytest.raises(ValueError, match="unknown model 'c'"):
-        resolve_pairs(models, [{"a": "a", "b": "c"}])
-    with pytest.raises(ValueError, match="has seeds \\[3\\], not 4"):
-        resolve_pairs(models, [{"a": "a", "b": "b", "seed_b": 4}])
-    with pytest.raises(ValueError, match="itself"):
-        resolve_pairs(models, [{"a": "a", "b": "a"}])
 
 
 # ----------------------------------------------------------------------- loss (§12.7)

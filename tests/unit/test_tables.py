@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-import yaml
 
 from headgeom.io import write_parquet
 from headgeom.paper.tables import (
@@ -19,15 +17,12 @@ from headgeom.paper.tables import (
     fixed,
     format_p,
     latex_escape,
-    select_models,
     table2,
     table3,
     table5,
     table6,
 )
 from make_table import main as make_table_main
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def train_log(path, model, geometry, seed, n_params=1000, val_loss=3.5, **cfg_extra):
@@ -424,55 +419,6 @@ def test_leakage_table_medians_and_spearman(tmp_path):
     assert q["median_leakage_over_rho"] == pytest.approx(2.0)
     assert q["spearman_leakage_rho"] == pytest.approx(1.0)
     assert "40.0%" in table.markdown() and r"40.0\%" in table.latex()
-
-
-# ----------------------------------------------------------------------------- selections
-def test_paper_selections_on_the_paper_config():
-    models = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())["models"]
-    # METHODS §12.2: the 7 corpus-S models of Table 3
-    assert select_models(models, "table3") == [
-        ("learned-s", 42),
-        ("write-rotated-s", 42),
-        ("read-common", 42),
-        ("all-common-axis", 42),
-        ("all-rotated", 42),
-        ("all-rotated-self", 42),
-        ("mlp3456", 42),
-    ]
-    assert [m for m, _ in select_models(models, "figure4")][6:] == [
-        "write-routed-a",
-        "write-routed-b",
-        "write-routed-c",
-    ]
-    assert len(select_models(models, "figure4")) == 9  # §12.7
-    assert select_models(models, "figure5") == [
-        ("learned-s", 42),
-        ("mlp3456", 42),
-        ("all-rotated", 42),
-        ("all-rotated-self", 42),
-    ]
-
-
-def test_paper_selections_without_corpora_use_stand_ins():
-    models = {
-        "learned": {"geometry": "learned", "seeds": [42, 43]},
-        "write-common-axis": {"geometry": "write-common-axis", "seeds": [42, 43]},
-        "all-rotated": {"geometry": "all-rotated", "seeds": [42]},
-    }
-    assert select_models(models, "table3") == [
-        ("learned", 42),
-        ("learned", 43),
-        ("all-rotated", 42),
-        ("write-common-axis", 42),
-        ("write-common-axis", 43),
-    ]
-    assert select_models(models, "figure5") == [
-        ("learned", 42),
-        ("write-common-axis", 42),
-        ("all-rotated", 42),
-    ]
-    with pytest.raises(ValueError, match="no paper selection"):
-        select_models(models, "table9")
 
 
 # ----------------------------------------------------------------------------- script

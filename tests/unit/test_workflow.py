@@ -27,17 +27,21 @@ def test_snakemake_lint_is_clean():
         (("models", "learned", "geometry"), "rotated-by-hand", "rotated-by-hand"),
         (("tasks", "sva", "splits", "evaluation"), 10, "evaluation"),
         (("training", "lr_typo"), 1.0, "lr_typo"),
+        (("trainig",), {}, "did you mean 'training'?"),
+        (("concentration", "pairs"), [{"a": "learned", "b": "lerned"}], "did you mean 'learned'?"),
+        (("resources", "patch_head"), {"mem_mb": 1000}, "did you mean 'patch_heads'?"),
     ],
 )
 def test_bad_config_is_rejected_naming_the_key(tmp_path, path, value, expect):
     cfg = copy.deepcopy(yaml.safe_load((REPO / "tests" / "e2e" / "micro.yaml").read_text()))
     node = cfg
     for key in path[:-1]:
-        node = node[key]
+        node = node.setdefault(key, {})
     node[path[-1]] = value
     work = make_workdir(tmp_path / "w", cfg)
     proc = snakemake(work, "-n", "--cores", "1", check=False)
     assert proc.returncode != 0
     text = proc.stdout + proc.stderr
     assert expect in text, text
+    assert len(text.strip().splitlines()) <= 4, text  # the problem, never the schema
     assert not (work / "results").exists()

@@ -1,34 +1,32 @@
 # Concentration of head-patching effects and the robustness analyses of METHODS §10.2–10.4
 # and §12: per (model, seed, task), then across models (paired bootstrap, loss vs N_eff).
-# Helpers (pairs, models, split check) are in common.smk.
+# The pairs and models come from the study (headgeom.study, headgeom.paper.selections).
 
 
 rule concentration:
     input:
-        effects=rules.patch_heads.output.effects,
+        effects=PATHS["effects"],
     output:
-        summary=f"{RESULTS}/concentration/{{model}}/s{{seed}}/{{task}}.parquet",
-        heads=f"{RESULTS}/concentration/{{model}}/s{{seed}}/{{task}}.heads.parquet",
-        robustness=f"{RESULTS}/concentration/{{model}}/s{{seed}}/{{task}}.robustness.parquet",
-        conditions=f"{RESULTS}/concentration/{{model}}/s{{seed}}/{{task}}.conditions.parquet",
-        logo=f"{RESULTS}/concentration/{{model}}/s{{seed}}/{{task}}.logo.parquet",
+        summary=PATHS["summary"],
+        heads=PATHS["heads"],
+        robustness=PATHS["robustness"],
+        conditions=PATHS["conditions"],
+        logo=PATHS["logo"],
     log:
-        f"{RESULTS}/logs/concentration/{{model}}-s{{seed}}-{{task}}.log",
+        log_of("concentration", "{model}-s{seed}-{task}"),
     benchmark:
-        f"{RESULTS}/benchmarks/concentration/{{model}}-s{{seed}}-{{task}}.tsv"
+        benchmark_of("concentration", "{model}-s{seed}-{task}")
     params:
-        split=config["concentration"]["split"],
-        n_bootstrap=config["concentration"]["n_bootstrap"],
-        bootstrap_seed=config["concentration"]["bootstrap_seed"],
-        n_permutations=config["concentration"]["n_permutations"],
-        permutation_seed=config["concentration"]["permutation_seed"],
-        ci=config["concentration"]["ci"],
+        split=STUDY.stage("concentration")["split"],
+        n_bootstrap=STUDY.stage("concentration")["n_bootstrap"],
+        bootstrap_seed=STUDY.stage("concentration")["bootstrap_seed"],
+        n_permutations=STUDY.stage("concentration")["n_permutations"],
+        permutation_seed=STUDY.stage("concentration")["permutation_seed"],
+        ci=STUDY.stage("concentration")["ci"],
         index_meaningful=index_meaningful,
-    threads: cpus("concentration")
+    threads: STUDY.threads("concentration")
     resources:
-        mem_mb=resource("concentration", "mem_mb", 1000),
-        runtime=resource("concentration", "runtime", 10),
-        **placement("concentration"),
+        **STUDY.resources("concentration", mem_mb=1000, runtime=10),
     conda:
         "../../envs/headgeom.yaml"
     shell:
@@ -45,23 +43,21 @@ rule compare_concentration:
     input:
         effects=compare_effects_inputs,
     output:
-        paired=f"{RESULTS}/concentration/compare/{{task}}.paired.parquet",
-        logo=f"{RESULTS}/concentration/compare/{{task}}.paired_logo.parquet",
+        paired=PATHS["paired"],
+        logo=PATHS["paired_logo"],
     log:
-        f"{RESULTS}/logs/compare_concentration/{{task}}.log",
+        log_of("compare_concentration", "{task}"),
     benchmark:
-        f"{RESULTS}/benchmarks/compare_concentration/{{task}}.tsv"
+        benchmark_of("compare_concentration", "{task}")
     params:
-        split=config["concentration"]["split"],
-        pairs=concentration_pairs_json,
-        n_bootstrap=config["concentration"]["n_bootstrap"],
-        bootstrap_seed=config["concentration"]["bootstrap_seed"],
-        ci=config["concentration"]["ci"],
-    threads: cpus("compare_concentration")
+        split=STUDY.stage("concentration")["split"],
+        pairs=json_param(STUDY.pairs),
+        n_bootstrap=STUDY.stage("concentration")["n_bootstrap"],
+        bootstrap_seed=STUDY.stage("concentration")["bootstrap_seed"],
+        ci=STUDY.stage("concentration")["ci"],
+    threads: STUDY.threads("compare_concentration")
     resources:
-        mem_mb=resource("compare_concentration", "mem_mb", 2000),
-        runtime=resource("compare_concentration", "runtime", 10),
-        **placement("compare_concentration"),
+        **STUDY.resources("compare_concentration", mem_mb=2000, runtime=10),
     conda:
         "../../envs/headgeom.yaml"
     shell:
@@ -73,29 +69,23 @@ rule compare_concentration:
 
 rule concentration_loss:
     input:
-        robustness=[
-            f"{RESULTS}/concentration/{m}/s{s}/{t}.robustness.parquet"
-            for m, s in model_seeds()
-            for t in TASKS
-        ],
-        manifests=[f"{RESULTS}/models/{m}/s{s}/manifest.json" for m, s in model_seeds()],
+        robustness=per_run("robustness", STUDY.runs),
+        manifests=per_run("manifest", STUDY.runs),
     output:
-        loss=f"{RESULTS}/concentration/compare/loss.parquet",
-        spearman=f"{RESULTS}/concentration/compare/spearman.parquet",
+        loss=PATHS["loss"],
+        spearman=PATHS["spearman"],
     log:
-        f"{RESULTS}/logs/concentration_loss/concentration_loss.log",
+        log_of("concentration_loss", "concentration_loss"),
     benchmark:
-        f"{RESULTS}/benchmarks/concentration_loss/concentration_loss.tsv"
+        benchmark_of("concentration_loss", "concentration_loss")
     params:
-        split=config["concentration"]["split"],
-        models=concentration_models_json,
-        base_n_head=config["architecture"]["n_head"],
-        loss_models=loss_models_json,
-    threads: cpus("concentration_loss")
+        split=STUDY.stage("concentration")["split"],
+        models=json_param(STUDY.concentration_models()),
+        base_n_head=STUDY.stage("architecture")["n_head"],
+        loss_models=json_param(STUDY.loss_models),
+    threads: STUDY.threads("concentration_loss")
     resources:
-        mem_mb=resource("concentration_loss", "mem_mb", 1000),
-        runtime=resource("concentration_loss", "runtime", 10),
-        **placement("concentration_loss"),
+        **STUDY.resources("concentration_loss", mem_mb=1000, runtime=10),
     conda:
         "../../envs/headgeom.yaml"
     shell:

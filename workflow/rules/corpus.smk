@@ -4,23 +4,21 @@
 
 rule tokenize_corpus:
     output:
-        train=f"{RESULTS}/corpus/{{corpus}}/{CORPUS_FILES['train']}",
-        val=f"{RESULTS}/corpus/{{corpus}}/{CORPUS_FILES['val']}",
-        vocab=f"{RESULTS}/corpus/{{corpus}}/{CORPUS_FILES['vocab']}",
-        manifest=f"{RESULTS}/corpus/{{corpus}}/{CORPUS_FILES['manifest']}",
+        train=PATHS["corpus_train"],
+        val=PATHS["corpus_val"],
+        vocab=PATHS["corpus_vocab"],
+        manifest=PATHS["corpus_manifest"],
     log:
-        f"{RESULTS}/logs/tokenize_corpus/{{corpus}}.log",
+        log_of("tokenize_corpus", "{corpus}"),
     benchmark:
-        f"{RESULTS}/benchmarks/tokenize_corpus/{{corpus}}.tsv"
+        benchmark_of("tokenize_corpus", "{corpus}")
     wildcard_constraints:
-        corpus=CORPUS_NAMES,
+        corpus="|".join(map(re.escape, STUDY.corpora)),
     params:
-        cfg=corpus_config_json,
-    threads: cpus("tokenize_corpus")
+        cfg=json_param(STUDY.corpus_config, "corpus"),
+    threads: STUDY.threads("tokenize_corpus")
     resources:
-        mem_mb=resource("tokenize_corpus", "mem_mb", 4000),
-        runtime=resource("tokenize_corpus", "runtime", 60),
-        **placement("tokenize_corpus"),
+        **STUDY.resources("tokenize_corpus", mem_mb=4000, runtime=60),
     conda:
         "../../envs/headgeom.yaml"
     shell:

@@ -1,21 +1,20 @@
 rule evaluate_clean:
     input:
-        checkpoint=checkpoint_path,
-        manifest=manifest_path,
-        task=task_path,
+        checkpoint=PATHS["checkpoint"],
+        manifest=PATHS["manifest"],
+        task=PATHS["task"],
     output:
-        f"{RESULTS}/eval/{{model}}/s{{seed}}/{{task}}.parquet",
+        PATHS["eval"],
     log:
-        f"{RESULTS}/logs/evaluate_clean/{{model}}-s{{seed}}-{{task}}.log",
+        log_of("evaluate_clean", "{model}-s{seed}-{task}"),
     benchmark:
-        f"{RESULTS}/benchmarks/evaluate_clean/{{model}}-s{{seed}}-{{task}}.tsv"
-    threads: cpus("evaluate_clean")
+        benchmark_of("evaluate_clean", "{model}-s{seed}-{task}")
+    threads: STUDY.threads("evaluate_clean")
     resources:
-        mem_mb=resource("evaluate_clean", "mem_mb", 2000),
-        runtime=resource("evaluate_clean", "runtime", 10),
-        **placement("evaluate_clean"),
+        **STUDY.resources("evaluate_clean", mem_mb=2000, runtime=10),
     conda:
         "../../envs/headgeom.yaml"
     shell:
         "python src/evaluate_clean.py --checkpoint {input.checkpoint} "
-        "--manifest {input.manifest} --task {input.task} --out {output} 2> {log}"
+        "--manifest {input.manifest} --task {input.task} --threads {threads} "
+        "--out {output} 2> {log}"

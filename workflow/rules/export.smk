@@ -5,19 +5,17 @@
 
 rule export_hf:
     input:
-        checkpoint=learned_checkpoint_path,
-        manifest=manifest_path,
+        checkpoint=exportable_checkpoint,
+        manifest=PATHS["manifest"],
     output:
-        directory(f"{RESULTS}/models/{{model}}/s{{seed}}/hf"),
+        directory(PATHS["hf"]),
     log:
-        f"{RESULTS}/logs/export_hf/{{model}}-s{{seed}}.log",
+        log_of("export_hf", "{model}-s{seed}"),
     benchmark:
-        f"{RESULTS}/benchmarks/export_hf/{{model}}-s{{seed}}.tsv"
-    threads: cpus("export_hf")
+        benchmark_of("export_hf", "{model}-s{seed}")
+    threads: STUDY.threads("export_hf")
     resources:
-        mem_mb=resource("export_hf", "mem_mb", 2000),
-        runtime=resource("export_hf", "runtime", 10),
-        **placement("export_hf"),
+        **STUDY.resources("export_hf", mem_mb=2000, runtime=10),
     conda:
         "../../envs/headgeom.yaml"
     shell:

@@ -4,20 +4,18 @@
 
 rule geometry_stats:
     input:
-        checkpoint=checkpoint_path,
-        manifest=manifest_path,
+        checkpoint=PATHS["checkpoint"],
+        manifest=PATHS["manifest"],
     output:
-        pk=f"{RESULTS}/geometry/{{model}}/s{{seed}}/pk.parquet",
-        summary=f"{RESULTS}/geometry/{{model}}/s{{seed}}/summary.parquet",
+        pk=PATHS["pk"],
+        summary=PATHS["geometry_summary"],
     log:
-        f"{RESULTS}/logs/geometry_stats/{{model}}-s{{seed}}.log",
+        log_of("geometry_stats", "{model}-s{seed}"),
     benchmark:
-        f"{RESULTS}/benchmarks/geometry_stats/{{model}}-s{{seed}}.tsv"
-    threads: cpus("geometry_stats")
+        benchmark_of("geometry_stats", "{model}-s{seed}")
+    threads: STUDY.threads("geometry_stats")
     resources:
-        mem_mb=resource("geometry_stats", "mem_mb", 4000),
-        runtime=resource("geometry_stats", "runtime", 20),
-        **placement("geometry_stats"),
+        **STUDY.resources("geometry_stats", mem_mb=4000, runtime=20),
     conda:
         "../../envs/headgeom.yaml"
     shell:

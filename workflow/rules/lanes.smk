@@ -1,21 +1,19 @@
 rule lanes:
     input:
-        heads=rules.concentration.output.heads,
+        heads=PATHS["heads"],
     output:
-        f"{RESULTS}/lanes/{{model}}/s{{seed}}/{{task}}.parquet",
+        PATHS["lanes"],
     log:
-        f"{RESULTS}/logs/lanes/{{model}}-s{{seed}}-{{task}}.log",
+        log_of("lanes", "{model}-s{seed}-{task}"),
     benchmark:
-        f"{RESULTS}/benchmarks/lanes/{{model}}-s{{seed}}-{{task}}.tsv"
+        benchmark_of("lanes", "{model}-s{seed}-{task}")
     params:
-        split=config["lanes"]["split"],
-        n_permutations=config["lanes"]["n_permutations"],
-        seed=config["lanes"]["seed"],
-    threads: cpus("lanes")
+        split=STUDY.stage("lanes")["split"],
+        n_permutations=STUDY.stage("lanes")["n_permutations"],
+        seed=STUDY.stage("lanes")["seed"],
+    threads: STUDY.threads("lanes")
     resources:
-        mem_mb=resource("lanes", "mem_mb", 1000),
-        runtime=resource("lanes", "runtime", 10),
-        **placement("lanes"),
+        **STUDY.resources("lanes", mem_mb=1000, runtime=10),
     conda:
         "../../envs/headgeom.yaml"
     shell:

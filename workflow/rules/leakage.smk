@@ -1,22 +1,20 @@
 rule leakage:
     input:
-        checkpoint=checkpoint_path,
-        manifest=manifest_path,
-        task=task_path,
-        effects=rules.patch_heads.output.effects,
+        checkpoint=PATHS["checkpoint"],
+        manifest=PATHS["manifest"],
+        task=PATHS["task"],
+        effects=PATHS["effects"],
     output:
-        f"{RESULTS}/leakage/{{model}}/s{{seed}}/{{task}}.parquet",
+        PATHS["leakage"],
     log:
-        f"{RESULTS}/logs/leakage/{{model}}-s{{seed}}-{{task}}.log",
+        log_of("leakage", "{model}-s{seed}-{task}"),
     benchmark:
-        f"{RESULTS}/benchmarks/leakage/{{model}}-s{{seed}}-{{task}}.tsv"
+        benchmark_of("leakage", "{model}-s{seed}-{task}")
     params:
-        split=config["leakage"]["split"],
-    threads: cpus("leakage")
+        split=STUDY.stage("leakage")["split"],
+    threads: STUDY.threads("leakage")
     resources:
-        mem_mb=resource("leakage", "mem_mb", 4000),
-        runtime=resource("leakage", "runtime", 60),
-        **placement("leakage"),
+        **STUDY.resources("leakage", mem_mb=4000, runtime=60),
     conda:
         "../../envs/headgeom.yaml"
     shell:

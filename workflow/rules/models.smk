@@ -6,19 +6,17 @@ rule param_counts:
     input:
         unpack(param_counts_vocab),
     output:
-        PARAM_COUNTS,
+        PATHS["param_counts"],
     log:
-        f"{RESULTS}/logs/param_counts.log",
+        log_of("param_counts"),
     benchmark:
-        f"{RESULTS}/benchmarks/param_counts.tsv"
+        benchmark_of("param_counts")
     params:
-        runs=param_count_runs_json,
+        runs=json_param(STUDY.param_count_runs()),
         vocab=vocab_arg,
-    threads: cpus("param_counts")
+    threads: STUDY.threads("param_counts")
     resources:
-        mem_mb=resource("param_counts", "mem_mb", 4000),
-        runtime=resource("param_counts", "runtime", 10),
-        **placement("param_counts"),
+        **STUDY.resources("param_counts", mem_mb=4000, runtime=10),
     conda:
         "../../envs/headgeom.yaml"
     shell:

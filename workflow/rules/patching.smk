@@ -1,23 +1,21 @@
 rule patch_heads:
     input:
-        checkpoint=checkpoint_path,
-        manifest=manifest_path,
-        task=task_path,
+        checkpoint=PATHS["checkpoint"],
+        manifest=PATHS["manifest"],
+        task=PATHS["task"],
     output:
-        effects=f"{RESULTS}/patching/{{model}}/s{{seed}}/{{task}}.parquet",
+        effects=PATHS["effects"],
     log:
-        f"{RESULTS}/logs/patch_heads/{{model}}-s{{seed}}-{{task}}.log",
+        log_of("patch_heads", "{model}-s{seed}-{task}"),
     benchmark:
-        f"{RESULTS}/benchmarks/patch_heads/{{model}}-s{{seed}}-{{task}}.tsv"
+        benchmark_of("patch_heads", "{model}-s{seed}-{task}")
     params:
-        splits=",".join(config["patching"]["splits"]),
-        batch_size=config["patching"]["batch_size"],
-        max_rows=config["patching"]["max_rows"],
-    threads: cpus("patch_heads")
+        splits=",".join(STUDY.stage("patching")["splits"]),
+        batch_size=STUDY.stage("patching")["batch_size"],
+        max_rows=STUDY.stage("patching")["max_rows"],
+    threads: STUDY.threads("patch_heads")
     resources:
-        mem_mb=resource("patch_heads", "mem_mb", 4000),
-        runtime=resource("patch_heads", "runtime", 60),
-        **placement("patch_heads"),
+        **STUDY.resources("patch_heads", mem_mb=4000, runtime=60),
     conda:
         "../../envs/headgeom.yaml"
     shell:
@@ -26,4 +24,3 @@ rule patch_heads:
         "--batch-size {params.batch_size} --max-rows {params.max_rows} "
         "--model-name {wildcards.model} "
         "--seed {wildcards.seed} --task-name {wildcards.task} --out {output.effects} 2> {log}"
-

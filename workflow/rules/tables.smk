@@ -1,33 +1,31 @@
 # Paper tables and figures (METHODS §17), each a pure function of result Parquets taken by
-# kind (common.smk: table_inputs, figure_inputs).
+# kind (headgeom.paper.selections.PAPER_INPUTS, resolved by common.smk: paper_inputs).
 
 
 rule make_table:
     input:
-        unpack(table_inputs),
+        unpack(paper_inputs),
     output:
         md=report(
-            f"{RESULTS}/tables/{{table}}.md",
+            PATHS["table_md"],
             caption="../report/tables.rst",
             category="Tables",
             labels={"table": "{table}"},
         ),
-        csv=f"{RESULTS}/tables/{{table}}.csv",
-        tex=f"{RESULTS}/tables/{{table}}.tex",
-        sources=f"{RESULTS}/tables/{{table}}.sources.json",
+        csv=PATHS["table_csv"],
+        tex=PATHS["table_tex"],
+        sources=PATHS["table_sources"],
     log:
-        f"{RESULTS}/logs/make_table/{{table}}.log",
+        log_of("make_table", "{table}"),
     benchmark:
-        f"{RESULTS}/benchmarks/make_table/{{table}}.tsv"
+        benchmark_of("make_table", "{table}")
     params:
         inputs=input_kinds,
     wildcard_constraints:
-        table="|".join(TABLES),
-    threads: cpus("make_table")
+        table="|".join(PAPER_TABLES),
+    threads: STUDY.threads("make_table")
     resources:
-        mem_mb=resource("make_table", "mem_mb", 1000),
-        runtime=resource("make_table", "runtime", 10),
-        **placement("make_table"),
+        **STUDY.resources("make_table", mem_mb=1000, runtime=10),
     conda:
         "../../envs/headgeom.yaml"
     shell:
@@ -38,31 +36,29 @@ rule make_table:
 
 rule make_figure:
     input:
-        unpack(figure_inputs),
+        unpack(paper_inputs),
     output:
         png=report(
-            f"{RESULTS}/figures/{{figure}}.png",
+            PATHS["figure_png"],
             caption="../report/figures.rst",
             category="Figures",
             labels={"figure": "{figure}"},
         ),
-        svg=f"{RESULTS}/figures/{{figure}}.svg",
-        csv=f"{RESULTS}/figures/{{figure}}.csv",
-        sources=f"{RESULTS}/figures/{{figure}}.sources.json",
+        svg=PATHS["figure_svg"],
+        csv=PATHS["figure_csv"],
+        sources=PATHS["figure_sources"],
     log:
-        f"{RESULTS}/logs/make_figure/{{figure}}.log",
+        log_of("make_figure", "{figure}"),
     benchmark:
-        f"{RESULTS}/benchmarks/make_figure/{{figure}}.tsv"
+        benchmark_of("make_figure", "{figure}")
     params:
         inputs=input_kinds,
         models=figure_models,
     wildcard_constraints:
-        figure="|".join(FIGURES),
-    threads: cpus("make_figure")
+        figure="|".join(PAPER_FIGURES),
+    threads: STUDY.threads("make_figure")
     resources:
-        mem_mb=resource("make_figure", "mem_mb", 2000),
-        runtime=resource("make_figure", "runtime", 10),
-        **placement("make_figure"),
+        **STUDY.resources("make_figure", mem_mb=2000, runtime=10),
     conda:
         "../../envs/headgeom.yaml"
     shell:

@@ -1,17 +1,15 @@
 rule make_tasks:
     output:
-        f"{RESULTS}/tasks/{{task}}.parquet",
+        PATHS["task"],
     log:
-        f"{RESULTS}/logs/make_tasks/{{task}}.log",
+        log_of("make_tasks", "{task}"),
     benchmark:
-        f"{RESULTS}/benchmarks/make_tasks/{{task}}.tsv"
+        benchmark_of("make_tasks", "{task}")
     params:
-        cfg=task_config_json,
-    threads: cpus("make_tasks")
+        cfg=json_param(STUDY.task_config, "task"),
+    threads: STUDY.threads("make_tasks")
     resources:
-        mem_mb=resource("make_tasks", "mem_mb", 1000),
-        runtime=resource("make_tasks", "runtime", 10),
-        **placement("make_tasks"),
+        **STUDY.resources("make_tasks", mem_mb=1000, runtime=10),
     conda:
         "../../envs/headgeom.yaml"
     shell:

@@ -4,27 +4,25 @@
 # the same bytes; train.py deletes it when done).
 rule train:
     input:
-        train=CORPUS["train"],
-        val=CORPUS["val"],
-        vocab=CORPUS["vocab"],
-        corpus_manifest=CORPUS["manifest"],
+        train=model_corpus("train"),
+        val=model_corpus("val"),
+        vocab=model_corpus("vocab"),
+        corpus_manifest=model_corpus("manifest"),
     output:
-        checkpoint=f"{RESULTS}/models/{{model}}/s{{seed}}/model.safetensors",
-        log=f"{RESULTS}/models/{{model}}/s{{seed}}/train_log.parquet",
-        intermediate=intermediate_checkpoints(),
+        checkpoint=PATHS["checkpoint"],
+        log=PATHS["train_log"],
+        intermediate=STUDY.intermediate_checkpoints(PATHS["checkpoints"]),
     log:
-        f"{RESULTS}/logs/train/{{model}}-s{{seed}}.log",
+        log_of("train", "{model}-s{seed}"),
     benchmark:
-        f"{RESULTS}/benchmarks/train/{{model}}-s{{seed}}.tsv"
+        benchmark_of("train", "{model}-s{seed}")
     params:
-        cfg=train_config_json,
-        checkpoint_dir=checkpoint_dir,
-        resume_dir=resume_dir,
-    threads: cpus("train")
+        cfg=json_param(STUDY.train_config, "model", "seed"),
+        checkpoint_dir=PATHS["checkpoints"],
+        resume_dir=PATHS["resume"],
+    threads: STUDY.threads("train")
     resources:
-        mem_mb=resource("train", "mem_mb", 4000),
-        runtime=resource("train", "runtime", 120),
-        **placement("train"),
+        **STUDY.resources("train", mem_mb=4000, runtime=120),
     conda:
         "../../envs/headgeom.yaml"
     shell:
@@ -37,22 +35,20 @@ rule train:
 
 rule hash_checkpoint:
     input:
-        checkpoint=checkpoint_path,
-        train_log=train_log_path,
-        corpus_manifest=CORPUS["manifest"],
+        checkpoint=PATHS["checkpoint"],
+        train_log=PATHS["train_log"],
+        corpus_manifest=model_corpus("manifest"),
     output:
-        manifest=f"{RESULTS}/models/{{model}}/s{{seed}}/manifest.json",
+        manifest=PATHS["manifest"],
     log:
-        f"{RESULTS}/logs/hash_checkpoint/{{model}}-s{{seed}}.log",
+        log_of("hash_checkpoint", "{model}-s{seed}"),
     benchmark:
-        f"{RESULTS}/benchmarks/hash_checkpoint/{{model}}-s{{seed}}.tsv"
+        benchmark_of("hash_checkpoint", "{model}-s{seed}")
     params:
-        cfg=train_config_json,
-    threads: cpus("hash_checkpoint")
+        cfg=json_param(STUDY.train_config, "model", "seed"),
+    threads: STUDY.threads("hash_checkpoint")
     resources:
-        mem_mb=resource("hash_checkpoint", "mem_mb", 1000),
-        runtime=resource("hash_checkpoint", "runtime", 10),
-        **placement("hash_checkpoint"),
+        **STUDY.resources("hash_checkpoint", mem_mb=1000, runtime=10),
     conda:
         "../../envs/headgeom.yaml"
     shell:

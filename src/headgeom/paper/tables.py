@@ -39,56 +39,6 @@ TASK_TITLES = {"sva": "SVA", "quote": "Quote", "plural": "Plural"}
 Inputs = Mapping[str, Sequence[str]]
 
 
-# ----------------------------------------------------------------------------- selection
-_FIGURE3_SLOTS = [
-    ["learned"],
-    ["write-rotated"],
-    ["read-common"],
-    ["all-common-axis"],
-    ["all-rotated"],
-    ["all-rotated-self"],
-]
-#: The models each paper table or figure shows (METHODS §12.1–12.2, §12.7, §13.1, §17), as
-#: slots of geometries in order of preference, on corpus S where the study names corpora.
-#: A study without mlp3456 (the demo) shows its write-common-axis in that slot.
-PAPER_SELECTIONS: dict[str, list[list[str]]] = {
-    "table3": [*_FIGURE3_SLOTS, ["mlp3456", "write-common-axis"]],
-    "figure3": _FIGURE3_SLOTS,
-    "figure4": [*_FIGURE3_SLOTS, ["write-routed-a"], ["write-routed-b"], ["write-routed-c"]],
-    "figure5": [
-        ["learned"],
-        ["mlp3456", "write-common-axis"],
-        ["all-rotated"],
-        ["all-rotated-self"],
-    ],
-}
-#: Figure 5 draws one checkpoint per model (the first configured seed).
-FIRST_SEED_ONLY = {"figure5"}
-
-
-def select_models(models: Mapping[str, Mapping], name: str) -> list[tuple[str, int]]:
-    """(model, seed) pairs of config ``models`` that paper table/figure ``name`` shows, in
-    slot order: per slot, every corpus-S model (every model when no model names a corpus)
-    of the first geometry of the slot that the study has."""
-    if name not in PAPER_SELECTIONS:
-        raise ValueError(f"no paper selection for {name!r}; known: {sorted(PAPER_SELECTIONS)}")
-    with_corpus = any("corpus" in spec for spec in models.values())
-    eligible = {
-        m: spec for m, spec in models.items() if not with_corpus or spec.get("corpus") == "S"
-    }
-    chosen = []
-    for slot in PAPER_SELECTIONS[name]:
-        for geometry in slot:
-            hits = [m for m, spec in eligible.items() if spec["geometry"] == geometry]
-            if hits:
-                for m in hits:
-                    seeds = eligible[m]["seeds"]
-                    seeds = seeds[:1] if name in FIRST_SEED_ONLY else seeds
-                    chosen += [(m, int(s)) for s in seeds]
-                break
-    return chosen
-
-
 # ----------------------------------------------------------------------------- rendering
 @dataclass
 class Block:

@@ -1,0 +1,195 @@
+"""Which models each paper table and figure shows, and which models the concentration
+analyses compare (METHODS §12.1, §12.2, §12.4, §12.7, §13.1, §17).
+
+Everything here is named by geometry, so it resolves in any study: in the demo (model keys
+= geometry names) and in the paper study (keys such as ``learned-s``, where two models share
+a geometry on different corpora and only same-corpus models are compared or shown).
+``models`` is always the config's ``models`` block (key -> ``{geometry, seeds, corpus?}``).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# ----------------------------------------------------------------------------- selections
+_FIGURE3_SLOTS = [
+    ["learned"],
+    ["write-rotated"],
+    ["read-common"],
+    ["all-common-axis"],
+    ["all-rotated"],
+    ["all-rotated-self"],
+]
+#: The models each paper table or figure shows (METHODS §12.1–12.2, §12.7, §13.1, §17), as
+#: slots of geometries in order of preference, on corpus S where the study names corpora.
+#: A study without mlp3456 (the demo) shows its write-common-axis in that slot.
+PAPER_SELECTIONS: dict[str, list[list[str]]] = {
+    "table3": [*_FIGURE3_SLOTS, ["mlp3456", "write-common-axis"]],
+    "figure3": _FIGURE3_SLOTS,
+    "figure4": [*_FIGURE3_SLOTS, ["write-routed-a"], ["write-routed-b"], ["write-routed-c"]],
+    "figure5": [
+        ["learned"],
+        ["mlp3456", "write-common-axis"],
+        ["all-rotated"],
+        ["all-rotated-self"],
+    ],
+}
+#: Figure 5 draws one checkpoint per model (the first configured seed).
+FIRST_SEED_ONLY = {"figure5"}
+#: The corpus the paper's selections are drawn from when a study names corpora (§12.2).
+SELECTION_CORPUS = "S"
+
+
+def select_models(models: Mapping[str, Mapping], name: str) -> list[tuple[str, int]]:
+    """(model, seed) pairs of config ``models`` that paper table/figure ``name`` shows, in
+    slot order: per slot, every corpus-S model (every model when no model names a corpus)
+    of the first geometry of the slot that the study has."""
+    if name not in PAPER_SELECTIONS:
+        raise ValueError(f"no paper selection for {name!r}; known: {sorted(PAPER_SELECTIONS)}")
+    with_corpus = any("corpus" in spec for spec in models.values())
+    eligible = {
+        m: spec
+        for m, spec in models.items()
+        if not with_corpus or spec.get("corpus") == SELECTION_CORPUS
+    }
+    chosen = []
+    for slot in PAPER_SELECTIONS[name]:
+        for geometry in slot:
+            hits = [m for m, spec in eligible.items() if spec["geometry"] == geometry]
+            if hits:
+                for m in hits:
+                    seeds = eligible[m]["seeds"]
+                    seeds = seeds[:1] if name in FIRST_SEED_ONLY else seeds
+                    chosen += [(m, int(s)) for s in seeds]
+                break
+    return chosen
+
+
+# ----------------------------------------------------------------------------- inputs
+#: What each paper table and figure reads, by input kind (``--input KIND PATH...`` of
+#: src/make_table.py and src/make_figure.py, headgeom.paper.tables): kind -> (result, runs).
+#: ``result`` names a path template of the workflow (workflow/rules/common.smk, PATHS);
+#: ``runs`` the runs it is read for: ``runs`` (every run), ``selection`` (the table's or
+#: figure's :data:`PAPER_SELECTIONS`, every run for the others), ``leakage`` (the runs
+#: leakage measures), ``first_seeds`` (one run per model), None (one cross-model file).
+PAPER_INPUTS: dict[str, dict[str, tuple[str, str | None]]] = {
+    "table2": {"runs": ("train_log", "runs"), "geometry": ("geometry_summary", "runs")},
+    "table3": {"runs": ("train_log", "selection"), "robustness": ("robustness", "selection")},
+    "table5": {"runs": ("train_log", "runs"), "eval": ("eval", "runs")},
+    "table6": {"runs": ("train_log", "runs"), "summaries": ("summary", "runs")},
+    "lanes": {"lanes": ("lanes", "runs")},
+    "leakage": {"leakage": ("leakage", "leakage")},
+    "figure1": {"pk": ("pk", "first_seeds")},
+    "figure3": {"runs": ("train_log", "selection"), "robustness": ("robustness", "selection")},
+    "figure4": {"loss": ("loss", None)},
+    "figure5": {
+        "runs": ("train_log", "selection"),
+        "heads": ("heads", "selection"),
+        "lanes": ("lanes", "selection"),
+        "eval": ("eval", "selection"),
+    },
+    "figure7": {"geometry": ("geometry_summary", "runs")},
+}
+PAPER_TABLES = ("table2", "table3", "table5", "table6", "lanes", "leakage")
+PAPER_FIGURES = ("figure1", "figure3", "figure4", "figure5", "figure7")
+#: Figures told which models to plot (``--models``): Figure 4 plots its selection from the
+#: cross-model loss Parquet.
+PLOTS_MODELS = {"figure4"}
+
+
+# ----------------------------------------------------------------------------- pairs
+#: (geometry A, geometry B) of the paper's paired bootstraps N_eff(A) − N_eff(B):
+#: the main comparison (§12.1, §12.4) and the equal-head-count comparison (§12.1).
+PAPER_PAIRS = (
+    ("all-common-axis", "all-rotated"),
+    ("all-common-axis", "all-rotated-self"),
+    ("write-rotated", "learned"),
+)
+#: Geometries whose first two seeds form the paper's seed reference (§12.1).
+SEED_PAIR_GEOMETRIES = ("learned",)
+
+
+def unknown_model(model: str, models: Mapping[str, Any], where: str) -> ValueError:
+    """The error for a model name the study lacks, with the nearest name it has."""
+    close = difflib.get_close_matches(str(model), list(models), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return ValueError(f"{where}: unknown model {model!r}{hint}; the study has {sorted(models)}")
+
+
+def _seeds(models: Mapping[str, Mapping[str, Any]], model: str, where: str) -> list[int]:
+    if model not in models:
+        raise unknown_model(model, models, where)
+    return [int(s) for s in models[model]["seeds"]]
+
+
+def _pair(a: str, seed_a: int, b: str, seed_b: int) -> dict[str, Any]:
+    return {
+        "model_a": a,
+        "seed_a": int(seed_a),
+        "model_b": b,
+        "seed_b": int(seed_b),
+        "pair_label": f"{a} s{seed_a} − {b} s{seed_b}",
+    }
+
+
+def default_pairs(models: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The paper's pairs present in ``models``, first seed of each model.
+
+    A geometry pair matches every model pair with those geometries trained on the same
+    corpus (models without a ``corpus`` key match each other). Each model of a
+    :data:`SEED_PAIR_GEOMETRIES` geometry with at least two seeds adds its seed pair.
+    """
+    pairs = []
+    for geometry_a, geometry_b in PAPER_PAIRS:
+        for a, spec_a in models.items():
+            for b, spec_b in models.items():
+                if (
+                    spec_a["geometry"] == geometry_a
+                    and spec_b["geometry"] == geometry_b
+                    and spec_a.get("corpus") == spec_b.get("corpus")
+                ):
+                    pairs.append(_pair(a, spec_a["seeds"][0], b, spec_b["seeds"][0]))
+    for m, spec in models.items():
+        if spec["geometry"] in SEED_PAIR_GEOMETRIES and len(spec["seeds"]) >= 2:
+            pairs.append(_pair(m, spec["seeds"][0], m, spec["seeds"][1]))
+    return pairs
+
+
+def resolve_pairs(
+    models: Mapping[str, Mapping[str, Any]], pairs: Sequence[Mapping[str, Any]] | None
+) -> list[dict[str, Any]]:
+    """Config ``concentration.pairs`` (``{a, b, seed_a?, seed_b?}``; seeds default to each
+    model's first) checked against ``models``, or :func:`default_pairs` when ``None``."""
+    if pairs is None:
+        return default_pairs(models)
+    resolved = []
+    for i, pair in enumerate(pairs):
+        where = f"config concentration.pairs[{i}]"
+        seeds_a = _seeds(models, pair["a"], f"{where}.a")
+        seeds_b = _seeds(models, pair["b"], f"{where}.b")
+        seed_a, seed_b = int(pair.get("seed_a", seeds_a[0])), int(pair.get("seed_b", seeds_b[0]))
+        for model, seed, seeds in ((pair["a"], seed_a, seeds_a), (pair["b"], seed_b, seeds_b)):
+            if seed not in seeds:
+                raise ValueError(f"{where}: model {model!r} has seeds {seeds}, not {seed}")
+        if (pair["a"], seed_a) == (pair["b"], seed_b):
+            raise ValueError(f"{where}: compares {pair['a']} s{seed_a} with itself")
+        resolved.append(_pair(pair["a"], seed_a, pair["b"], seed_b))
+    labels = [p["pair_label"] for p in resolved]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"config concentration.pairs lists a pair twice: {labels}")
+    return resolved
+
+
+def loss_models(models: Mapping[str, Mapping[str, Any]], chosen: Sequence[str] | None) -> list[str]:
+    """Models of the loss-versus-N_eff analysis (§12.7): ``chosen`` (config
+    ``concentration.loss_models``) or, by default, the models paper Figure 4 plots
+    (:func:`select_models`: the corpus-S models of its slots), so the stored Spearman and
+    the figure's are one number."""
+    if chosen is None:
+        return list(dict.fromkeys(m for m, _ in select_models(models, "figure4")))
+    for i, model in enumerate(chosen):
+        if model not in models:
+            raise unknown_model(model, models, f"config concentration.loss_models[{i}]")
+    return list(chosen)

@@ -1,0 +1,570 @@
+"""The study a config describes: :meth:`Study.from_config` checks a config (``config/*.yaml``)
+against ``workflow/schemas/config.schema.yaml`` and across keys, and answers every question
+the workflow asks about it: its runs (model, seed), corpora, run configs, paper selections
+and pairs, per-stage config blocks and per-rule resources.
+
+A config it cannot run raises :class:`StudyConfigError`, whose message is one short line per
+problem (key path, bad value, what is allowed, the nearest allowed name), never the schema.
+Defaults are filled as Snakemake's ``validate`` fills them, on a copy: ``Study.config`` is
+the config the workflow runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import reprlib
+from collections.abc import Iterable, Mapping
+from functools import cached_property, partial
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from headgeom.paper import selections
+
+#: The three tasks of every study (METHODS §8), in the order the paper prints them.
+TASKS = ("sva", "quote", "plural")
+#: The schema beside the workflow (the repository root holds src/ and workflow/).
+SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+#: Per-corpus keys: at the top of `corpus` for a single corpus, else per named corpus.
+_PER_CORPUS_KEYS = ("n_train_tokens", "order", "sampling")
+#: Passed to the Slurm executor plugin as they are (sbatch -p, -A, --gpus=<model>:<n>, -C, ...).
+SLURM_KEYS = ("slurm_partition", "slurm_account", "slurm_extra", "gpu_model", "constraint", "qos")
+
+
+class StudyConfigError(ValueError):
+    """A config the workflow cannot run; ``str()`` is the concise message, one line per
+    problem (``problems`` holds them)."""
+
+    def __init__(self, problems: Iterable[str]):
+        self.problems = list(dict.fromkeys(problems))  # one line per distinct problem
+        super().__init__("\n".join(self.problems))
+
+
+# ----------------------------------------------------------------------------- what the zoo knows
+# The only places the study asks what a geometry is; each body becomes one call of the model
+# registry (reader_kind, has_shared_ln1, has_gpt2_form).
+def _reader_type(geometry: str) -> str:
+    """``block`` for the block-reader geometries (METHODS §4.3.1), ``free`` otherwise
+    (multiscreen tiles read freely too, though without a shared LN)."""
+    from headgeom.model import zoo
+
+    if geometry in zoo.MULTISCREEN_GEOMETRIES:
+        return "free"
+    return "free" if zoo.has_free_readers(geometry) else "block"
+
+
+def _leakage_capable(geometry: str) -> bool:
+    """A shared LN_1 before free readers: what leakage needs (METHODS §11.1)."""
+    from headgeom.model import zoo
+
+    return zoo.has_free_readers(geometry)
+
+
+def _exportable(geometry: str) -> bool:
+    """Only ``learned`` has GPT-2's parameterisation (headgeom.model.interop)."""
+    return geometry == "learned"
+
+
+# ----------------------------------------------------------------------------- schema
+_SHORT = reprlib.Repr()
+_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxdict = 60, 60, 6, 4
+_TYPES = {
+    "integer": "an integer",
+    "number": "a number",
+    "string": "a string",
+    "boolean": "true or false",
+    "array": "a list",
+    "object": "a mapping of keys to values",
+}
+_BOUNDS = {"minimum": "≥", "exclusiveMinimum": ">", "maximum": "≤", "exclusiveMaximum": "<"}
+
+
+def _key_path(path: Iterable[Any]) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _where(path: Iterable[Any]) -> str:
+    key = _key_path(path)
+    return f"config {key}" if key else "config"
+
+
+def _did_you_mean(word: Any, choices: Iterable[Any]) -> str:
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _listing(values: Iterable[Any]) -> str:
+    return ", ".join(str(v) for v in values)
+
+
+def _describe(error) -> list[str]:
+    """One concise line per problem of a jsonschema ValidationError."""
+    kind, allowed, value, schema = (
+        error.validator,
+        error.validator_value,
+        error.instance,
+        error.schema,
+    )
+    where = _where(error.absolute_path)
+    if "propertyNames" in error.relative_schema_path:  # a key (model, corpus, rule) badly named
+        return [f"{where}: key {value!r} is not allowed; keys must match {allowed}"]
+    if kind == "additionalProperties" and allowed is False:
+        known = list(schema.get("properties", {}))
+        return [
+            f"{where}: unknown key {extra!r}{_did_you_mean(extra, known)}; "
+            f"allowed: {_listing(known)}"
+            for extra in value
+            if extra not in known
+        ]
+    if kind == "required":
+        missing = [k for k in allowed if k not in value]
+        return [f"{where}: missing required key(s) {_listing(missing)}"]
+    if kind == "enum":
+        return [
+            f"{where}: {_SHORT.repr(value)} is not allowed{_did_you_mean(value, allowed)}; "
+            f"allowed: {_listing(allowed)}"
+        ]
+    if kind == "type":
+        wanted = " or ".join(
+            _TYPES.get(t, t) for t in ([allowed] if isinstance(allowed, str) else allowed)
+        )
+        return [f"{where}: {_SHORT.repr(value)} is not allowed; it must be {wanted}"]
+    if kind in _BOUNDS:
+        return [
+            f"{where}: {_SHORT.repr(value)} is not allowed; it must be {_BOUNDS[kind]} {allowed}"
+        ]
+    if kind == "multipleOf":
+        return [f"{where}: {value!r} is not allowed; it must be a multiple of {allowed}"]
+    if kind == "pattern":
+        return [f"{where}: {_SHORT.repr(value)} is not allowed; it must match {allowed}"]
+    rules = {
+        "minItems": f"at least {allowed} item(s)",
+        "maxItems": f"at most {allowed} item(s)",
+        "uniqueItems": "no item twice",
+        "minProperties": f"at least {allowed} key(s)",
+        "minLength": f"at least {allowed} character(s)",
+    }
+    rule = rules.get(kind, f"{kind}: {_SHORT.repr(allowed)}")
+    return [f"{where}: {_SHORT.repr(value)} is not allowed; it must have {rule}"]
+
+
+def _validator(schema: Mapping):
+    """Draft 2020-12 validator that fills ``default`` values as it validates (as Snakemake's
+    ``validate``; a copy of each default, so one schema serves many configs)."""
+    from jsonschema import Draft202012Validator, validators
+
+    check_properties = Draft202012Validator.VALIDATORS["properties"]
+
+    def properties_with_defaults(validator, properties, instance, subschema):
+        if isinstance(instance, dict):
+            for name, spec in properties.items():
+                if "default" in spec:
+                    instance.setdefault(name, copy.deepcopy(spec["default"]))
+        yield from check_properties(validator, properties, instance, subschema)
+
+    extended = validators.extend(Draft202012Validator, {"properties": properties_with_defaults})
+    return extended(schema)
+
+
+def validate(config: dict, schema: Mapping) -> list[str]:
+    """Fill the schema's defaults into ``config`` (in place) and return one line per problem."""
+    errors = _validator(schema).iter_errors(config)
+    return [line for error in errors for line in _describe(error)]
+
+
+def load_schema(path: str | Path = SCHEMA) -> dict:
+    return yaml.safe_load(Path(path).read_text())
+
+
+# ----------------------------------------------------------------------------- study
+class Study:
+    """A checked study config. Build it with :meth:`from_config`."""
+
+    def __init__(self, config: dict):
+        self.config = config
+        self.name: str = config["study"]
+        self.models: dict[str, dict] = config["models"]
+        self._model_configs: dict[str, dict] = {}
+
+    @classmethod
+    def from_config(cls, config: Mapping, schema: str | Path | Mapping = SCHEMA) -> Study:
+        """Validate ``config`` (a copy, defaults filled), run every cross-key check and return
+        the study; raise :class:`StudyConfigError` listing every problem found."""
+        config = copy.deepcopy(dict(config))
+        schema = schema if isinstance(schema, Mapping) else load_schema(schema)
+        problems = validate(config, schema)
+        if problems:  # the cross-key checks assume a config of the right shape
+            raise StudyConfigError(problems)
+        study = cls(config)
+        problems = []
+        for check in study._checks():
+            try:
+                check()
+            except ValueError as err:
+                problems.append(str(err))
+        if problems:
+            raise StudyConfigError(problems)
+        return study
+
+    def _checks(self):
+        """Every cross-key check, each raising ValueError with one line."""
+        yield self._check_corpora
+        yield from (partial(self._check_model, model) for model in self.models)
+        yield from (
+            partial(self._check_split, key) for key in ("concentration", "lanes", "leakage")
+        )
+        # the models the analyses name (computed once, here)
+        yield lambda: self.leakage_models
+        yield lambda: self.pairs
+        yield lambda: self.loss_models
+        yield self._check_resources
+
+    # ------------------------------------------------------------------ stages and runs
+    def stage(self, name: str) -> dict:
+        """A stage's config block (patching, leakage, lanes, concentration, training, ...),
+        defaults filled."""
+        return self.config[name]
+
+    def task_config(self, task: str) -> dict:
+        return self.config["tasks"][task]
+
+    @cached_property
+    def runs(self) -> list[tuple[str, int]]:
+        """(model, seed) of every run, in config order."""
+        return [(m, int(s)) for m, spec in self.models.items() for s in spec["seeds"]]
+
+    @cached_property
+    def first_seed_runs(self) -> list[tuple[str, int]]:
+        """One run per model: its first configured seed."""
+        return [(m, int(spec["seeds"][0])) for m, spec in self.models.items()]
+
+    def repository_name(self, model: str, seed: int | str) -> str | None:
+        """The repository name of (model, seed) from ``repository_names``, or None."""
+        names = self.models[model].get("repository_names", {})
+        return names.get(int(seed), names.get(str(seed)))
+
+    def _check_model(self, model: str) -> None:
+        spec = self.models[model]
+        extra = {str(s) for s in spec.get("repository_names", {})} - {str(s) for s in spec["seeds"]}
+        if extra:
+            raise ValueError(
+                f"config models.{model}.repository_names names seeds {sorted(extra)} that "
+                f"are not in its seeds {spec['seeds']}"
+            )
+        self.model_config(model)  # a geometry impossible at this size fails before any job
+
+    # ------------------------------------------------------------------ run configs
+    def model_config(self, model: str) -> dict:
+        """The model section of a run config: the geometry sized for the study's architecture,
+        every choice explicit (headgeom.model.zoo.derive_model_config)."""
+        from headgeom.model import zoo
+
+        if model not in self._model_configs:
+            spec = self.models[model]
+            try:
+                self._model_configs[model] = zoo.derive_model_config(
+                    spec["geometry"], self.config["architecture"], spec.get("geometry_params")
+                )
+            except ValueError as err:
+                raise ValueError(f"config models.{model}: {err}") from None
+        return self._model_configs[model]
+
+    def train_config(self, model: str, seed: int | str) -> dict:
+        """The run config of (model, seed): what src/train.py and src/hash_checkpoint.py take."""
+        spec = self.models[model]
+        cfg = {
+            "model_name": model,
+            "seed": int(seed),
+            "data_seed": self.config["data_seed"],
+            "model": self.model_config(model),
+            "training": self.config["training"],
+        }
+        if self.repository_name(model, seed):
+            cfg["repository_name"] = self.repository_name(model, seed)
+        for key in ("display_name", "corpus"):  # corpus: Table 2 compares within a corpus
+            if key in spec:
+                cfg[key] = spec[key]
+        return cfg
+
+    def param_count_runs(self) -> list[dict]:
+        """Every run with the model section of its run config (rule param_counts)."""
+        return [
+            {
+                "model": m,
+                "seed": s,
+                "repository_name": self.repository_name(m, s),
+                "display_name": self.models[m].get("display_name", m),
+                "geometry": self.models[m]["geometry"],
+                "corpus": self.models[m].get("corpus"),
+                "model_config": self.model_config(m),
+            }
+            for m, s in self.runs
+        ]
+
+    def intermediate_checkpoints(self, folder: str) -> list[str]:
+        """Paths in a run's ``folder`` of every intermediate checkpoint (training.
+        checkpoint_steps below the final step) and then of every one's manifest."""
+        from headgeom.training import TrainConfig, checkpoint_name, checkpoint_schedule
+
+        steps = checkpoint_schedule(TrainConfig.from_dict(self.config["training"]))
+        names = [checkpoint_name(s) for s in steps]
+        names += [n.replace(".safetensors", ".manifest.json") for n in names]
+        return [f"{folder}/{name}" for name in names]
+
+    def check_exportable(self, model: str) -> None:
+        """export_hf: only a ``learned`` checkpoint has a GPT-2 form."""
+        geometry = self.models[model]["geometry"]
+        if not _exportable(geometry):
+            raise ValueError(
+                f"export_hf: model {model!r} has geometry {geometry!r}; only 'learned' "
+                "checkpoints can be exported to GPT-2"
+            )
+
+    # ------------------------------------------------------------------ corpora
+    @cached_property
+    def corpora(self) -> dict[str, dict]:
+        """name -> the config of that corpus as src/tokenize_corpus.py takes it. One corpus:
+        ``default`` from the top of ``corpus``; several: ``corpus.corpora``."""
+        block = self.config["corpus"]
+        source = {
+            k: v for k, v in block.items() if k not in ("corpora", "default", *_PER_CORPUS_KEYS)
+        }
+        named = block.get("corpora")
+        if named is None:
+            if "n_train_tokens" not in block:
+                raise ValueError(
+                    "config corpus: give n_train_tokens (a study with one corpus) or corpora "
+                    "(named corpora, e.g. {R: {n_train_tokens: 200000000}})"
+                )
+            own = {k: block[k] for k in _PER_CORPUS_KEYS if k in block}
+            return {"default": {**source, "name": "default", **own}}
+        misplaced = [k for k in _PER_CORPUS_KEYS if k in block]
+        if misplaced:
+            raise ValueError(
+                f"config corpus: {misplaced} set beside corpus.corpora; give them per corpus "
+                f"(corpus.corpora.<name>.{misplaced[0]})"
+            )
+        if block.get("compact_vocab", True) and len(named) > 1:
+            raise ValueError(
+                f"config corpus: compact_vocab is true but corpus.corpora declares "
+                f"{sorted(named)}; each corpus would get its own vocabulary, so set "
+                "corpus.compact_vocab: false"
+            )
+        return {name: {**source, "name": name, **spec} for name, spec in named.items()}
+
+    def corpus_config(self, name: str) -> dict:
+        """The config of corpus ``name``: what src/tokenize_corpus.py takes."""
+        return self.corpora[name]
+
+    @property
+    def default_corpus(self) -> str:
+        return self.config["corpus"].get("default", next(iter(self.corpora)))
+
+    def model_corpus(self, model: str) -> str:
+        """The corpus a model trains on (models.<model>.corpus, else the default corpus)."""
+        return self.models[model].get("corpus", self.default_corpus)
+
+    @property
+    def vocab_corpus(self) -> str | None:
+        """The corpus whose compacted vocabulary sets n_vocab; None: GPT-2's (no corpus)."""
+        return self.default_corpus if self.config["corpus"].get("compact_vocab", True) else None
+
+    def _check_corpora(self) -> None:
+        if self.default_corpus not in self.corpora:
+            raise ValueError(
+                f"config corpus.default is {self.default_corpus!r}"
+                f"{_did_you_mean(self.default_corpus, self.corpora)}; declared corpora: "
+                f"{sorted(self.corpora)}"
+            )
+        training, n_ctx = self.config["training"], self.config["architecture"]["n_ctx"]
+        needed = training["steps"] * training["batch_size"] * n_ctx + 1  # +1: the last target
+        for model in self.models:
+            name = self.model_corpus(model)
+            if name not in self.corpora:
+                raise ValueError(
+                    f"config models.{model}.corpus is {name!r}{_did_you_mean(name, self.corpora)}"
+                    f", which the study does not declare (declared: {sorted(self.corpora)}; "
+                    "add it under corpus.corpora)"
+                )
+            spec = self.corpora[name]
+            if spec.get("sampling") == "read_once" and spec["n_train_tokens"] < needed:
+                raise ValueError(
+                    f"config corpus {name} is read once but holds {spec['n_train_tokens']:,} "
+                    f"tokens; model {model} consumes {needed:,} "
+                    "(training.steps × batch_size × n_ctx + 1)"
+                )
+
+    # ------------------------------------------------------------------ analyses
+    def _check_split(self, key: str) -> None:
+        """Concentration, lanes and leakage read effects of one split: patching must make it."""
+        split, patched = self.config[key]["split"], self.config["patching"]["splits"]
+        if split not in patched:
+            raise ValueError(
+                f"config {key}.split is {split!r} but patching.splits {patched} does not "
+                "include it; add it to patching.splits"
+            )
+
+    @cached_property
+    def leakage_models(self) -> list[str]:
+        """Models leakage measures: config leakage.models, by default every model whose
+        geometry has a shared LN_1 before free readers (METHODS §11.1)."""
+        chosen = self.config["leakage"].get("models")
+        if chosen is None:
+            return [m for m, spec in self.models.items() if _leakage_capable(spec["geometry"])]
+        for i, model in enumerate(chosen):
+            if model not in self.models:
+                raise selections.unknown_model(model, self.models, f"config leakage.models[{i}]")
+        return list(chosen)
+
+    @cached_property
+    def leakage_runs(self) -> list[tuple[str, int]]:
+        return [(m, s) for m, s in self.runs if m in self.leakage_models]
+
+    @cached_property
+    def pairs(self) -> list[dict]:
+        """Model pairs of the paired bootstrap: config concentration.pairs, or the paper's
+        pairs present in the study (headgeom.paper.selections.default_pairs)."""
+        return selections.resolve_pairs(self.models, self.config["concentration"].get("pairs"))
+
+    @cached_property
+    def pair_runs(self) -> list[tuple[str, int]]:
+        """Every (model, seed) a pair names, each once, in pair order."""
+        keys = ((p[f"model_{side}"], p[f"seed_{side}"]) for p in self.pairs for side in ("a", "b"))
+        return list(dict.fromkeys(keys))
+
+    @cached_property
+    def loss_models(self) -> list[str]:
+        """Models of the loss-versus-N_eff correlation (METHODS §12.7)."""
+        return selections.loss_models(self.models, self.config["concentration"].get("loss_models"))
+
+    def concentration_models(self) -> dict[str, dict]:
+        """What the loss-versus-N_eff table says about each model (METHODS §12.7)."""
+        return {
+            m: {
+                "display_name": spec.get("display_name", m),
+                "geometry": spec["geometry"],
+                "corpus": spec.get("corpus"),
+                "n_head": self.model_config(m)["n_head"],
+                "reader_type": _reader_type(spec["geometry"]),
+            }
+            for m, spec in self.models.items()
+        }
+
+    def index_meaningful(self, model: str) -> bool:
+        """Head indices form the paper's lanes only with the base head count (METHODS §10.3)."""
+        return self.model_config(model)["n_head"] == self.config["architecture"]["n_head"]
+
+    # ------------------------------------------------------------------ paper
+    def selection(self, name: str) -> list[tuple[str, int]]:
+        """(model, seed) pairs a paper table/figure shows; every run for the others."""
+        if name in selections.PAPER_SELECTIONS:
+            return selections.select_models(self.models, name)
+        return self.runs
+
+    @property
+    def tables(self) -> list[str]:
+        """The paper tables this study can make (a table whose models it lacks is left out)."""
+        return [t for t in selections.PAPER_TABLES if self.selection(t)]
+
+    @property
+    def figures(self) -> list[str]:
+        return [f for f in selections.PAPER_FIGURES if self.selection(f)]
+
+    def paper_inputs(self, name: str) -> dict[str, tuple[str, list[tuple[str, int]] | None]]:
+        """kind -> (result, runs) of what table/figure ``name`` reads; runs None: one file."""
+        run_sets = {
+            "runs": self.runs,
+            "selection": self.selection(name),
+            "leakage": self.leakage_runs,
+            "first_seeds": self.first_seed_runs,
+            None: None,
+        }
+        return {
+            kind: (result, run_sets[which])
+            for kind, (result, which) in selections.PAPER_INPUTS[name].items()
+        }
+
+    def figure_models(self, name: str) -> list[str]:
+        """Models a figure is told to plot from a cross-model Parquet (Figure 4), else []."""
+        if name not in selections.PLOTS_MODELS:
+            return []
+        return list(dict.fromkeys(m for m, _ in self.selection(name)))
+
+    # ------------------------------------------------------------------ resources
+    # One config places the DAG on a laptop and on Slurm (slurm/config.yaml). Cluster
+    # requests come from config values, never from `threads`: `--cores all` caps threads to
+    # the submit host's cores (snakemake #2447), and the Slurm plugin would otherwise derive
+    # --cpus-per-task from the capped value.
+    def _resource(self, rule: str, key: str, fallback: Any) -> Any:
+        """``resources.<rule>.<key>``, then ``resources.default.<key>``, then ``fallback``."""
+        table = self.config["resources"]
+        for scope in (rule, "default"):
+            if key in table.get(scope, {}):
+                return table[scope][key]
+        return fallback
+
+    def _cpu_request(self, rule: str) -> tuple[str, int] | None:
+        """(key, value) of the CPU request from the nearest scope that names one:
+        cpus_per_task, or cpus_per_gpu for a GPU job; None when no scope does."""
+        gpu = self._resource(rule, "gpu", 0)
+        for scope in (rule, "default"):
+            entry = self.config["resources"].get(scope, {})
+            if "cpus_per_task" in entry:
+                return "cpus_per_task", entry["cpus_per_task"]
+            if gpu and "cpus_per_gpu" in entry:
+                return "cpus_per_gpu", entry["cpus_per_gpu"]
+        return None
+
+    def threads(self, rule: str) -> int:
+        """Threads of a rule's job: ``resources.<rule>.threads`` capped by the CPUs the job
+        asks for; without ``threads``, those CPUs; without either, 1."""
+        request = self._cpu_request(rule)
+        wanted = self._resource(rule, "threads", None)
+        if request is None:
+            return 1 if wanted is None else wanted
+        key, value = request
+        cpus = value * self._resource(rule, "gpu", 0) if key == "cpus_per_gpu" else value
+        return cpus if wanted is None else min(wanted, cpus)
+
+    def resources(self, rule: str, mem_mb: int, runtime: int) -> dict[str, Any]:
+        """A rule's resources: memory (MB) and run time (minutes) from config, else the rule's
+        own defaults; ``gpu`` (sbatch --gpus; locally the workflow's ``gpu`` pool); the CPU
+        request pinned from config (cpus_per_task, or cpus_per_gpu for GPU jobs; by default the
+        rule's threads) and the Slurm plugin keys of :data:`SLURM_KEYS` that config sets."""
+        out = {
+            "mem_mb": self._resource(rule, "mem_mb", mem_mb),
+            "runtime": self._resource(rule, "runtime", runtime),
+            "gpu": self._resource(rule, "gpu", 0),
+        }
+        key, value = self._cpu_request(rule) or ("cpus_per_task", self.threads(rule))
+        out[key] = value
+        for key in SLURM_KEYS:
+            value = self._resource(rule, key, None)
+            if value is not None:
+                out[key] = value
+        return out
+
+    def _check_resources(self) -> None:
+        for scope, entry in self.config["resources"].items():
+            if "cpus_per_task" in entry and "cpus_per_gpu" in entry:
+                raise ValueError(
+                    f"config resources.{scope} sets both cpus_per_task ({entry['cpus_per_task']})"
+                    f" and cpus_per_gpu ({entry['cpus_per_gpu']}); Slurm takes one of them"
+                )
+
+    def check_rules(self, rules: Iterable[str]) -> None:
+        """Every key of config ``resources`` must be ``default`` or one of ``rules`` (the
+        workflow's rules); a typo would place nothing."""
+        known = sorted(set(rules))
+        unknown = [r for r in self.config["resources"] if r != "default" and r not in known]
+        if unknown:
+            raise StudyConfigError(
+                f"config resources.{r}: {r!r} is not a rule{_did_you_mean(r, known)}; "
+                f"allowed: default, {_listing(known)}"
+                for r in unknown
+            )

@@ -1,0 +1,258 @@
+"""The study object (headgeom.study) without Snakemake: good configs load with the schema's
+defaults, bad ones give one short line per problem, and the study's answers (runs, corpora,
+run configs, pairs, resources) are the ones worked out by hand from the config files."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from headgeom.study import Study, StudyConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def load(name: str) -> dict:
+    path = REPO / ("tests/e2e/micro.yaml" if name == "micro" else f"config/{name}.yaml")
+    return yaml.safe_load(path.read_text())
+
+
+def problems(config: dict) -> list[str]:
+    with pytest.raises(StudyConfigError) as caught:
+        Study.from_config(config)
+    text = str(caught.value)
+    assert text == "\n".join(caught.value.problems)
+    assert "$schema" not in text and "description" not in text  # never the schema
+    return text.splitlines()
+
+
+@pytest.fixture
+def micro() -> dict:
+    return load("micro")
+
+
+# ----------------------------------------------------------------------------- good configs
+def test_demo_config_loads_with_the_schema_defaults():
+    raw = load("config")
+    study = Study.from_config(raw)
+    assert raw == load("config")  # the caller's config is left as it was
+    assert study.name == "demo"
+    assert len(study.runs) == 8 and study.runs[:2] == [("learned", 42), ("learned", 43)]
+    assert list(study.corpora) == ["default"] and study.default_corpus == "default"
+    assert study.corpora["default"]["n_train_tokens"] == 1_000_000
+    assert study.vocab_corpus == "default"  # compact_vocab defaults to true
+    # defaults of the schema, filled in
+    assert study.stage("patching") == {
+        "splits": ["discovery", "validation", "evaluation", "holdout"],
+        "batch_size": 128,
+        "max_rows": 4096,
+    }
+    assert study.stage("training")["checkpoint_steps"] == [0, 256, 1024, 4096, 16384]
+    assert study.stage("training")["precision"] == "auto"
+    assert study.task_config("sva") == {"seed": 101, "prepend_eot": False}
+    assert study.config["resources"] == {}
+    # every paper table and figure has its models in the demo
+    assert study.tables == ["table2", "table3", "table5", "table6", "lanes", "leakage"]
+    assert study.figures == ["figure1", "figure3", "figure4", "figure5", "figure7"]
+
+
+def test_demo_analyses():
+    study = Study.from_config(load("config"))
+    # free readers behind a shared LN_1: learned, write-common-axis, write-rotated (5 runs)
+    assert study.leakage_models == ["learned", "write-common-axis", "write-rotated"]
+    assert len(study.leakage_runs) == 5
+    assert [p["pair_label"] for p in study.pairs] == [
+        "all-common-axis s42 − all-rotated s42",
+        "all-common-axis s42 − all-rotated-self s42",
+        "write-rotated s42 − learned s42",
+        "learned s42 − learned s43",
+    ]
+    assert study.pair_runs == [
+        ("all-common-axis", 42),
+        ("all-rotated", 42),
+        ("all-rotated-self", 42),
+        ("write-rotated", 42),
+        ("learned", 42),
+        ("learned", 43),
+    ]
+    # 1,250 steps: the checkpoints of steps 0, 256 and 1024, then their manifests
+    assert study.intermediate_checkpoints("c") == [
+        "c/step000000.safetensors",
+        "c/step000256.safetensors",
+        "c/step001024.safetensors",
+        "c/step000000.manifest.json",
+        "c/step000256.manifest.json",
+        "c/step001024.manifest.json",
+    ]
+    assert study.paper_inputs("figure4") == {"loss": ("loss", None)}
+    assert study.paper_inputs("lanes") == {"lanes": ("lanes", study.runs)}
+    assert study.figure_models("figure4") == study.loss_models
+    assert study.figure_models("figure3") == []
+
+
+def test_paper_config_loads():
+    study = Study.from_config(load("paper"))
+    assert len(study.runs) == 21  # METHODS §6.1
+    assert list(study.corpora) == ["R", "S"] and study.default_corpus == "R"
+    assert study.corpora["S"]["sampling"] == "read_once"
+    assert study.corpora["S"]["source"] == "fineweb"  # the source keys go to every corpus
+    assert study.vocab_corpus is None  # the full GPT-2 vocabulary
+    assert study.model_corpus("learned-s") == "S"
+    assert study.leakage_models == ["learned-r", "learned-s", "write-common-axis"]
+    cfg = study.train_config("learned-r", "42")
+    assert cfg["seed"] == 42 and cfg["repository_name"] == "plain-learned42"
+    assert cfg["corpus"] == "R" and cfg["display_name"] == "learned"
+    assert "repository_name" in study.train_config("learned-r", 43)
+    assert len(study.selection("table3")) == 7  # the corpus-S models of Table 3
+    assert study.paper_inputs("table3")["robustness"] == ("robustness", study.selection("table3"))
+    # 4H/3 = 16 heads: head indices are not the paper's lanes (METHODS §10.3)
+    assert study.index_meaningful("learned-r") and not study.index_meaningful("write-routed-a")
+    models = study.concentration_models()
+    assert models["all-common-axis"]["reader_type"] == "block"
+    assert models["learned-s"]["reader_type"] == "free"
+    assert models["multiscreen-learned"]["reader_type"] == "free"
+    assert models["write-routed-a"]["n_head"] == 16
+
+
+def test_paper_resources():
+    study = Study.from_config(load("paper"))
+    # train: 1 GPU × 8 CPUs per GPU
+    assert study.threads("train") == 8
+    assert study.resources("train", mem_mb=4000, runtime=120) == {
+        "mem_mb": 64000,
+        "runtime": 720,
+        "gpu": 1,
+        "cpus_per_gpu": 8,
+    }
+    assert study.threads("tokenize_corpus") == 16
+    # a rule the config does not name: resources.default, then the rule's own fallbacks
+    assert study.threads("lanes") == 1
+    assert study.resources("lanes", mem_mb=1000, runtime=10) == {
+        "mem_mb": 8000,
+        "runtime": 60,
+        "gpu": 0,
+        "cpus_per_task": 1,
+    }
+
+
+def test_threads_are_capped_by_the_cpus_of_the_job(micro):
+    micro["resources"] = {
+        "default": {"threads": 2},
+        "train": {"threads": 32, "cpus_per_task": 4, "slurm_partition": "gpu"},
+        "lanes": {"cpus_per_task": 3},
+    }
+    study = Study.from_config(micro)
+    assert study.threads("train") == 4
+    assert study.resources("train", mem_mb=1, runtime=1)["slurm_partition"] == "gpu"
+    assert study.threads("lanes") == 2  # default threads, below its 3 CPUs
+    assert study.threads("patch_heads") == 2
+    # no CPU request: the job asks Slurm for its threads
+    assert study.resources("patch_heads", mem_mb=1, runtime=1)["cpus_per_task"] == 2
+
+
+# ----------------------------------------------------------------------------- bad configs
+def test_misspelled_top_level_key(micro):
+    micro["trainig"] = micro.pop("training")
+    lines = problems(micro)
+    assert len(lines) <= 3
+    assert lines[0].startswith("config: unknown key 'trainig' (did you mean 'training'?)")
+    assert "allowed: study, corpus, data_seed, architecture, models, training" in lines[0]
+    assert "missing required key(s) training" in lines[1]
+
+
+def test_unknown_geometry(micro):
+    micro["models"]["learned"]["geometry"] = "all-rotatd"
+    (line,) = problems(micro)
+    assert line.startswith("config models.learned.geometry: 'all-rotatd' is not allowed")
+    assert "(did you mean 'all-rotated'?)" in line
+    assert "allowed: learned, write-common-axis," in line and "multiscreen-identity" in line
+
+
+def test_misspelled_model_in_a_pair(micro):
+    micro["concentration"]["pairs"] = [{"a": "write-common-axis", "b": "lerned"}]
+    (line,) = problems(micro)
+    assert line == (
+        "config concentration.pairs[0].b: unknown model 'lerned' (did you mean 'learned'?); "
+        "the study has ['learned', 'write-common-axis']"
+    )
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expect"),
+    [
+        (("training", "steps"), 0, "config training.steps: 0 is not allowed; it must be ≥ 1"),
+        (
+            ("tasks", "sva", "splits", "evaluation"),
+            10,
+            "config tasks.sva.splits.evaluation: 10 is not allowed; it must be a multiple of 4",
+        ),
+        (("training", "betas"), [0.9], "config training.betas: [0.9] is not allowed; it must"),
+        (("models", "learned", "seeds"), "1", "config models.learned.seeds: '1' is not allowed"),
+        (("models", "Learned"), {"geometry": "learned", "seeds": [1]}, "key 'Learned'"),
+        (("lanes", "split"), "holdout", "config lanes.split: 'holdout' is not allowed"),
+        (("leakage", "models"), ["lerned"], "config leakage.models[0]: unknown model 'lerned'"),
+        (("models", "learned", "corpus"), "R", "config models.learned.corpus is 'R'"),
+        (("models", "learned", "repository_names"), {2: "x"}, "names seeds ['2']"),
+        (
+            ("resources", "train"),
+            {"cpus_per_task": 2, "cpus_per_gpu": 2},
+            "config resources.train sets both cpus_per_task (2) and cpus_per_gpu (2)",
+        ),
+    ],
+)
+def test_bad_value_gives_one_line_naming_the_key(micro, path, value, expect):
+    node = micro
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+    (line,) = problems(micro)
+    assert expect in line, line
+
+
+def test_every_cross_key_problem_is_reported_at_once(micro):
+    micro["patching"]["splits"] = ["discovery"]
+    micro["leakage"] = {"models": ["nope"]}
+    lines = problems(micro)
+    assert [line.split(" ")[1] for line in lines] == [
+        "concentration.split",
+        "leakage.split",
+        "leakage.models[0]:",
+    ]
+
+
+def test_missing_key_and_unknown_nested_key(micro):
+    del micro["architecture"]["n_ctx"]
+    micro["training"]["lr_typo"] = 1.0
+    lines = problems(micro)
+    assert "config architecture: missing required key(s) n_ctx" in lines
+    assert any(line.startswith("config training: unknown key 'lr_typo'") for line in lines)
+
+
+def test_resource_keys_are_checked_against_the_rules(micro):
+    micro["resources"] = {"default": {"mem_mb": 1000}, "patch_head": {"mem_mb": 1000}}
+    study = Study.from_config(micro)  # the rules are known only to the workflow
+    with pytest.raises(StudyConfigError) as caught:
+        study.check_rules(["train", "patch_heads"])
+    assert str(caught.value) == (
+        "config resources.patch_head: 'patch_head' is not a rule (did you mean 'patch_heads'?); "
+        "allowed: default, patch_heads, train"
+    )
+    micro["resources"] = {"default": {"mem_mb": 1000}, "train": {"mem_mb": 1000}}
+    Study.from_config(micro).check_rules(["train"])
+
+
+def test_only_learned_checkpoints_are_exported(micro):
+    study = Study.from_config(micro)
+    study.check_exportable("learned")
+    with pytest.raises(ValueError, match="only 'learned'"):
+        study.check_exportable("write-common-axis")
+
+
+def test_a_geometry_impossible_at_the_size_fails_at_load(micro):
+    bad = copy.deepcopy(micro)
+    bad["models"]["routed"] = {"geometry": "write-routed-a", "seeds": [1]}  # 3 ∤ n_head = 2
+    (line,) = problems(bad)
+    assert line.startswith("config models.routed: ")
