@@ -42,29 +42,28 @@ class StudyConfigError(ValueError):
         super().__init__("\n".join(self.problems))
 
 
-# ----------------------------------------------------------------------------- what the zoo knows
-# The only places the study asks what a geometry is; each body becomes one call of the model
-# registry (reader_kind, has_shared_ln1, has_gpt2_form).
+# ------------------------------------------------------------------------ what the registry knows
+# The only places the study asks what a geometry is: the model registry answers.
 def _reader_type(geometry: str) -> str:
     """``block`` for the block-reader geometries (METHODS §4.3.1), ``free`` otherwise
     (multiscreen tiles read freely too, though without a shared LN)."""
-    from headgeom.model import zoo
+    from headgeom.model import registry
 
-    if geometry in zoo.MULTISCREEN_GEOMETRIES:
-        return "free"
-    return "free" if zoo.has_free_readers(geometry) else "block"
+    return registry.reader_kind(geometry)
 
 
 def _leakage_capable(geometry: str) -> bool:
     """A shared LN_1 before free readers: what leakage needs (METHODS §11.1)."""
-    from headgeom.model import zoo
+    from headgeom.model import registry
 
-    return zoo.has_free_readers(geometry)
+    return registry.has_shared_ln1(geometry)
 
 
 def _exportable(geometry: str) -> bool:
-    """Only ``learned`` has GPT-2's parameterisation (headgeom.model.interop)."""
-    return geometry == "learned"
+    """GPT-2's exact parameterisation (headgeom.model.interop): only ``learned``."""
+    from headgeom.model import registry
+
+    return registry.has_gpt2_form(geometry)
 
 
 # ----------------------------------------------------------------------------- schema
@@ -309,7 +308,7 @@ class Study:
     def intermediate_checkpoints(self, folder: str) -> list[str]:
         """Paths in a run's ``folder`` of every intermediate checkpoint (training.
         checkpoint_steps below the final step) and then of every one's manifest."""
-        from headgeom.training import TrainConfig, checkpoint_name, checkpoint_schedule
+        from headgeom.training.config import TrainConfig, checkpoint_name, checkpoint_schedule
 
         steps = checkpoint_schedule(TrainConfig.from_dict(self.config["training"]))
         names = [checkpoint_name(s) for s in steps]

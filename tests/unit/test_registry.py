@@ -264,13 +264,6 @@ def test_the_model_package_imports_without_cycles():
         visit(module, ())
 
 
-#: Files outside the model package that still hold a name comparison or hasattr probe, each
-#: owned by another part of the refactor (issue 9), with the registry call that replaces it.
-#: Empty this set as they are fixed; a new file with such a site fails the test.
-PENDING = {
-    "src/headgeom/paper/comparisons.py",  # SEED_PAIR_GEOMETRIES = ("learned",)
-    "workflow/rules/common.smk",  # != "learned", in MULTISCREEN_GEOMETRIES -> registry
-}
 REGISTRY_FILES = {"src/headgeom/model/registry.py", "src/headgeom/model/geometries.py"}
 NAMES = set(ALL) | set(registry.ARCHITECTURES) | {registry.geometry(g).stored_geometry for g in ALL}
 _PROBED = re.compile(r"reader|writer|cfg|config|model|block|attn")
@@ -320,11 +313,8 @@ def test_no_name_is_compared_and_no_reader_is_probed_outside_the_registry():
     offenders = {}
     for path in files:
         rel = path.relative_to(REPO).as_posix()
-        if rel in REGISTRY_FILES or rel in PENDING:
+        if rel in REGISTRY_FILES:
             continue
         if sites := _name_sites(path):
             offenders[rel] = sites
     assert not offenders
-    for rel in PENDING:  # a fixed file leaves the list
-        path = REPO / rel
-        assert not path.exists() or _name_sites(path), f"{rel} is clean: remove it from PENDING"

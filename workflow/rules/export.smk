@@ -20,4 +20,4 @@ rule export_hf:
         "../../envs/headgeom.yaml"
     shell:
         "python src/export_hf.py --checkpoint {input.checkpoint} --manifest {input.manifest} "
-        "--out-dir {output} 2> {log}"
+        "--threads {threads} --out-dir {output} 2> {log}"

@@ -21,4 +21,4 @@ rule geometry_stats:
     shell:
         "python src/geometry_stats.py --checkpoint {input.checkpoint} "
         "--manifest {input.manifest} --model-name {wildcards.model} --seed {wildcards.seed} "
-        "--out-pk {output.pk} --out-summary {output.summary} 2> {log}"
+        "--threads {threads} --out-pk {output.pk} --out-summary {output.summary} 2> {log}"

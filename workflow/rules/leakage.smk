@@ -20,4 +20,4 @@ rule leakage:
     shell:
         "python src/leakage.py --checkpoint {input.checkpoint} "
         "--manifest {input.manifest} --task {input.task} --effects {input.effects} "
-        "--split {params.split} --out {output} 2> {log}"
+        "--split {params.split} --threads {threads} --out {output} 2> {log}"

@@ -21,4 +21,4 @@ rule param_counts:
         "../../envs/headgeom.yaml"
     shell:
         "python src/param_counts.py --runs-json {params.runs:q} {params.vocab} "
-        "--out {output} 2> {log}"
+        "--threads {threads} --out {output} 2> {log}"

@@ -22,5 +22,5 @@ rule patch_heads:
         "python src/patch_heads.py --checkpoint {input.checkpoint} "
         "--manifest {input.manifest} --task {input.task} --splits {params.splits} "
         "--batch-size {params.batch_size} --max-rows {params.max_rows} "
-        "--model-name {wildcards.model} "
+        "--model-name {wildcards.model} --threads {threads} "
         "--seed {wildcards.seed} --task-name {wildcards.task} --out {output.effects} 2> {log}"

@@ -54,4 +54,5 @@ rule hash_checkpoint:
     shell:
         "python src/hash_checkpoint.py --config-json {params.cfg:q} "
         "--checkpoint {input.checkpoint} --train-log {input.train_log} "
-        "--corpus-manifest {input.corpus_manifest} --out {output.manifest} 2> {log}"
+        "--corpus-manifest {input.corpus_manifest} --threads {threads} "
+        "--out {output.manifest} 2> {log}"

@@ -13,6 +13,8 @@ import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from headgeom.model import registry
+
 # ----------------------------------------------------------------------------- selections
 _FIGURE3_SLOTS = [
     ["learned"],
@@ -107,8 +109,6 @@ PAPER_PAIRS = (
     ("all-common-axis", "all-rotated-self"),
     ("write-rotated", "learned"),
 )
-#: Geometries whose first two seeds form the paper's seed reference (§12.1).
-SEED_PAIR_GEOMETRIES = ("learned",)
 
 
 def unknown_model(model: str, models: Mapping[str, Any], where: str) -> ValueError:
@@ -138,8 +138,9 @@ def default_pairs(models: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any
     """The paper's pairs present in ``models``, first seed of each model.
 
     A geometry pair matches every model pair with those geometries trained on the same
-    corpus (models without a ``corpus`` key match each other). Each model of a
-    :data:`SEED_PAIR_GEOMETRIES` geometry with at least two seeds adds its seed pair.
+    corpus (models without a ``corpus`` key match each other). Each model of the baseline
+    geometry (``learned``) with at least two seeds adds its seed pair: the paper's seed
+    reference (§12.1).
     """
     pairs = []
     for geometry_a, geometry_b in PAPER_PAIRS:
@@ -152,7 +153,7 @@ def default_pairs(models: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any
                 ):
                     pairs.append(_pair(a, spec_a["seeds"][0], b, spec_b["seeds"][0]))
     for m, spec in models.items():
-        if spec["geometry"] in SEED_PAIR_GEOMETRIES and len(spec["seeds"]) >= 2:
+        if registry.is_baseline(spec["geometry"]) and len(spec["seeds"]) >= 2:
             pairs.append(_pair(m, spec["seeds"][0], m, spec["seeds"][1]))
     return pairs
 
