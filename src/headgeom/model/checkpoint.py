@@ -64,9 +64,3 @@ def load_verified(
     verify_file(checkpoint, expected, manifest)
     model, vocab = load_checkpoint(checkpoint)
     return model, vocab, read_json(manifest)
-
-
-# Transitional names for callers outside the model package (headgeom.training,
-# src/hash_checkpoint.py) until they call headgeom.model.registry; then delete these lines.
-model_config_from_dict = registry.config_from_dict
-model_from_config = registry.build_model

@@ -262,13 +262,3 @@ def count_parameters(model: nn.Module) -> tuple[int, int]:
     """(trainable parameters, tied embedding once; frozen buffer elements) (METHODS §4.4)."""
     n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return n_params, sum(b.numel() for b in model.buffers())
-
-
-# Transitional names for callers outside the model package (src/param_counts.py,
-# workflow/rules/common.smk, benchmarks/training_throughput.py) until they ask
-# headgeom.model.registry; then delete these lines.
-build_model = registry.build_model
-has_free_readers = registry.has_shared_ln1
-MULTISCREEN_GEOMETRIES: Mapping[str, str] = MappingProxyType(
-    {g: registry.geometry(g).stored_geometry for g in registry.geometry_names("multiscreen")}
-)
