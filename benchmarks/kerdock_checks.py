@@ -1,4 +1,4 @@
-"""Build a Kerdock ⊗ Haar basis family and print checks C2–C5 with timings (METHODS §5.5, §18).
+"""Build a Kerdock ⊗ Haar basis family and print checks C2–C5 with timings (docs §5.5, §18).
 
 python benchmarks/kerdock_checks.py                      # paper family: D=768, d=64, 24 members
 python benchmarks/kerdock_checks.py --d-model 64 --d-head 16 --n-members 8   # demo size

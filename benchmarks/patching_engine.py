@@ -1,5 +1,5 @@
 """Our exact head-patching engine against TransformerLens on the same model and examples
-(METHODS §10.1), plus the approximate attribution-patching pre-filter.
+(docs §10.1), plus the approximate attribution-patching pre-filter.
 
     python benchmarks/patching_engine.py                    # paper shape, 24 examples per task
     python benchmarks/patching_engine.py --n-examples 16 --threads 2

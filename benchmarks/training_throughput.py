@@ -46,7 +46,7 @@ from headgeom.training.loop import (  # noqa: E402
 )
 
 SHAPES = {
-    # METHODS §4.1 / §7.1: GPT-2 small, 32 × 512 tokens per step.
+    # docs §4.1 / §7.1: GPT-2 small, 32 × 512 tokens per step.
     "paper": dict(
         n_layer=12, n_head=12, d_model=768, d_head=64, d_mlp=3072, n_ctx=512, vocab=50257, batch=32
     ),

@@ -1,4 +1,4 @@
-"""Paired bootstrap of N_eff differences between models on one task (METHODS §12.4, §12.6).
+"""Paired bootstrap of N_eff differences between models on one task (docs §12.4, §12.6).
 
     python src/compare_concentration.py --task sva --split evaluation \\
         --pairs '[{"model_a": ..., "seed_a": 42, "model_b": ..., "seed_b": 42, ...}]' \\

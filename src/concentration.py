@@ -1,4 +1,4 @@
-"""Concentration of head-patching effects and its robustness (METHODS §10.2–10.4, §12).
+"""Concentration of head-patching effects and its robustness (docs §10.2–10.4, §12).
 
     python src/concentration.py --effects effects.parquet --split evaluation \\
         --n-bootstrap 2000 --bootstrap-seed 1204 --n-permutations 5000 --permutation-seed 1004 \\

@@ -1,4 +1,4 @@
-"""Validation loss versus N_eff and the rank agreement of N_eff variants (METHODS §12.3, §12.7).
+"""Validation loss versus N_eff and the rank agreement of N_eff variants (docs §12.3, §12.7).
 
     python src/concentration_loss.py --robustness <robustness Parquets> \\
         --manifests <checkpoint manifests> --models '{"learned": {...}, ...}' \\

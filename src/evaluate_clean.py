@@ -1,4 +1,4 @@
-"""Clean task performance (METHODS §8.6, paper Table 5): accuracy and mean logit margin.
+"""Clean task performance (docs §8.6, paper Table 5): accuracy and mean logit margin.
 
     python src/evaluate_clean.py --checkpoint model.safetensors --manifest manifest.json \\
         --task tasks/sva.parquet --threads 1 --out eval/sva.parquet

@@ -1,4 +1,4 @@
-"""Weight-space geometry of one checkpoint (METHODS §9.1–9.4, §14.1, §14.3; check C14).
+"""Weight-space geometry of one checkpoint (docs §9.1–9.4, §14.1, §14.3; check C14).
 
     python src/geometry_stats.py --checkpoint CKPT --manifest MANIFEST \\
         --model-name learned --seed 42 --threads 1 --out-pk pk.parquet \\
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         "geometry": cfg.geometry,
         **results.provenance(manifest),
         "rank_rtol": RANK_RTOL,
-        "space": "weight space: U = Im W_O, R_{X,0} = Im W_Xᵀ (METHODS §9.1), float64",
+        "space": "weight space: U = Im W_O, R_{X,0} = Im W_Xᵀ (docs §9.1), float64",
         **c14_metadata(geo),
         "threads": args.threads,
     }

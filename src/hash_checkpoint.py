@@ -1,4 +1,4 @@
-"""Write the checkpoint manifest (METHODS §2.3) that every analysis verifies before it reads
+"""Write the checkpoint manifest (docs §2.3) that every analysis verifies before it reads
 weights.
 
     python src/hash_checkpoint.py --config-json '{...}' --checkpoint model.safetensors \\

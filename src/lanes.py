@@ -1,4 +1,4 @@
-"""Lane score Λ and its within-layer permutation test (METHODS §10.5).
+"""Lane score Λ and its within-layer permutation test (docs §10.5).
 
     python src/lanes.py --heads heads.parquet --split discovery \\
         --n-permutations 5000 --seed 5000 --out lanes.parquet

@@ -1,4 +1,4 @@
-"""Directional leakage of real patch perturbations into later readers (METHODS §9.5, §11.2–11.3).
+"""Directional leakage of real patch perturbations into later readers (docs §9.5, §11.2–11.3).
 
     python src/leakage.py --checkpoint CKPT --manifest MANIFEST --task TASK.parquet \\
         --effects effects.parquet --split evaluation --threads 1 --out leakage.parquet
@@ -80,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         "check_C8_tolerance": leakage.C8_TOLERANCE,
         "check_C9_max_abs_residual": out.c9,
         "check_C9_tolerance": leakage.C9_TOLERANCE,
-        "read_space": "folded: Im(P_c diag(gamma_LN1) W_X^T) (METHODS §9.2)",
-        "rho_definition": "PK(U, R) / dim U (isotropic expectation, METHODS §9.5)",
+        "read_space": "folded: Im(P_c diag(gamma_LN1) W_X^T) (docs §9.2)",
+        "rho_definition": "PK(U, R) / dim U (isotropic expectation, docs §9.5)",
         "device": str(device),
         "threads": args.threads,
     }

@@ -1,5 +1,5 @@
 """Render one paper figure (PNG + SVG) and its source data (CSV) from result Parquets, with a
-sidecar of input hashes (METHODS §17).
+sidecar of input hashes (docs §17).
 
 Inputs come in kinds, one ``--input KIND PATH...`` per kind (see ``headgeom.paper.figures``);
 ``--models`` restricts a figure drawn from a cross-model Parquet (Figure 4) to those models."""

@@ -1,5 +1,5 @@
 """Render one paper table (Markdown, LaTeX and CSV) from result Parquets, with a sidecar of
-input hashes (METHODS §17).
+input hashes (docs §17).
 
 Inputs come in kinds, one ``--input KIND PATH...`` per kind (see ``headgeom.paper.tables``)."""
 

@@ -1,4 +1,4 @@
-"""Generate one behavioural task dataset (METHODS §8): SVA, Quote or Plural.
+"""Generate one behavioural task dataset (docs §8): SVA, Quote or Plural.
 
     python src/make_tasks.py --task sva --config-json '{"seed":101,"splits":{"discovery":300,
         "validation":240,"evaluation":240,"holdout":32},"prepend_eot":false}' \\

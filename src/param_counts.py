@@ -1,4 +1,4 @@
-"""Count every model's parameters with the real constructor, on the meta device (METHODS §4.4).
+"""Count every model's parameters with the real constructor, on the meta device (docs §4.4).
 
     python src/param_counts.py --runs-json '[{"model": "learned", "seed": 42, ...}]' \\
         [--vocab vocab.parquet] --out results/demo/models/param_counts.parquet
@@ -6,7 +6,7 @@
 Each run gives its study model name, seed, repository and display names, geometry, corpus
 and the model section of its run config (headgeom.analysis.param_counts). The vocabulary
 size is the row count of ``--vocab`` (a compacted demo vocabulary) or, without it, GPT-2's
-50,257. Any count that differs from METHODS §6.1 fails the job ([CHECK] §4.4).
+50,257. Any count that differs from docs §6.1 fails the job ([CHECK] §4.4).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Single-head activation patching of every head on every example (METHODS §10.1).
+"""Single-head activation patching of every head on every example (docs §10.1).
 
     python src/patch_heads.py --checkpoint CKPT --manifest MANIFEST --task TASK.parquet \\
         --splits discovery,validation,evaluation,holdout --batch-size 128 --max-rows 4096 \\
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     set_threads(args.threads)
     model, vocab, manifest = load_verified(args.checkpoint, args.manifest)
     device = pick_device(args.device)
-    model = model.to(device)  # analyses run in float32 (METHODS §0)
+    model = model.to(device)  # analyses run in float32 (docs §0)
     task = read_task(args.task, args.splits)
     effects = patch_task(
         model, vocab, task, args.splits, args.batch_size, args.max_rows, args.engine
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         **results.provenance(
             manifest, task_dataset_sha256=task.dataset_sha256, task_file_sha256=task.file_sha256
         ),
-        "patch_site": "blocks.{l}.attn.hook_z, head h, all positions (METHODS §10.1)",
+        "patch_site": "blocks.{l}.attn.hook_z, head h, all positions (docs §10.1)",
         "batch_size": args.batch_size,
         "max_rows": args.max_rows,
         "engine": args.engine,

@@ -1,4 +1,4 @@
-"""Tokenise one training corpus and the shared validation file; write its manifest (METHODS §3).
+"""Tokenise one training corpus and the shared validation file; write its manifest (docs §3).
 
     python src/tokenize_corpus.py --config-json '{"name":"R","source":"fineweb",
         "revision":"87f0...","n_train_tokens":200000000,"n_val_tokens":2000000,

@@ -1,4 +1,4 @@
-"""Artifact identity (METHODS §2): canonical JSON, SHA-256 of exact bytes, source freeze,
+"""Artifact identity (docs §2): canonical JSON, SHA-256 of exact bytes, source freeze,
 environment record, and verification of a file against the hash its manifest names."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class ManifestMismatchError(RuntimeError):
 
 
 def canonical_json(obj: Any) -> bytes:
-    """Sorted keys, compact separators, UTF-8, no trailing newline (METHODS §2.1)."""
+    """Sorted keys, compact separators, UTF-8, no trailing newline (docs §2.1)."""
     return json.dumps(
         obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     ).encode("utf-8")
@@ -57,7 +57,7 @@ def _git(*args: str) -> bytes | None:
 
 
 def source_freeze() -> dict[str, str | None]:
-    """Git commit and SHA-256 of `git diff HEAD` over tracked files (METHODS §2.2).
+    """Git commit and SHA-256 of `git diff HEAD` over tracked files (docs §2.2).
 
     Outside a git checkout (e.g. an installed wheel) both are null: the record says so
     rather than inventing an identity.
@@ -121,5 +121,5 @@ def read_manifest_field(manifest: str | os.PathLike, key: str) -> Any:
 
 def manifest_hash(manifest: str | os.PathLike) -> str:
     """Identity of a JSON manifest: the content hash of its parsed object, not of its
-    pretty-printed bytes (METHODS §2.1, §2.3)."""
+    pretty-printed bytes (docs §2.1, §2.3)."""
     return content_hash(_load_manifest(Path(manifest)))

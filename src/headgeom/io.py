@@ -57,7 +57,7 @@ def write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Human-readable JSON (sorted keys, trailing newline); never the hashed form (METHODS §2.1)."""
+    """Human-readable JSON (sorted keys, trailing newline); never the hashed form (docs §2.1)."""
     write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 

@@ -1,4 +1,4 @@
-"""The checkpoint manifest (METHODS §2.3): the record, one per saved checkpoint, that binds
+"""The checkpoint manifest (docs §2.3): the record, one per saved checkpoint, that binds
 its weights to the run config, the corpus, the source and the environment, and that every
 analysis verifies before it reads weights.
 
@@ -23,7 +23,7 @@ from headgeom.model import registry
 from headgeom.model.checkpoint import load_checkpoint
 from headgeom.training.config import RunConfig
 
-# Corpus-manifest fields copied into ``data`` when present (names as in METHODS §2.3).
+# Corpus-manifest fields copied into ``data`` when present (names as in docs §2.3).
 DATASET_FIELDS = ("dataset_config", "dataset_revision", "dataset_split", "source_files")
 
 # Train-log file metadata the final manifest is built from (written by src/train.py).
@@ -45,7 +45,7 @@ class LineageError(RuntimeError):
 
 
 def data_record(corpus: dict, data_seed: int) -> dict:
-    """The ``data`` block of METHODS §2.3 from the corpus manifest of the model's corpus.
+    """The ``data`` block of docs §2.3 from the corpus manifest of the model's corpus.
     ``corpus`` names it (R, S, or the study's single corpus); ``corpus_sha256`` and
     ``val_sha256`` hash the token bytes (little-endian uint16, as corpus_R.bin would be);
     ``files_sha256`` hashes the Parquet files as stored; ``sampling`` is how training drew
@@ -94,7 +94,7 @@ def checkpoint_manifest(
     train_log_sha256: str | None,
     corpus_manifest_sha256: str,
 ) -> dict:
-    """The checkpoint manifest (METHODS §2.3) of ``model`` after ``step`` updates; the one
+    """The checkpoint manifest (docs §2.3) of ``model`` after ``step`` updates; the one
     builder of the final manifest (:func:`final_manifest`) and of the intermediate ones
     (written while training, where ``train_log_sha256`` is null: the log comes after them)."""
     # Multiscreen configs carry no geometry_params; only GPT geometries use Kerdock bases.

@@ -104,11 +104,11 @@ def require_provenance(
 STANDARD_DESCRIPTIONS = {
     "model": "model configuration name (config key, e.g. learned, write-common-axis)",
     "seed": "training (initialisation) seed of the model",
-    "task": "behavioural task (sva, quote, plural; METHODS §8)",
+    "task": "behavioural task (sva, quote, plural; docs §8)",
     "split": "task split (discovery, validation, evaluation, holdout)",
     "example_id": "example id in the task Parquet",
-    "condition": "task condition of the example (METHODS §8)",
-    "lexical_group": "lexical group of the example (METHODS §8.1)",
+    "condition": "task condition of the example (docs §8)",
+    "lexical_group": "lexical group of the example (docs §8.1)",
     "layer": "layer l, 0-based (0 is closest to the embedding)",
     "head": "head index h within the layer, 0-based",
     "read_type": "reader input X: Q, K or V",
@@ -186,7 +186,7 @@ _TRAIN_LOG_DESCRIPTIONS = {
     "seconds": "wall-clock training seconds since the start at the end of this update "
     "(validation and checkpoint writes excluded; summed over restarts). The only column "
     "that differs between an interrupted-and-resumed run and an uninterrupted one",
-    "val_loss": "validation cross-entropy in nats (METHODS §3.4) after this update; null "
+    "val_loss": "validation cross-entropy in nats (docs §3.4) after this update; null "
     "except every eval_every steps, at every intermediate checkpoint step and at the "
     "final step",
 }
@@ -282,8 +282,8 @@ PARAM_COUNTS = ResultTable(
         "corpus": "training corpus R (200M tokens, with replacement) or S (1.07B, read once); "
         "null when the study does not say",
         "n_params": "trainable parameters of the real constructor, tied embedding counted once, "
-        "frozen buffers excluded (METHODS §4.4); null if the model cannot be built",
-        "expected_n_params": "exact count of METHODS §6.1 when the model has the paper's size; "
+        "frozen buffers excluded (docs §4.4); null if the model cannot be built",
+        "expected_n_params": "exact count of docs §6.1 when the model has the paper's size; "
         "null where the paper gives no number (other sizes)",
         "n_frozen": "elements of the frozen buffers (write maps, read blocks); not parameters",
         "n_vocab": "vocabulary size the model was built with",
@@ -323,7 +323,7 @@ GEOMETRY_PK = ResultTable(
         "target_layer": "layer l' (> l) of the other head",
         "target_head": "head index of the other head",
         "read_type": "X ∈ {Q, K, V} of the read space for write_read; null for write_write",
-        "pk": "projection kernel ‖UᵀV‖_F² = Σ cos²θ_i (METHODS §9.3), weight space",
+        "pk": "projection kernel ‖UᵀV‖_F² = Σ cos²θ_i (docs §9.3), weight space",
         "rho": "PK / min(source_dim, target_dim)",
         "source_dim": "dimension of Im W_O of the source head (rank, SVD cut 1e-6·σ_max)",
         "target_dim": "dimension of the target write space or weight-space read space Im W_Xᵀ",
@@ -345,7 +345,7 @@ _GEOMETRY_SUMMARY_COLUMNS = [
         "own_best_fraction",
         pa.float64(),
         "fraction of heads in layers ≥ 1 whose V read space R_{V,0} has strictly the "
-        "largest PK with their own write space among their layer's heads (METHODS §14.1)",
+        "largest PK with their own write space among their layer's heads (docs §14.1)",
     ),
     ("own_best_fraction_layer0", pa.float64(), "the same for the heads of layer 0"),
     ("n_heads_own_best_test", pa.int32(), "heads in layers ≥ 1 (the own-best reader set)"),
@@ -365,7 +365,7 @@ _GEOMETRY_SUMMARY_COLUMNS = [
         "prop1_applies",
         pa.bool_(),
         "every layer's writes decompose R^D orthogonally: H·d == D and "
-        "max|Σ_h P_{U^{l,h}} − I| ≤ 1e-8 (METHODS §9.4)",
+        "max|Σ_h P_{U^{l,h}} − I| ≤ 1e-8 (docs §9.4)",
     ),
     (
         "write_decomposition_residual",
@@ -440,7 +440,7 @@ EFFECTS = ResultTable(
         "split": "task split the example belongs to",
         "example_id": "example id in the task file",
         "condition": "task condition of the example",
-        "lexical_group": "lexical group of the example (METHODS §8.1)",
+        "lexical_group": "lexical group of the example (docs §8.1)",
         "layer": "layer l of the patched head, 0-based",
         "head": "head index h within the layer, 0-based",
         "clean_ld": "logit(correct) − logit(incorrect) at the final position, clean prompt",
@@ -456,9 +456,9 @@ _STAT_DESCRIPTIONS = {
     "E": "Σ|e_{l,h}|, logit units: separate single-head interventions, not a joint one",
     "N_eff": "exp of the Shannon entropy (nats) of p = |e|/E: effective number of heads",
     "top_head_share": "max |e| / E",
-    "N_index": "exp H(index marginal q_h = Σ_l p_{l,h}) (METHODS §10.3)",
+    "N_index": "exp H(index marginal q_h = Σ_l p_{l,h}) (docs §10.3)",
     "N_layer_given_index": "exp Σ_h q_h H(layer | h); N_eff = N_index · N_layer_given_index",
-    "N_eff_abs": "N_eff with p from the per-example-absolute effects E_x|d(x)| (METHODS §12.3)",
+    "N_eff_abs": "N_eff with p from the per-example-absolute effects E_x|d(x)| (docs §12.3)",
     "N_eff_abs_ratio": "N_eff_abs / N_eff",
 }
 HEADS = ResultTable(
@@ -468,8 +468,8 @@ HEADS = ResultTable(
         [("layer", pa.int32()), ("head", pa.int32()), ("e", pa.float64()), ("p", pa.float64())],
     ),
     {
-        "e": "signed mean drop e_{l,h} over the split's examples, logit units (METHODS §10.1)",
-        "p": "share |e_{l,h}| / E; null when every effect is zero (METHODS §10.2)",
+        "e": "signed mean drop e_{l,h} over the split's examples, logit units (docs §10.1)",
+        "p": "share |e_{l,h}| / E; null when every effect is zero (docs §10.2)",
     },
     "(split, layer, head) of one (model, seed, task)",
 )
@@ -530,12 +530,12 @@ ROBUSTNESS = ResultTable(
     ),
     {
         **_STAT_DESCRIPTIONS,
-        "split": "analysis split (config concentration.split; the evaluation split of METHODS §12)",
+        "split": "analysis split (config concentration.split; the evaluation split of docs §12)",
         "n_layers": "layers L of the model",
         "n_heads": "heads per layer H of the model",
         "index_meaningful": "the model has the base architecture's heads per layer, so head "
         "indices form the paper's lanes and the index decomposition/null are reported "
-        "(METHODS §10.3: 12-head models); false for write-routed and multiscreen models",
+        "(docs §10.3: 12-head models); false for write-routed and multiscreen models",
         "N_index_null_median": "median N_index over within-layer head-index permutations (§10.4)",
         "N_index_p_lower": "lower one-sided p = (1 + #{N_index_null ≤ N_index}) / (1 + "
         "n_permutations); uncorrected across models",
@@ -572,7 +572,7 @@ CONDITIONS = ResultTable(
     ),
     {
         **{k: _STAT_DESCRIPTIONS[k] for k in ("E", "N_eff", "top_head_share", "N_eff_abs")},
-        "n_examples": "examples of the condition (METHODS §12.5: 60 per condition)",
+        "n_examples": "examples of the condition (docs §12.5: 60 per condition)",
     },
     "condition of the analysis split of one (model, seed, task)",
 )
@@ -590,7 +590,7 @@ LOGO = ResultTable(
         ],
     ),
     {
-        "lexical_group": "the lexical group left out (METHODS §12.6)",
+        "lexical_group": "the lexical group left out (docs §12.6)",
         "n_dropped": "examples of the group, dropped",
         "n_kept": "examples kept",
         "N_eff": "N_eff on the kept examples",
@@ -648,13 +648,13 @@ PAIRED = ResultTable(
         "N_eff_b": "N_eff of B on all shared examples",
         "diff": "N_eff(A) − N_eff(B) on all shared examples",
         "ratio": "N_eff(A) / N_eff(B)",
-        "ci_low": "lower end of the paired-bootstrap percentile interval of diff (METHODS §12.4)",
+        "ci_low": "lower end of the paired-bootstrap percentile interval of diff (docs §12.4)",
         "ci_high": "upper end of that interval",
         "ci_level": "coverage of the interval (0.95: the 2.5 and 97.5 percentiles)",
         "n_bootstrap": "paired resamples: the same example multiplicities applied to A and B",
         "bootstrap_seed": "seed of numpy Generator(PCG64) for the resamples",
         "resolved": "the interval excludes 0",
-        "logo_n_groups": "lexical groups left out in turn (METHODS §12.6)",
+        "logo_n_groups": "lexical groups left out in turn (docs §12.6)",
         "logo_sign_reversals": "left-out groups whose diff has the opposite sign of diff",
         "logo_min_diff": "smallest diff over left-out groups",
         "logo_max_diff": "largest diff over left-out groups",
@@ -678,7 +678,7 @@ PAIRED_LOGO = ResultTable(
     ),
     {
         **_PAIR_DESCRIPTIONS,
-        "lexical_group": "lexical group left out of both models (METHODS §12.6)",
+        "lexical_group": "lexical group left out of both models (docs §12.6)",
         "n_kept": "examples kept",
         "N_eff_a": "N_eff of A without the group",
         "N_eff_b": "N_eff of B without the group",
@@ -709,7 +709,7 @@ LOSS = ResultTable(
     ),
     {
         "display_name": "the paper's name of the configuration",
-        "geometry": "read/write geometry (METHODS §6)",
+        "geometry": "read/write geometry (docs §6)",
         "corpus": "training corpus of the paper (R or S); null when the study does not say",
         "reader_type": "free (learned W_QKV after the shared LN) or block readers (marker of "
         "paper Figure 4)",
@@ -737,7 +737,7 @@ SPEARMAN = ResultTable(
     ),
     {
         "analysis": "loss_vs_N_eff: validation loss vs geometric-mean N_eff over (model, seed) "
-        "(METHODS §12.7); N_eff_vs_N_eff_abs: N_eff vs per-example-absolute N_eff (METHODS "
+        "(docs §12.7); N_eff_vs_N_eff_abs: N_eff vs per-example-absolute N_eff (METHODS "
         "§12.3)",
         "subset": "all: every included (model, seed) or every (model, seed, task); base_heads: "
         "included models with the base head count; task: the (model, seed) rows of one task",

@@ -23,7 +23,7 @@ import yaml
 
 from headgeom.paper import selections
 
-#: The three tasks of every study (METHODS §8), in the order the paper prints them.
+#: The three tasks of every study (docs §8), in the order the paper prints them.
 TASKS = ("sva", "quote", "plural")
 #: The schema beside the workflow (the repository root holds src/ and workflow/).
 SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
@@ -45,7 +45,7 @@ class StudyConfigError(ValueError):
 # ------------------------------------------------------------------------ what the registry knows
 # The only places the study asks what a geometry is: the model registry answers.
 def _reader_type(geometry: str) -> str:
-    """``block`` for the block-reader geometries (METHODS §4.3.1), ``free`` otherwise
+    """``block`` for the block-reader geometries (docs §4.3.1), ``free`` otherwise
     (multiscreen tiles read freely too, though without a shared LN)."""
     from headgeom.model import registry
 
@@ -53,7 +53,7 @@ def _reader_type(geometry: str) -> str:
 
 
 def _leakage_capable(geometry: str) -> bool:
-    """A shared LN_1 before free readers: what leakage needs (METHODS §11.1)."""
+    """A shared LN_1 before free readers: what leakage needs (docs §11.1)."""
     from headgeom.model import registry
 
     return registry.has_shared_ln1(geometry)
@@ -411,7 +411,7 @@ class Study:
     @cached_property
     def leakage_models(self) -> list[str]:
         """Models leakage measures: config leakage.models, by default every model whose
-        geometry has a shared LN_1 before free readers (METHODS §11.1)."""
+        geometry has a shared LN_1 before free readers (docs §11.1)."""
         chosen = self.config["leakage"].get("models")
         if chosen is None:
             return [m for m, spec in self.models.items() if _leakage_capable(spec["geometry"])]
@@ -438,11 +438,11 @@ class Study:
 
     @cached_property
     def loss_models(self) -> list[str]:
-        """Models of the loss-versus-N_eff correlation (METHODS §12.7)."""
+        """Models of the loss-versus-N_eff correlation (docs §12.7)."""
         return selections.loss_models(self.models, self.config["concentration"].get("loss_models"))
 
     def concentration_models(self) -> dict[str, dict]:
-        """What the loss-versus-N_eff table says about each model (METHODS §12.7)."""
+        """What the loss-versus-N_eff table says about each model (docs §12.7)."""
         return {
             m: {
                 "display_name": spec.get("display_name", m),
@@ -455,7 +455,7 @@ class Study:
         }
 
     def index_meaningful(self, model: str) -> bool:
-        """Head indices form the paper's lanes only with the base head count (METHODS §10.3)."""
+        """Head indices form the paper's lanes only with the base head count (docs §10.3)."""
         return self.model_config(model)["n_head"] == self.config["architecture"]["n_head"]
 
     # ------------------------------------------------------------------ paper

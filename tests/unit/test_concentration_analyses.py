@@ -1,4 +1,4 @@
-"""The concentration stage scripts on hand-made effects (METHODS §10.2–10.4, §12).
+"""The concentration stage scripts on hand-made effects (docs §10.2–10.4, §12).
 
 Effects Parquets are built here with known per-example drops, so every expected value
 follows from the definitions (N_eff = exp H(|e|/E), e = mean drop) and not from the code.

@@ -1,4 +1,4 @@
-"""Corpus sources (METHODS §3): local text / Parquet / JSONL and the Hub through `datasets`,
+"""Corpus sources (docs §3): local text / Parquet / JSONL and the Hub through `datasets`,
 EOT-separated documents cut at exact sizes, the shared validation file, R vs S, manifests,
 and every failure stopping at once with no output left behind."""
 

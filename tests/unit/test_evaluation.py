@@ -1,4 +1,4 @@
-"""Clean logit differences (METHODS §8.6) against a direct full-logit computation."""
+"""Clean logit differences (docs §8.6) against a direct full-logit computation."""
 
 from __future__ import annotations
 

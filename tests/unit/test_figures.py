@@ -1,4 +1,4 @@
-"""Paper figures from tiny hand-made Parquets (METHODS §17.2)."""
+"""Paper figures from tiny hand-made Parquets (docs §17.2)."""
 
 from __future__ import annotations
 
@@ -344,7 +344,7 @@ def test_figure4_spearman_is_scipys_on_the_plotted_points(loss_path):
         pytest.approx(spearmanr(twelve["val_loss"], twelve["N_eff_geomean"]).statistic),
         6,
     )
-    # C16 (METHODS §12.7): the paper's own numbers
+    # C16 (docs §12.7): the paper's own numbers
     assert round(rho["all"][0], 3) == -0.767 and round(rho["base_heads"][0], 3) == -0.943
     fig = figure4(data)
     ax = fig.axes[0]

@@ -1,4 +1,4 @@
-"""Frozen Kerdock ⊗ Haar bases against first-principles expectations (METHODS §5, §18 C2–C5)."""
+"""Frozen Kerdock ⊗ Haar bases against first-principles expectations (docs §5, §18 C2–C5)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from headgeom.model.kerdock import (
     walsh_transform,
 )
 
-PAPER_PAIRS_64 = [(2 * k, 2 * k + 1) for k in range(12)]  # METHODS §5.5 item 5, verbatim
+PAPER_PAIRS_64 = [(2 * k, 2 * k + 1) for k in range(12)]  # docs §5.5 item 5, verbatim
 PAPER_PAIRS_16 = [(12, 16), (13, 17), (14, 18), (15, 19), (8, 20), (9, 21), (10, 22), (11, 23)]
 
 
@@ -132,7 +132,7 @@ def test_bent_check_detects_a_non_bent_difference():
 
 
 def test_kerdock_forms_have_the_stated_alternating_forms():
-    """B_u((ξ,ε),(η,δ)) = Tr(u²ξη) + Tr(uξ)Tr(uη) + εTr(uη) + δTr(uξ) (METHODS §5.4 step 4)."""
+    """B_u((ξ,ε),(η,δ)) = Tr(u²ξη) + Tr(uξ)Tr(uη) + εTr(uη) + δTr(uξ) (docs §5.4 step 4)."""
     m, t = 8, 7
     field, forms = binary_field(t), kerdock_forms(m)
     a = np.arange(1 << m)
@@ -223,7 +223,7 @@ def test_paper_geometry_matches_direct_principal_angles(paper, i, j):
     direct = paper.members[i].T @ paper.members[j]
     blocks = direct.reshape(12, 64, 12, 64).transpose(0, 2, 1, 3)  # (h, k, 64, 64)
     assert np.allclose(paper.pk[i, j], np.einsum("hkab,hkab->hk", blocks, blocks), atol=1e-12)
-    cosines = np.linalg.svd(blocks, compute_uv=False)  # principal cosines (METHODS §9.3)
+    cosines = np.linalg.svd(blocks, compute_uv=False)  # principal cosines (docs §9.3)
     is_shared = cosines > 1 - 1e-9
     assert np.array_equal(paper.shared[i, j], is_shared.sum(axis=-1))
     top = np.where(is_shared, 0.0, cosines).max(axis=-1)
@@ -238,7 +238,7 @@ def test_paper_geometry_matches_direct_principal_angles(paper, i, j):
 
 
 def test_paper_shared_three_dimensional_pattern(paper):
-    """METHODS §5.5 item 5 / C5, over all 276 member pairs × 144 head pairs."""
+    """docs §5.5 item 5 / C5, over all 276 member pairs × 144 head pairs."""
     counts = {}
     for i, j in itertools.combinations(range(24), 2):
         s = paper.shared[i, j]

@@ -1,4 +1,4 @@
-"""Lane score Λ and its permutation test (METHODS §10.5)."""
+"""Lane score Λ and its permutation test (docs §10.5)."""
 
 from __future__ import annotations
 

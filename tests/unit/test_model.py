@@ -21,7 +21,7 @@ def tiny(geometry="learned", seed=0):
 
 
 def expected_learned_params(V, T, L, D, F):
-    """METHODS §4.4 by hand: embeddings + L·(LN1 + QKV + W_O + LN2 + MLP) + final LN."""
+    """docs §4.4 by hand: embeddings + L·(LN1 + QKV + W_O + LN2 + MLP) + final LN."""
     per_layer = 2 * D + (3 * D * D + 3 * D) + (D * D + D) + 2 * D + (D * F + F) + (F * D + D)
     return V * D + T * D + L * per_layer + 2 * D
 

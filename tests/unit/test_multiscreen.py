@@ -1,4 +1,4 @@
-"""The multiscreen controls (METHODS §6.6): exact counts, causality, the z site, frozen writes,
+"""The multiscreen controls (docs §6.6): exact counts, causality, the z site, frozen writes,
 screening math, and that a tiny model learns."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Single-head patching, the real patch perturbation δ and the patching/leakage/lanes scripts
-(METHODS §10.1, §11.2–11.3; checks C8, C9)."""
+(docs §10.1, §11.2–11.3; checks C8, C9)."""
 
 from __future__ import annotations
 
@@ -409,7 +409,7 @@ def test_scripts_end_to_end(tmp_path, geometry):
 
 
 def test_patch_heads_defaults_to_all_four_splits_and_names_the_manifest(tmp_path):
-    """Without --splits every split is patched (METHODS §10.1: all four, per example); the
+    """Without --splits every split is patched (docs §10.1: all four, per example); the
     file names the checkpoint and its manifest; both engines write the same effects."""
     paths = make_fixture(tmp_path)
     argv = ["--checkpoint", str(paths["checkpoint"]), "--manifest", str(paths["manifest"])]

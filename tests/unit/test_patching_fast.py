@@ -1,4 +1,4 @@
-"""The fast patching engine equals the plain one (METHODS §10.1) for every zoo geometry, with
+"""The fast patching engine equals the plain one (docs §10.1) for every zoo geometry, with
 and without clean-prefix reuse, for multiscreen and under chunking, batching, mixed lengths
 and mixed first-difference positions; the prefix reuse really skips the shared prefix; the
 approximate attribution mode equals the first-order directional derivative of the patch."""

@@ -35,7 +35,7 @@ ALL = registry.geometry_names()
 TINY = dict(n_layer=2, n_head=4, d_model=16, d_head=4, d_mlp=24, n_ctx=16)
 THREE_HEADS = dict(n_layer=4, n_head=3, d_model=24, d_head=8, d_mlp=24, n_ctx=16)
 N_VOCAB = 19
-#: Restated from METHODS §4.3.1 and §6: the geometries whose heads read one block each.
+#: Restated from docs §4.3.1 and §6: the geometries whose heads read one block each.
 BLOCK_READERS = {"read-common", "all-common-axis", "all-rotated", "all-rotated-self"}
 MULTISCREEN = {"multiscreen-learned", "multiscreen-identity"}
 

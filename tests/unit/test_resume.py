@@ -206,7 +206,7 @@ def test_reference_run_outputs(reference, corpus):
     assert names == [
         f"step{s:06d}.{ext}" for s in INTERMEDIATE for ext in ("manifest.json", "safetensors")
     ]
-    # METHODS §7.3: the step-0 checkpoint is the initialisation, regenerated to the byte.
+    # docs §7.3: the step-0 checkpoint is the initialisation, regenerated to the byte.
     regenerated = reference / "regenerated.safetensors"
     save_checkpoint(regenerated, initial_model(run, n_vocab=len(vocab)), vocab)
     step0 = reference / "checkpoints" / "step000000.safetensors"

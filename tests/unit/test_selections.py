@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 # ----------------------------------------------------------------------------- selections
 def test_paper_selections_on_the_paper_config():
     models = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())["models"]
-    # METHODS §12.2: the 7 corpus-S models of Table 3
+    # docs §12.2: the 7 corpus-S models of Table 3
     assert select_models(models, "table3") == [
         ("learned-s", 42),
         ("write-rotated-s", 42),

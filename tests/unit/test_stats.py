@@ -1,4 +1,4 @@
-"""Concentration metrics, the index null and the §12 resampling statistics (METHODS §10, §12)."""
+"""Concentration metrics, the index null and the §12 resampling statistics (docs §10, §12)."""
 
 from __future__ import annotations
 
@@ -302,7 +302,7 @@ def test_c16_spearman_of_the_paper_loss_and_n_eff():
     n_eff = geometric_mean(np.array([v[1] for v in PAPER_S_MODELS.values()]))
     rho_all, _ = spearman(loss, n_eff)
     rho_12, _ = spearman(loss[:6], n_eff[:6])
-    assert round(rho_all, 3) == -0.767  # METHODS §12.7, C16
+    assert round(rho_all, 3) == -0.767  # docs §12.7, C16
     assert round(rho_12, 3) == -0.943
     # By hand for the six 12-head models: loss ranks 1..6, N_eff ranks 5, 6, 4, 3, 2, 1
     # (geometric means 10.5, 20.1, 9.6, 7.4, 7.2, 6.6): Σd² = 68, ρ = 1 − 6·68 / (6·35).

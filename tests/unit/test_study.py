@@ -95,7 +95,7 @@ def test_demo_analyses():
 
 def test_paper_config_loads():
     study = Study.from_config(load("paper"))
-    assert len(study.runs) == 21  # METHODS §6.1
+    assert len(study.runs) == 21  # docs §6.1
     assert list(study.corpora) == ["R", "S"] and study.default_corpus == "R"
     assert study.corpora["S"]["sampling"] == "read_once"
     assert study.corpora["S"]["source"] == "fineweb"  # the source keys go to every corpus
@@ -108,7 +108,7 @@ def test_paper_config_loads():
     assert "repository_name" in study.train_config("learned-r", 43)
     assert len(study.selection("table3")) == 7  # the corpus-S models of Table 3
     assert study.paper_inputs("table3")["robustness"] == ("robustness", study.selection("table3"))
-    # 4H/3 = 16 heads: head indices are not the paper's lanes (METHODS §10.3)
+    # 4H/3 = 16 heads: head indices are not the paper's lanes (docs §10.3)
     assert study.index_meaningful("learned-r") and not study.index_meaningful("write-routed-a")
     models = study.concentration_models()
     assert models["all-common-axis"]["reader_type"] == "block"

@@ -1,4 +1,4 @@
-"""Subspace geometry and directional leakage against first-principles expectations (METHODS §9)."""
+"""Subspace geometry and directional leakage against first-principles expectations (docs §9)."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def test_shared_dimensions_counts_a_planted_intersection():
 
 
 def test_proposition_1_overlap_is_conserved():
-    """Σ_i PK(U_i, R) = dim R for an orthogonal decomposition of R^D (METHODS §9.4)."""
+    """Σ_i PK(U_i, R) = dim R for an orthogonal decomposition of R^D (docs §9.4)."""
     gen = rng(8)
     D, block = 24, 6
     Q = random_orthogonal(D, gen)
@@ -125,7 +125,7 @@ def test_proposition_1_overlap_is_conserved():
 
 
 def test_expected_pk_of_random_subspaces_is_ab_over_D():
-    """E[PK] = ab/D for independent uniform subspaces: 4·4/16 = 1 (METHODS §9.3)."""
+    """E[PK] = ab/D for independent uniform subspaces: 4·4/16 = 1 (docs §9.3)."""
     gen = rng(9)
     draws = [
         projection_kernel(random_subspace(16, 4, gen), random_subspace(16, 4, gen))
@@ -225,7 +225,7 @@ def test_zero_perturbation_has_nan_leakage():
 
 
 def test_isotropic_perturbation_in_U_leaks_rho():
-    """δ isotropic within U ⇒ L → PK(U, R)/dim U = ρ(U, R) for equal dimensions (METHODS §9.5)."""
+    """δ isotropic within U ⇒ L → PK(U, R)/dim U = ρ(U, R) for equal dimensions (docs §9.5)."""
     gen = rng(16)
     D, k = 32, 8
     U, R = random_subspace(D, k, gen), random_subspace(D, k, gen)

@@ -1,4 +1,4 @@
-"""SVA, Quote and Plural datasets (METHODS §8): balance, disjoint lexicons, tokenisation."""
+"""SVA, Quote and Plural datasets (docs §8): balance, disjoint lexicons, tokenisation."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def test_balanced_conditions_and_sizes(task, datasets):
 def test_evaluation_lexical_groups(task, n_groups, per_group, datasets):
     ev = datasets[task].query("split == 'evaluation'")
     assert ev["lexical_group"].value_counts().tolist() == [per_group] * n_groups
-    if task == "sva":  # 15 per condition per subject pair (METHODS §8.2)
+    if task == "sva":  # 15 per condition per subject pair (docs §8.2)
         assert set(ev.groupby(["lexical_group", "condition"]).size()) == {15}
 
 

@@ -276,7 +276,7 @@ def test_frozen_write_buffers_are_untouched_by_training():
 
 # --------------------------------------------------------------------------- data orders
 def test_read_once_batches_tile_the_corpus_in_order():
-    """METHODS §3.3: step s (1-based) reads tokens[(s−1)·B·T : s·B·T + 1]."""
+    """docs §3.3: step s (1-based) reads tokens[(s−1)·B·T : s·B·T + 1]."""
     B, steps = 3, 4
     tokens = np.arange(steps * B * N_CTX + 1, dtype=np.uint16)  # exactly enough
     inputs, targets = [], []
@@ -309,7 +309,7 @@ def test_check_sampling_names_what_the_corpus_lacks():
 
 
 def test_checkpoint_schedule_is_clipped_to_the_run():
-    assert tcfg().checkpoint_steps == (0, 256, 1024, 4096, 16384)  # METHODS §7.3
+    assert tcfg().checkpoint_steps == (0, 256, 1024, 4096, 16384)  # docs §7.3
     assert checkpoint_schedule(tcfg(steps=1250)) == (0, 256, 1024)
     assert checkpoint_schedule(tcfg(steps=30, checkpoint_steps=[30, 4, 0, 4])) == (0, 4)
     assert checkpoint_schedule(tcfg(steps=65536)) == (0, 256, 1024, 4096, 16384)

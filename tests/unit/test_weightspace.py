@@ -1,4 +1,4 @@
-"""Weight-space geometry (METHODS §9.1–9.4, §14.1, §14.3; check C14), the geometry_stats
+"""Weight-space geometry (docs §9.1–9.4, §14.1, §14.3; check C14), the geometry_stats
 script and the geometry columns of Table 2, from first principles."""
 
 from __future__ import annotations

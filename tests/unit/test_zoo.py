@@ -31,7 +31,7 @@ from headgeom.training.loop import train
 
 REPO = Path(__file__).resolve().parents[2]
 
-# METHODS §6.1, copied from the paper's table: repository name -> exact parameter count.
+# docs §6.1, copied from the paper's table: repository name -> exact parameter count.
 TABLE4 = {
     "plain-learned42": 124_046_592,
     "plain-learned43": 124_046_592,
@@ -67,7 +67,7 @@ V_TINY = 29
 
 def arithmetic(geometry: str, V: int, n_ctx: int, n_layer: int, n_head: int, d_model: int,
                d_head: int, d_mlp: int) -> int:  # fmt: skip
-    """METHODS §4.4 by hand, from the base architecture (the zoo's sizing rules restated)."""
+    """docs §4.4 by hand, from the base architecture (the zoo's sizing rules restated)."""
     D, d, H, F = d_model, d_head, n_head, d_mlp
     if geometry.startswith("write-routed"):
         H = 4 * H // 3  # 16 routed heads at paper size
@@ -614,7 +614,7 @@ def test_multiscreen_entries_are_listed_and_sized():
 
 
 def test_manifest_names_the_basis_family_of_a_rotated_model(tmp_path):
-    """hash_checkpoint records the family hash (METHODS §5.7) of the bases a model uses."""
+    """hash_checkpoint records the family hash (docs §5.7) of the bases a model uses."""
     from headgeom.model import geometries
 
     cfg = ModelConfig(

@@ -1,4 +1,4 @@
-# Concentration of head-patching effects and the robustness analyses of METHODS §10.2–10.4
+# Concentration of head-patching effects and the robustness analyses of docs §10.2–10.4
 # and §12: per (model, seed, task), then across models (paired bootstrap, loss vs N_eff).
 # The pairs and models come from the study (headgeom.study, headgeom.paper.selections).
 

@@ -1,4 +1,4 @@
-# One job per corpus of the study (METHODS §3): the shared validation file, then the corpus
+# One job per corpus of the study (docs §3): the shared validation file, then the corpus
 # with the validation documents left out, the vocabulary map and the corpus manifest.
 
 

@@ -1,4 +1,4 @@
-# Weight-space geometry of each checkpoint (METHODS §9, §14.1, §14.3); Figures 1 and 7 are
+# Weight-space geometry of each checkpoint (docs §9, §14.1, §14.3); Figures 1 and 7 are
 # drawn from it by rule make_figure (tables.smk).
 
 

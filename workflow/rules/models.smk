@@ -1,5 +1,5 @@
 # The model zoo without training: every model built on the meta device with the real
-# constructor and its parameters counted against METHODS §6.1 (§4.4 [CHECK]).
+# constructor and its parameters counted against docs §6.1 (§4.4 [CHECK]).
 
 
 rule param_counts:

@@ -1,4 +1,4 @@
-# Paper tables and figures (METHODS §17), each a pure function of result Parquets taken by
+# Paper tables and figures (docs §17), each a pure function of result Parquets taken by
 # kind (headgeom.paper.selections.PAPER_INPUTS, resolved by common.smk: paper_inputs).
 
 

@@ -1,4 +1,4 @@
-# Training (METHODS §7). Besides the final checkpoint and log, the train rule writes the
+# Training (docs §7). Besides the final checkpoint and log, the train rule writes the
 # intermediate checkpoints of training.checkpoint_steps (each with its manifest) and keeps a
 # resumable state in s<seed>/resume/ (not an output: a restarted job continues from it to
 # the same bytes; train.py deletes it when done).

@@ -1,5 +1,5 @@
 """Concentration of head-patching effects, its robustness, paired model comparisons and
-validation loss versus concentration (METHODS §10.2–10.4, §12).
+validation loss versus concentration (docs §10.2–10.4, §12).
 
 Per split, e_{l,h} is the signed mean drop over examples (:func:`concentration_tables`):
 E, N_eff, the top head and N_eff = N_index · N_layer|index (check C11). On the analysis split
@@ -42,9 +42,9 @@ from headgeom.analysis.stats import (
 )
 from headgeom.io import metadata_text, read_json, read_parquet_metadata
 
-#: Check C11 (METHODS §18): N_eff = N_index · N_layer|index to this relative error.
+#: Check C11 (docs §18): N_eff = N_index · N_layer|index to this relative error.
 C11_TOLERANCE = 1e-9
-#: Check C10 (METHODS §12.4, §18): per-head means from the per-example arrays reproduce the
+#: Check C10 (docs §12.4, §18): per-head means from the per-example arrays reproduce the
 #: stored per-head effects and N_eff to this absolute error.
 C10_TOLERANCE = 1e-5
 IDENTITY = ("model", "seed", "task")

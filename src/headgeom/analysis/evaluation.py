@@ -1,4 +1,4 @@
-"""Clean-prompt logit differences (METHODS §0 "LD", §8.6) shared by evaluation and patching."""
+"""Clean-prompt logit differences (docs §0 "LD", §8.6) shared by evaluation and patching."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def logit_differences(
 
 
 def clean_performance(ld: np.ndarray) -> dict[str, float | int]:
-    """n, accuracy (fraction LD > 0) and margin (mean LD) of METHODS §8.6."""
+    """n, accuracy (fraction LD > 0) and margin (mean LD) of docs §8.6."""
     ld = np.asarray(ld, dtype=np.float64)
     if ld.size == 0:
         raise ValueError("no examples")
@@ -79,7 +79,7 @@ def evaluate_splits(
     splits: Sequence[str],
     batch_size: int = 256,
 ) -> list[dict]:
-    """Clean performance per split (METHODS §8.6, paper Table 5): one ``{"split", "n",
+    """Clean performance per split (docs §8.6, paper Table 5): one ``{"split", "n",
     "accuracy", "margin"}`` per split, the splits in :data:`SPLIT_ORDER`.
 
     ``clean_ids``, ``correct`` and ``incorrect`` are model ids of every example and

@@ -1,4 +1,4 @@
-"""The weight-space geometry of one checkpoint as result tables (METHODS §9.1–9.4, §14.1,
+"""The weight-space geometry of one checkpoint as result tables (docs §9.1–9.4, §14.1,
 §14.3; check C14): pairwise projection kernels and a one-row summary.
 
 The measurements are in :mod:`headgeom.analysis.weightspace`; this module assembles them into

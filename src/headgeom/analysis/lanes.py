@@ -1,4 +1,4 @@
-"""Lane score Λ and its within-layer permutation test (METHODS §10.5).
+"""Lane score Λ and its within-layer permutation test (docs §10.5).
 
 A lane is the set of heads that share an index h across layers. With harmful-patch mass
 w_{l,h} = max(e_{l,h}, 0) for an effect matrix e of shape (L, H),
@@ -70,7 +70,7 @@ def lane_score(e: np.ndarray) -> float | None:
 def lane_permutation_test(
     e: np.ndarray, n_permutations: int = 5000, *, seed: int
 ) -> tuple[float | None, float | None, np.ndarray]:
-    """Λ with its one-sided upper permutation p-value (METHODS §10.5).
+    """Λ with its one-sided upper permutation p-value (docs §10.5).
 
     Head labels of ``e`` (L, H) are shuffled within each layer independently
     (numpy ``Generator(PCG64(seed))``), ``n_permutations`` times, all at once. Layer totals,

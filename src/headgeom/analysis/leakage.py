@@ -1,4 +1,4 @@
-"""Directional leakage of a patch perturbation into later readers (METHODS §9.5, §11.2–11.3).
+"""Directional leakage of a patch perturbation into later readers (docs §9.5, §11.2–11.3).
 
 L_{i→j} = Σ‖P_R δ_i‖² / Σ‖δ_i‖², pooled over every row of ``delta`` (rows are
 examples × positions). With an orthonormal reader basis ``R`` (D, r), ‖P_R δ‖ = ‖Rᵀδ‖,
@@ -19,7 +19,7 @@ numerical checks run with it and stop the run before anything is written:
   head-patch effects e_{l,h} of the effects file (1e-5).
 
 Only models whose readers are free (a shared LN_1 before learned W_Q, W_K, W_V) are
-supported (METHODS §11.1).
+supported (docs §11.1).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from headgeom.data.tasks import PatchInputs
 from headgeom.model import registry
 from headgeom.model.geometries import READ_TYPES
 
-#: METHODS §11.2 / §18: tolerances of checks C8 and C9 (float32 forward passes).
+#: docs §11.2 / §18: tolerances of checks C8 and C9 (float32 forward passes).
 C8_TOLERANCE = 1e-5
 C9_TOLERANCE = 1e-5
 
@@ -101,7 +101,7 @@ def leakage_to_readers(delta: np.ndarray, readers: Sequence[np.ndarray] | np.nda
 
 
 def isotropic_expectation(U: np.ndarray, R: np.ndarray) -> float:
-    """PK(U, R) / dim U: the leakage of a perturbation isotropic within U (METHODS §9.5).
+    """PK(U, R) / dim U: the leakage of a perturbation isotropic within U (docs §9.5).
 
     ``U`` (D, a) is the source write space, ``R`` (D, r) the reader's folded read space, both
     orthonormal. When dim U = dim R this equals ρ(U, R); NaN if dim U = 0.
@@ -117,7 +117,7 @@ def require_free_readers(model, checkpoint: str) -> None:
     if not spec.shared_ln1:
         raise ValueError(
             f"{checkpoint}: leakage needs free readers (a shared LN_1 before learned "
-            f"W_Q/W_K/W_V, METHODS §11.1), but geometry {spec.name!r} has {spec.reader} "
+            f"W_Q/W_K/W_V, docs §11.1), but geometry {spec.name!r} has {spec.reader} "
             "readers without one"
         )
 
@@ -132,7 +132,7 @@ def write_bases(model) -> list[list[np.ndarray]]:
 
 
 def read_bases(model) -> list[dict[str, list[np.ndarray]]]:
-    """Folded read spaces R_X^{l,h} from W_X and LN_1's γ, [layer][X][head] (METHODS §9.2)."""
+    """Folded read spaces R_X^{l,h} from W_X and LN_1's γ, [layer][X][head] (docs §9.2)."""
     bases = []
     with torch.no_grad():
         for block in model.blocks:
@@ -268,12 +268,12 @@ def leakage_table(
     if c8 > C8_TOLERANCE:
         raise ArithmeticError(
             f"check C8 failed: patched − clean attention output differs from δ by {c8:.3g} "
-            f"> {C8_TOLERANCE} (METHODS §11.2)"
+            f"> {C8_TOLERANCE} (docs §11.2)"
         )
     if c9 > C9_TOLERANCE:
         raise ArithmeticError(
             f"check C9 failed: effects recomputed from δ differ from {effects_path} by "
-            f"{c9:.3g} > {C9_TOLERANCE} (METHODS §11.2)"
+            f"{c9:.3g} > {C9_TOLERANCE} (docs §11.2)"
         )
     table = pd.DataFrame.from_records(records, columns=LEAKAGE_COLUMNS)
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -1,7 +1,7 @@
-"""Parameter counts of every model of a study with the real constructor (METHODS §4.4).
+"""Parameter counts of every model of a study with the real constructor (docs §4.4).
 
 Models are built under ``torch.device("meta")`` (shapes only, no memory, no training), so the
-paper zoo is counted on a laptop. ``expected_n_params`` is the exact count of METHODS §6.1
+paper zoo is counted on a laptop. ``expected_n_params`` is the exact count of docs §6.1
 when the model has the paper's size, else null; :func:`count_runs` fails on any difference
 ([CHECK] §4.4).
 """
@@ -76,6 +76,6 @@ def count_runs(runs: Sequence[dict], n_vocab: int) -> pd.DataFrame:
             for r in wrong.itertuples()
         ]
         raise SystemExit(
-            "parameter counts differ from METHODS §6.1 ([CHECK] §4.4):\n" + "\n".join(lines)
+            "parameter counts differ from docs §6.1 ([CHECK] §4.4):\n" + "\n".join(lines)
         )
     return frame

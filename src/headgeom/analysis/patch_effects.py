@@ -1,5 +1,5 @@
 """The effects table of one model on one task: every head patched on every example of the
-requested splits (METHODS §10.1), one row per (split, example, layer, head).
+requested splits (docs §10.1), one row per (split, example, layer, head).
 
 The engines live in :mod:`headgeom.analysis.patching`; this module runs one over each split
 and lays the result out as the tidy ``results.EFFECTS`` rows.

@@ -1,4 +1,4 @@
-"""Single-head activation patching and the real patch perturbation (METHODS §10.1, §11.2).
+"""Single-head activation patching and the real patch perturbation (docs §10.1, §11.2).
 
 Patching head (l, h) replaces its output z^{l,h}_t (the site ``blocks.{l}.attn.hook_z``,
 axes (batch, position, head, d_head)) at **every** position t of the clean prompt by the
@@ -13,7 +13,7 @@ Because the attention output is linear in z, the patch adds exactly
 
     δ_{l,h,t} = W_O^{l,h} (z^ref_{l,h,t} − z_{l,h,t})  ∈ Im W_O^{l,h}
 
-to the residual stream after layer l (METHODS §11.2). :func:`perturbation_check` (check C8)
+to the residual stream after layer l (docs §11.2). :func:`perturbation_check` (check C8)
 and :func:`delta_patched_ld` (the independent route for check C9) verify this.
 
 Prompts are sequences of *model* ids; clean and reference prompts of one example have equal
@@ -101,7 +101,7 @@ def _check_pairs(clean_ids: Sequence, ref_ids: Sequence, *per_example: Sequence)
         if len(clean) != len(ref) or len(clean) == 0:
             raise ValueError(
                 f"example {i}: clean and reference prompts must be non-empty and of equal "
-                f"length (METHODS §8.1), got {len(clean)} and {len(ref)} tokens"
+                f"length (docs §8.1), got {len(clean)} and {len(ref)} tokens"
             )
         lengths.append(len(clean))
     return lengths
@@ -195,7 +195,7 @@ def patch_all_heads(
     batch_size: int,
     progress: Progress = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Single-head patching of every head on every example (METHODS §10.1).
+    """Single-head patching of every head on every example (docs §10.1).
 
     ``clean_ids``/``ref_ids``: one sequence of model ids per example (equal length within an
     example); ``correct``/``incorrect``: model ids of the clean prompt's answers.
@@ -524,7 +524,7 @@ def attribution_batch(
 def patch_perturbations(
     model: GPT, clean: torch.Tensor, ref: torch.Tensor, layer: int
 ) -> torch.Tensor:
-    """δ_{i,t} = W_O^i (z^ref_{i,t} − z_{i,t}) for every head i of ``layer`` (METHODS §11.2).
+    """δ_{i,t} = W_O^i (z^ref_{i,t} − z_{i,t}) for every head i of ``layer`` (docs §11.2).
 
     ``clean``/``ref``: model ids (B, T) of equal length. Returns float64
     (batch, position, head, d_model).
@@ -548,7 +548,7 @@ def perturbation_check(
 
     The patched attention output comes from the real z patch through the model's own writer
     (site ``blocks.{l}.hook_attn_out``); δ from :func:`patch_perturbations` (or ``delta``).
-    Tolerance 1e-5 in float32 (METHODS §11.2, §18).
+    Tolerance 1e-5 in float32 (docs §11.2, §18).
     """
     if delta is None:
         delta = patch_perturbations(model, clean, ref, layer)
@@ -578,7 +578,7 @@ def delta_patched_ld(
     """LD (B, H) when δ_h is added to layer ``layer``'s attention output, one head at a time.
 
     This is the patch expressed as its residual perturbation rather than a z swap; its
-    drops must reproduce the z-patch effects (check C9, METHODS §11.2).
+    drops must reproduce the z-patch effects (check C9, docs §11.2).
     """
     out_name = site(layer, "hook_attn_out")
     lds = []
@@ -597,7 +597,7 @@ def delta_patch_layer(
     incorrect: torch.Tensor,
     layer: int,
 ) -> tuple[torch.Tensor, torch.Tensor, float]:
-    """Everything leakage needs from one batch and one layer (METHODS §11.2).
+    """Everything leakage needs from one batch and one layer (docs §11.2).
 
     Returns ``(delta, drops, c8)``: δ (B, T, H, D) float64 from :func:`patch_perturbations`;
     the drops LD_clean − LD_δ-patched (B, H) of :func:`delta_patched_ld` (check C9 compares

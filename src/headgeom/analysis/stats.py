@@ -1,4 +1,4 @@
-"""Concentration of single-head patching effects and its robustness (METHODS §10.1–10.4, §12).
+"""Concentration of single-head patching effects and its robustness (docs §10.1–10.4, §12).
 
 An effect matrix ``e`` has shape ``(L, H)``: ``e[l, h]`` is the signed mean drop of head
 ``(l, h)`` in logit units. Concentration is measured on |e|:
@@ -54,7 +54,7 @@ def _entropy(p: np.ndarray, axis: int | None = None) -> np.ndarray:
 
 
 def effects_from_drops(d: np.ndarray, axis: int = 0) -> np.ndarray:
-    """Effect e = signed mean of the per-example drops d over the example ``axis`` (METHODS §10.1).
+    """Effect e = signed mean of the per-example drops d over the example ``axis`` (docs §10.1).
 
     With the default ``axis=0``, ``d`` has shape ``(N, L, H)`` and the result ``(L, H)``.
     The sign is kept: absolute values are taken only after averaging.
@@ -63,7 +63,7 @@ def effects_from_drops(d: np.ndarray, axis: int = 0) -> np.ndarray:
 
 
 def concentration(e: np.ndarray) -> Concentration:
-    """E, p, N_eff, top-head share and top head of an effect matrix ``e`` (L, H) (METHODS §10.2)."""
+    """E, p, N_eff, top-head share and top head of an effect matrix ``e`` (L, H) (docs §10.2)."""
     e = _effect_matrix(e)
     magnitude = np.abs(e)
     E = float(magnitude.sum())
@@ -87,7 +87,7 @@ def concentration(e: np.ndarray) -> Concentration:
 
 
 def index_layer_decomposition(e: np.ndarray) -> tuple[float, float]:
-    """(N_index, N_layer|index) of an effect matrix ``e`` (L, H) (METHODS §10.3).
+    """(N_index, N_layer|index) of an effect matrix ``e`` (L, H) (docs §10.3).
 
     q_h = Σ_l p_{l,h} is the index marginal; N_index = exp H(q) and
     N_layer|index = exp(Σ_h q_h H(layer | h)), the exponential of the conditional entropy.
@@ -123,7 +123,7 @@ def permute_within_layers(x: np.ndarray, perm: np.ndarray) -> np.ndarray:
 def permutation_p_value(
     null: np.ndarray, observed: float, alternative: Literal["less", "greater"]
 ) -> float:
-    """One-sided permutation p-value (1 + #{null ≤ or ≥ observed}) / (1 + n) (METHODS §10.4–10.5).
+    """One-sided permutation p-value (1 + #{null ≤ or ≥ observed}) / (1 + n) (docs §10.4–10.5).
 
     Ties are judged with relative tolerance :data:`TIE_RTOL`.
     """
@@ -141,7 +141,7 @@ def permutation_p_value(
 def index_permutation_null(
     e: np.ndarray, n_permutations: int = 5000, *, seed: int
 ) -> tuple[np.ndarray, float]:
-    """Null distribution of N_index under within-layer head-index permutations (METHODS §10.4).
+    """Null distribution of N_index under within-layer head-index permutations (docs §10.4).
 
     ``e`` has shape (L, H). Each draw permutes the head indices of every layer independently
     (numpy ``Generator(PCG64(seed))``) and recomputes N_index; head-level N_eff is invariant.
@@ -163,7 +163,7 @@ def index_permutation_null(
 
 # --------------------------------------------------------------------------- §12 robustness
 def effects_abs_from_drops(d: np.ndarray, axis: int = 0) -> np.ndarray:
-    """Per-example-absolute effect E_x|d_{l,h}(x)| over the example ``axis`` (METHODS §12.3)."""
+    """Per-example-absolute effect E_x|d_{l,h}(x)| over the example ``axis`` (docs §12.3)."""
     return np.mean(np.abs(np.asarray(d, dtype=np.float64)), axis=axis)
 
 
@@ -247,7 +247,7 @@ def bootstrap_n_eff(d: np.ndarray, n_resamples: int = 2000, *, seed: int) -> np.
 def paired_bootstrap_n_eff_difference(
     d_a: np.ndarray, d_b: np.ndarray, n_resamples: int = 2000, *, seed: int
 ) -> np.ndarray:
-    """N_eff(A) − N_eff(B) on bootstrap resamples shared by both models (METHODS §12.4).
+    """N_eff(A) − N_eff(B) on bootstrap resamples shared by both models (docs §12.4).
 
     ``d_a`` (N, L_a, H_a) and ``d_b`` (N, L_b, H_b) must hold the same N examples in the same
     order (the caller aligns them by example id); each resample applies the same example
@@ -297,7 +297,7 @@ def _unique_in_order(values: np.ndarray) -> list:
 
 
 def leave_one_group_out_n_eff(d: np.ndarray, labels: np.ndarray) -> tuple[list, np.ndarray]:
-    """N_eff with each lexical group's examples dropped in turn (METHODS §12.6).
+    """N_eff with each lexical group's examples dropped in turn (docs §12.6).
 
     Returns ``(groups, n_eff)``; leaving out the only group raises (no examples remain).
     """
@@ -306,7 +306,7 @@ def leave_one_group_out_n_eff(d: np.ndarray, labels: np.ndarray) -> tuple[list, 
 
 
 def within_group_n_eff(d: np.ndarray, labels: np.ndarray) -> tuple[list, np.ndarray]:
-    """N_eff on each group's examples alone, e.g. per task condition (METHODS §12.5)."""
+    """N_eff on each group's examples alone, e.g. per task condition (docs §12.5)."""
     groups, weights = group_weights(labels, "within")
     return groups, _chunked_n_eff(weights, d)
 
@@ -329,7 +329,7 @@ def spearman(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
 
 def geometric_mean(values: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Geometric mean over ``axis`` (METHODS §12.7: of N_eff over the three tasks); NaN if
+    """Geometric mean over ``axis`` (docs §12.7: of N_eff over the three tasks); NaN if
     any value is missing or not positive."""
     values = np.asarray(values, dtype=np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):

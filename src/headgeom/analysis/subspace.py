@@ -1,4 +1,4 @@
-"""Subspaces of the residual stream: bases, projection kernel, folded read spaces (METHODS §9).
+"""Subspaces of the residual stream: bases, projection kernel, folded read spaces (docs §9).
 
 Every subspace is carried as an orthonormal basis matrix with one column per dimension,
 shape ``(D, r)``. Functions that take ``U``/``V``/``R`` assume orthonormal columns (as
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-#: Relative singular-value cut-off for rank decisions (METHODS §9.1).
+#: Relative singular-value cut-off for rank decisions (docs §9.1).
 RANK_RTOL = 1e-6
-#: A principal cosine above ``1 - SHARED_TOL`` counts as a shared dimension (METHODS §9.3).
+#: A principal cosine above ``1 - SHARED_TOL`` counts as a shared dimension (docs §9.3).
 SHARED_TOL = 1e-9
 
 
@@ -20,7 +20,7 @@ def orthonormal_basis(A: np.ndarray, rtol: float = RANK_RTOL) -> np.ndarray:
     """Orthonormal basis of the column space ``Im A``, shape ``(D, r)``.
 
     ``A`` has shape ``(D, k)``. Rank-revealing SVD: keep left singular vectors whose
-    singular value exceeds ``rtol * sigma_max`` (METHODS §9.1). A zero matrix gives an
+    singular value exceeds ``rtol * sigma_max`` (docs §9.1). A zero matrix gives an
     empty ``(D, 0)`` basis.
     """
     A = np.asarray(A, dtype=np.float64)
@@ -67,7 +67,7 @@ def principal_cosines(U: np.ndarray, V: np.ndarray) -> np.ndarray:
 
 
 def shared_dimensions(U: np.ndarray, V: np.ndarray, tol: float = SHARED_TOL) -> int:
-    """dim(U ∩ V) counted numerically: principal cosines above ``1 - tol`` (METHODS §9.3)."""
+    """dim(U ∩ V) counted numerically: principal cosines above ``1 - tol`` (docs §9.3)."""
     return int(np.count_nonzero(principal_cosines(U, V) > 1.0 - tol))
 
 
@@ -77,7 +77,7 @@ def centering_projector(D: int) -> np.ndarray:
 
 
 def folded_read_basis(W_X: np.ndarray, gamma: np.ndarray, rtol: float = RANK_RTOL) -> np.ndarray:
-    """Folded read space of a free reader, R_X = Im(P_c diag(γ) W_Xᵀ) (METHODS §9.2).
+    """Folded read space of a free reader, R_X = Im(P_c diag(γ) W_Xᵀ) (docs §9.2).
 
     ``W_X`` is the reader matrix, shape ``(d, D)`` (column-vector convention, q = W_Q LN(x));
     ``gamma`` is the gain of the reader's pre-attention LayerNorm, shape ``(D,)``.
@@ -96,7 +96,7 @@ def folded_read_basis(W_X: np.ndarray, gamma: np.ndarray, rtol: float = RANK_RTO
 def folded_block_read_basis(
     S: np.ndarray, A_X: np.ndarray, gamma_h: np.ndarray, rtol: float = RANK_RTOL
 ) -> np.ndarray:
-    """Folded read space of a block reader, R_X = S · Im(P_c^(b) diag(γ_h) A_Xᵀ) (METHODS §9.2).
+    """Folded read space of a block reader, R_X = S · Im(P_c^(b) diag(γ_h) A_Xᵀ) (docs §9.2).
 
     ``S`` is the read block, shape ``(D, b)`` with orthonormal columns (b = 64 in the paper);
     ``A_X`` the learned block map, shape ``(d, b)``; ``gamma_h`` the per-head LayerNorm gain,

@@ -1,4 +1,4 @@
-"""Weight-space geometry of a model's heads (METHODS §9.1, §9.3–9.4, §14.1, §14.3).
+"""Weight-space geometry of a model's heads (docs §9.1, §9.3–9.4, §14.1, §14.3).
 
 Everything here is a function of the matrices the forward pass uses, read through the
 geometry API of ``headgeom.model.geometries`` (``writer.write_maps()``,
@@ -7,7 +7,7 @@ geometry API of ``headgeom.model.geometries`` (``writer.write_maps()``,
 * write space      U^{l,h}     = Im W_O^{l,h}                     (D, r) orthonormal basis
 * read space       R_{X,0}^{l,h} = Im (W_X^{l,h})ᵀ, X ∈ {Q, K, V}   (normalisation not folded in)
 
-Bases come from a rank-revealing SVD (singular values above 1e-6·σ_max, METHODS §9.1) in
+Bases come from a rank-revealing SVD (singular values above 1e-6·σ_max, docs §9.1) in
 float64. On top of them:
 
 * :func:`write_write_pk`  PK(U^{l,h}, U^{l',k}) for l < l' (Figure 1; PK is symmetric);
@@ -34,7 +34,7 @@ from headgeom.model.geometries import READ_TYPES
 #: rounding noise. Learned gaps are many orders of magnitude larger.
 OWN_BEST_TIE_TOLERANCE = 1e-9
 
-#: METHODS §18 C14 tolerance; also the tolerance of Σ_h P_U = I when detecting that
+#: docs §18 C14 tolerance; also the tolerance of Σ_h P_U = I when detecting that
 #: Proposition 1 applies.
 PROP1_TOLERANCE = 1e-8
 
@@ -111,7 +111,7 @@ def head_maps(model: torch.nn.Module) -> HeadMaps:
 
 
 def head_spaces(maps: HeadMaps, rtol: float = RANK_RTOL) -> HeadSpaces:
-    """Write spaces Im W_O and weight-space read spaces Im W_Xᵀ (METHODS §9.1)."""
+    """Write spaces Im W_O and weight-space read spaces Im W_Xᵀ (docs §9.1)."""
     write = [[orthonormal_basis(W, rtol) for W in layer] for layer in maps.write]
     read = {
         X: [[orthonormal_basis(W.T, rtol) for W in layer] for layer in stack]
@@ -219,7 +219,7 @@ def write_write_pk(spaces: HeadSpaces) -> pd.DataFrame:
 
 def write_read_pk(spaces: HeadSpaces) -> pd.DataFrame:
     """PK(U^{l,h}, R_{X,0}^{l',h'}) for every source head, every reader head in a strictly
-    later layer l' > l and X ∈ {Q, K, V}; ρ = PK / min(dim U, dim R) (METHODS §9.3)."""
+    later layer l' > l and X ∈ {Q, K, V}; ρ = PK / min(dim U, dim R) (docs §9.3)."""
     frames = []
     for layer in range(spaces.n_layer - 1):
         here, later = range(layer, layer + 1), range(layer + 1, spaces.n_layer)
@@ -245,7 +245,7 @@ def index_stats(pairs: pd.DataFrame) -> dict[str, float]:
 # --------------------------------------------------------------------------- Proposition 1
 @dataclass(frozen=True)
 class Proposition1:
-    """Check C14 (METHODS §9.4, §18).
+    """Check C14 (docs §9.4, §18).
 
     ``applies``: every layer has H·d == D and Σ_h P_{U^{l,h}} = I within 1e-8.
     ``decomposition_residual``: max over layers of max|Σ_h P_{U^{l,h}} − I|.
@@ -283,7 +283,7 @@ def proposition1(spaces: HeadSpaces, d_head: int, tol: float = PROP1_TOLERANCE) 
 
 # --------------------------------------------------------------------------- self-alignment
 def self_alignment(spaces: HeadSpaces) -> pd.DataFrame:
-    """Own-best test of V read spaces (METHODS §14.1), one row per head (every layer).
+    """Own-best test of V read spaces (docs §14.1), one row per head (every layer).
 
     For head (l, h): PK(R_{V,0}^{l,h}, U^{l,h'}) over the heads h' of the same layer.
     ``own_best`` is True when the own write space's PK exceeds every other head's by more
@@ -317,7 +317,7 @@ def self_alignment(spaces: HeadSpaces) -> pd.DataFrame:
 
 # --------------------------------------------------------------------------- idempotence
 def scaled_idempotence(W_O: np.ndarray, W_V: np.ndarray) -> float:
-    """P(T) = ⟨T², T⟩_F² / (‖T²‖_F² ‖T‖_F²) for T = W_O W_V (METHODS §14.3).
+    """P(T) = ⟨T², T⟩_F² / (‖T²‖_F² ‖T‖_F²) for T = W_O W_V (docs §14.3).
 
     ``W_O`` is the head's (D, d) write block O_h, ``W_V`` its (d, D) value block (so
     V_h = W_Vᵀ and T = O_h V_hᵀ). Computed from d×d matrices only: with K = W_V W_O,

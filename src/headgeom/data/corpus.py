@@ -1,10 +1,10 @@
-"""The embedded demo corpus, vocabulary compaction, token files and hashing (METHODS §3).
+"""The embedded demo corpus, vocabulary compaction, token files and hashing (docs §3).
 
 The demo corpus stands in for FineWeb-Edu on a laptop: seeded, English-like prose and
 code-like lines in which the three task constructions occur in exactly the task prompts'
 token layout, followed by the correct answer, so a small model can learn the rules.
 It uses every lexicon word of every split (the task splits partition the lexicon; the corpus,
-like FineWeb, covers all of it). Documents are separated by the EOT token (METHODS §3.2).
+like FineWeb, covers all of it). Documents are separated by the EOT token (docs §3.2).
 Other sources (FineWeb-Edu, local files) live in ``headgeom.data.corpus_sources``; every token file
 is written by ``write_tokens`` and read, verified, by ``read_tokens``.
 """
@@ -209,7 +209,7 @@ def build_demo_corpus(
 
     They come from separate document streams, and a validation document whose text also
     occurs in train is dropped, so no validation document is ever a training document
-    (METHODS §3.4).
+    (docs §3.4).
     """
     train_docs = generate_demo_documents(
         seed, n_train_tokens, tokenizer, stream="train", progress=progress
@@ -265,7 +265,7 @@ def compact(
     ids = np.asarray(ids)
     vocab = np.asarray(vocab)
     out = np.empty(len(ids), dtype=dtype)
-    # Chunks bound the int64 temporaries: corpus S has 1.07e9 tokens (METHODS §3.3).
+    # Chunks bound the int64 temporaries: corpus S has 1.07e9 tokens (docs §3.3).
     for start in range(0, len(ids), _COMPACT_CHUNK):
         chunk = ids[start : start + _COMPACT_CHUNK].astype(np.int64)
         pos = np.searchsorted(vocab, chunk)
@@ -292,7 +292,7 @@ def expand(model_ids: Sequence[int] | np.ndarray, vocab: np.ndarray) -> np.ndarr
 
 
 def token_bytes_sha256(arr: np.ndarray) -> str:
-    """SHA-256 of the little-endian uint16 bytes of a token array (METHODS §1: corpus hashes)."""
+    """SHA-256 of the little-endian uint16 bytes of a token array (docs §1: corpus hashes)."""
     arr = np.asarray(arr)
     if arr.dtype != np.dtype("<u2"):
         if arr.size and (arr.min() < 0 or arr.max() > np.iinfo(np.uint16).max):

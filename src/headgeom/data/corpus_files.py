@@ -1,9 +1,9 @@
-"""One training corpus and the shared validation file, tokenised into result files (METHODS §3).
+"""One training corpus and the shared validation file, tokenised into result files (docs §3).
 
 First the validation file: the first documents of the source's last shard (stored order), each
 followed by EOT, cut at exactly ``n_val_tokens``. It depends only on the source keys of the
 config, never on the corpus, so every corpus of a study gets a byte-identical copy (one shared
-file, METHODS §3.4). Then the corpus: the source's documents in ``order``, validation documents
+file, docs §3.4). Then the corpus: the source's documents in ``order``, validation documents
 skipped, each followed by EOT, cut at exactly ``n_train_tokens``. :func:`build_corpus` writes
 both token files (``results.TOKENS``), the model vocabulary map (``results.VOCAB``) and the
 corpus manifest with every hash downstream records cite, and ``sampling``

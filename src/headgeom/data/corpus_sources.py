@@ -1,4 +1,4 @@
-"""Document sources of the training corpora and their parallel GPT-2 tokenization (METHODS §3).
+"""Document sources of the training corpora and their parallel GPT-2 tokenization (docs §3).
 
 A study's ``corpus`` config names one source of documents and any number of named training
 corpora drawn from it (the paper: R, 200,000,000 tokens sampled with replacement; S,
@@ -12,7 +12,7 @@ corpora drawn from it (the paper: R, 200,000,000 tokens sampled with replacement
   streaming builders, so a bring-your-own corpus is read exactly like FineWeb.
 * ``embedded`` — the generated demo corpus of ``headgeom.data.corpus`` (no ``datasets``).
 
-Document streams ([CHOICE], METHODS §3.2–3.4): the validation file holds the first documents
+Document streams ([CHOICE], docs §3.2–3.4): the validation file holds the first documents
 of the last shard, in stored order (continuing into the shard before it if one is too small);
 a training corpus iterates every shard in stored order (``order: stored``, corpus R) or a
 seeded ``datasets`` shuffle of shards and documents (``order: shuffled``, corpus S: shard
@@ -228,7 +228,7 @@ def check_hub(cfg: Mapping[str, Any]) -> str:
     except RevisionNotFoundError as err:
         raise CorpusSourceError(
             f"revision {revision} of dataset {repo} does not exist on the Hub ({err}); set "
-            "corpus.revision to a full commit of that repository (METHODS §3.1 pins "
+            "corpus.revision to a full commit of that repository (docs §3.1 pins "
             "87f09149ef4734204d70ed1d046ddc9ca3f2b8f9 for FineWeb-Edu)"
         ) from None
     except RepositoryNotFoundError as err:

@@ -1,4 +1,4 @@
-"""Word lists shared by the task generators (METHODS §8) and the embedded demo corpus.
+"""Word lists shared by the task generators (docs §8) and the embedded demo corpus.
 
 Every word that fills a task slot is a single GPT-2 token in the form the prompt uses
 (leading space for prose words; bare *and* spaced for Quote words, which appear both right
@@ -6,7 +6,7 @@ after an opening quote and after a space). Both forms of a noun pair are single 
 every prompt of a task has the same token length. ``tests/unit/test_tasks.py`` verifies this
 with the real tokenizer.
 
-Each task's slots are partitioned DISJOINTLY across the four splits (METHODS §8.1);
+Each task's slots are partitioned DISJOINTLY across the four splits (docs §8.1);
 the demo corpus uses every word of every split, as FineWeb covers all words.
 The per-split counts below are defaults; callers may override them (``partition_counts``).
 """
@@ -30,7 +30,7 @@ def _spaced(words: str) -> tuple[str, ...]:
     return tuple(f" {w}" for w in words.split())
 
 
-# --- SVA (METHODS §8.2): The [subject] [prep.] the [attractor] -> " is" / " are" ---------------
+# --- SVA (docs §8.2): The [subject] [prep.] the [attractor] -> " is" / " are" ---------------
 SVA_SUBJECTS = _pairs(
     "author teacher doctor farmer singer pilot lawyer nurse player writer officer driver "
     "student artist soldier"
@@ -44,7 +44,7 @@ SVA_PREPOSITIONS = _spaced(
 )
 SVA_VERBS = (" is", " are")  # singular, plural: the answer tokens
 
-# --- Quote (METHODS §8.3): {var1} = {q1}{word}{q1}\n{var2} = {q2}{w1} {w2} -> q2 ----------------
+# --- Quote (docs §8.3): {var1} = {q1}{word}{q1}\n{var2} = {q2}{w1} {w2} -> q2 ----------------
 # Variable names are bare (they start a line); words are stored bare and used bare after an
 # opening quote and with a leading space as the last word of the target string.
 QUOTE_FIRST_VARS = tuple(
@@ -63,7 +63,7 @@ QUOTE_WORDS = tuple(
 )
 QUOTE_CHARS = ('"', "'")  # answer tokens: '"' is GPT-2 id 1, "'" is id 6
 
-# --- Plural (METHODS §8.4): She bought two cats and one small red -> " cat" / " cats" ---------
+# --- Plural (docs §8.4): She bought two cats and one small red -> " cat" / " cats" ---------
 PLURAL_NOUNS = _pairs(
     "cat dog bird horse cow pig goat duck chicken frog snake rat lion tiger bear rabbit monkey "
     "bee ant spider worm bug dragon robot monster ghost apple egg banana carrot onion grape "
@@ -90,7 +90,7 @@ FILLER_NOUNS = _spaced("weather music lunch dinner movie game answer problem pla
 FILLER_VERBS_PAST = _spaced("liked visited painted cleaned opened closed watched remembered")
 CODE_NUMBER_VARS = tuple("total limit offset step depth retries".split())
 
-# Slots per task. The first slot is the task's lexical group (METHODS §8.1, §12.6).
+# Slots per task. The first slot is the task's lexical group (docs §8.1, §12.6).
 TASK_SLOTS: dict[str, dict[str, tuple[Any, ...]]] = {
     "sva": {
         "subjects": SVA_SUBJECTS,
@@ -178,7 +178,7 @@ def partition_lexicon(
     """Disjoint lexical items per split: {split: {slot: [items]}} (+ "unused" leftovers).
 
     Each slot's pool is shuffled with a generator seeded by (task, seed) and cut into
-    consecutive runs, so the splits never share an item (METHODS §8.1).
+    consecutive runs, so the splits never share an item (docs §8.1).
     """
     counts = resolve_partition_counts(task, counts)
     rng = random.Random(f"headgeom.data.lexicon.partition:{task}:{seed}")

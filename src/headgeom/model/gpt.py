@@ -1,4 +1,4 @@
-"""A pre-LayerNorm GPT-2-style decoder (METHODS §4.1) with named activation sites.
+"""A pre-LayerNorm GPT-2-style decoder (docs §4.1) with named activation sites.
 
 The whole model is in this file: hook points, attention, MLP, block, model (its config is
 ``headgeom.model.config.ModelConfig``). How a head reads and writes is delegated to the
@@ -8,7 +8,7 @@ Named sites (TransformerLens-style), each with explicit axes in ``SITE_AXES``:
 
 * ``blocks.{l}.hook_resid_pre``   residual stream entering block l
 * ``blocks.{l}.attn.hook_q/k/v``  per-head queries, keys, values
-* ``blocks.{l}.attn.hook_z``      head output just before W_O (METHODS §0: z^{l,h}_t)
+* ``blocks.{l}.attn.hook_z``      head output just before W_O (docs §0: z^{l,h}_t)
 * ``blocks.{l}.hook_attn_out``    Σ_h W_O^h z^h + b_O
 * ``blocks.{l}.hook_resid_mid``   residual after attention
 * ``blocks.{l}.hook_mlp_out``     MLP output
@@ -173,7 +173,7 @@ class GPT(nn.Module):
         self.hook_resid_final = HookPoint()
         self._init_weights()
 
-    # GPT-2 initialisation (METHODS §4.2); frozen buffers are untouched.
+    # GPT-2 initialisation (docs §4.2); frozen buffers are untouched.
     def _init_weights(self) -> None:
         resid_std = self.cfg.init_std / math.sqrt(2 * self.cfg.n_layer)
         for module in self.modules():
@@ -215,7 +215,7 @@ class GPT(nn.Module):
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
     def optim_groups(self, weight_decay: float) -> list[dict]:
-        """Weight decay on tensors of rank ≥ 2 only (METHODS §7.2)."""
+        """Weight decay on tensors of rank ≥ 2 only (docs §7.2)."""
         decay = [p for p in self.parameters() if p.requires_grad and p.dim() >= 2]
         no_decay = [p for p in self.parameters() if p.requires_grad and p.dim() < 2]
         return [

@@ -115,7 +115,7 @@ def hf_config(model: GPT, vocab: np.ndarray) -> dict[str, Any]:
         "n_layer": cfg.n_layer,
         "n_head": cfg.n_head,
         "n_inner": cfg.d_mlp,
-        "activation_function": "gelu_new",  # the tanh approximation (METHODS §4.1)
+        "activation_function": "gelu_new",  # the tanh approximation (docs §4.1)
         "layer_norm_epsilon": cfg.ln_eps,
         "initializer_range": cfg.init_std,
         "resid_pdrop": 0.0,

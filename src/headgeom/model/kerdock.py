@@ -1,16 +1,16 @@
-"""Frozen orthogonal bases: the Kerdock ⊗ Haar family B_0, B_1, ... (METHODS §5).
+"""Frozen orthogonal bases: the Kerdock ⊗ Haar family B_0, B_1, ... (docs §5).
 
 Member i is ``B_i = M_i ⊗ C_i`` (row-major ``kron``, D = n·r, n = 2^m):
 
 * ``M_i = diag((−1)^{Q_i}) H_n / sqrt(n)``: a sign-flipped Sylvester–Hadamard basis. The
   forms ``Q_i`` come from a Kerdock set built over GF(2^t) ⊕ GF(2), t = m − 1 odd
-  (METHODS §5.4 steps 1–6), so ``M_iᵀM_j`` has every entry of squared magnitude 1/n (i ≠ j).
+  (docs §5.4 steps 1–6), so ``M_iᵀM_j`` has every entry of squared magnitude 1/n (i ≠ j).
 * ``C_i``: an r×r Haar-random orthogonal matrix from the named stream
   ``"kerdock-haar{r}/member={i}"`` (§5.4 step 7).
 
 Head block h of member i is columns ``d·h .. d·h + d − 1`` of ``B_i``.
 :func:`build_basis_family` assembles members 0..n−1 in float64 and runs the acceptance
-checks C2–C5 (METHODS §5.5, §18); :meth:`BasisFamily.record` is the §5.7 record whose
+checks C2–C5 (docs §5.5, §18); :meth:`BasisFamily.record` is the §5.7 record whose
 content hash is the manifests' ``basis_family_hash``.
 """
 
@@ -28,7 +28,7 @@ from headgeom.analysis.subspace import SHARED_TOL
 from headgeom.hashing import content_hash, sha256_bytes
 
 #: Primitive polynomials over GF(2) for the odd degrees t = m − 1, as bit masks (bit k is the
-#: coefficient of x^k). t = 7 (x^7 + x + 1) is the paper's field (METHODS §5.4 step 1).
+#: coefficient of x^k). t = 7 (x^7 + x + 1) is the paper's field (docs §5.4 step 1).
 PRIMITIVE_POLYNOMIALS: dict[int, int] = {
     1: 0x3,  # x + 1: GF(2) itself (m = 2)
     3: 0xB,  # x^3 + x + 1
@@ -37,9 +37,9 @@ PRIMITIVE_POLYNOMIALS: dict[int, int] = {
     9: 0x211,  # x^9 + x^4 + 1
     11: 0x805,  # x^11 + x^2 + 1
 }
-#: Named Haar stream per member (METHODS §5.4 step 7); r = 3 gives "kerdock-haar3/member=i".
+#: Named Haar stream per member (docs §5.4 step 7); r = 3 gives "kerdock-haar3/member=i".
 HAAR_STREAM_TEMPLATE = "kerdock-haar{r}/member={i}"
-#: C2: max-abs entry of B_iᵀB_i − I (METHODS §18).
+#: C2: max-abs entry of B_iᵀB_i − I (docs §18).
 ORTHOGONALITY_TOL = 1e-12
 #: Rejection rule: cross-member head-block PK within this relative distance of d²/D (§5.5.4).
 PK_REL_TOL = 0.01
@@ -51,7 +51,7 @@ RECORD_DECIMALS = 10
 
 #: The paper family: D = 768, d = 64, members 0..23, m = 8, r = 3, polynomial 0x83.
 PAPER_SHAPE = {"d_model": 768, "d_head": 64, "m": 8, "r": 3, "polynomial": 0x83}
-#: C5 (METHODS §5.5 item 5): member pairs sharing directions among members 0..23 and how many
+#: C5 (docs §5.5 item 5): member pairs sharing directions among members 0..23 and how many
 #: of the 144 head pairs share exactly 3 dimensions; all other pairs share none. These are the
 #: pairs with u_i XOR u_j in {1, 28}.
 PAPER_SHARING: dict[tuple[int, int], int] = {
@@ -63,7 +63,7 @@ PAPER_SHARED_DIMS = 3
 
 
 class BasisCheckError(RuntimeError):
-    """A constructed basis family failed an acceptance check (METHODS §5.5, §18)."""
+    """A constructed basis family failed an acceptance check (docs §5.5, §18)."""
 
 
 # --------------------------------------------------------------------------- GF(2^t)
@@ -156,7 +156,7 @@ def kerdock_forms(m: int, polynomial: int | None = None) -> np.ndarray:
     """The Kerdock set on F_2^m as truth tables, shape ``(2^{m−1}, 2^m)``, 0/1 ``uint8``.
 
     Row u is Q_u(ξ, ε) = Q(uξ) + ε·Tr(uξ) with Q(ξ) = Σ_{j=1}^{(t−1)/2} Tr(ξ^{2^j+1}), t = m − 1
-    (METHODS §5.4 steps 3–4); rows in index order u = 0, 1, ... (step 6), so row 0 is the zero
+    (docs §5.4 steps 3–4); rows in index order u = 0, 1, ... (step 6), so row 0 is the zero
     form. Column a is the point ξ = a mod 2^t, ε = a >> t (step 5). For m = 2 the sum is
     empty and Q_u = ε·uξ.
     """
@@ -226,7 +226,7 @@ def sylvester_hadamard(n: int) -> np.ndarray:
 
 
 def mub_factor(form: np.ndarray) -> np.ndarray:
-    """M_Q = diag((−1)^Q) H_n / sqrt(n), float64 (n, n) (METHODS §5.2)."""
+    """M_Q = diag((−1)^Q) H_n / sqrt(n), float64 (n, n) (docs §5.2)."""
     form = np.asarray(form, dtype=np.int64)
     n = form.shape[-1]
     return (1.0 - 2.0 * form)[:, None] * sylvester_hadamard(n) / math.sqrt(n)
@@ -253,7 +253,7 @@ def stream_seed(name: str) -> int:
 
 
 def haar_factor(i: int, r: int, stream_template: str = HAAR_STREAM_TEMPLATE) -> np.ndarray:
-    """C_i: an r×r Haar orthogonal matrix from member i's named stream (METHODS §5.4 step 7).
+    """C_i: an r×r Haar orthogonal matrix from member i's named stream (docs §5.4 step 7).
 
     Z ~ N(0, 1)^{r×r} from PCG64(stream_seed(name)); Z = QR; C = Q·diag(sign(diag R)), the
     unique orthogonal factor with a positive-diagonal triangular part.
@@ -274,7 +274,7 @@ def kerdock_member(
     polynomial: int | None = None,
     stream_template: str = HAAR_STREAM_TEMPLATE,
 ) -> np.ndarray:
-    """B_i = (diag((−1)^{Q_i}) H_n / sqrt(n)) ⊗ C_i, float64 (n·r, n·r) (METHODS §5.3)."""
+    """B_i = (diag((−1)^{Q_i}) H_n / sqrt(n)) ⊗ C_i, float64 (n·r, n·r) (docs §5.3)."""
     forms = kerdock_forms(m, polynomial)
     if not 0 <= i < forms.shape[0]:
         raise ValueError(f"member index {i} outside the Kerdock set of {forms.shape[0]} forms")
@@ -357,7 +357,7 @@ class BasisFamily:
         return self.members[i][:, self.d_head * h : self.d_head * (h + 1)]
 
     def stream_names(self) -> list[str]:
-        """The Haar stream name of every member, for the seeds registry (METHODS §2.5)."""
+        """The Haar stream name of every member, for the seeds registry (docs §2.5)."""
         return [haar_stream_name(i, self.r, self.stream_template) for i in range(self.n_members)]
 
     def sharing_pairs(self) -> list[dict[str, Any]]:
@@ -365,7 +365,7 @@ class BasisFamily:
         return sharing_pairs(self.shared)
 
     def record(self) -> dict[str, Any]:
-        """The basis family record (METHODS §5.7); canonical-JSON-able."""
+        """The basis family record (docs §5.7); canonical-JSON-able."""
         c3 = self.checks["C3"]
         pk_range = None
         if c3["pk_min"] is not None:
@@ -374,7 +374,7 @@ class BasisFamily:
                 "max": round(c3["pk_max"], RECORD_DECIMALS),
             }
         return {
-            "construction": "kerdock-haar (METHODS §5.3-§5.4)",
+            "construction": "kerdock-haar (docs §5.3-§5.4)",
             "d_model": self.d_model,
             "d_head": self.d_head,
             "n_members": self.n_members,
@@ -412,7 +412,7 @@ class BasisFamily:
 
     @property
     def family_hash(self) -> str:
-        """``basis_family_hash``: content hash of :meth:`record` (METHODS §2.3, §5.7)."""
+        """``basis_family_hash``: content hash of :meth:`record` (docs §2.3, §5.7)."""
         return content_hash(self.record())
 
 
@@ -479,7 +479,7 @@ def build_basis_family(
     * C3: every cross-member head-block PK equals its closed form
       d²/D + δ_hᵀ(K∘K)δ_k / n (K = C_iᵀC_j, δ_h[b] = #columns of block h in residue class b
       minus d/r; for the paper this is (1365 + K[h mod 3, k mod 3]²)/256), and the rejection
-      rule: none deviates from d²/D by more than ``pk_rel_tol`` (METHODS §5.5 items 3–4).
+      rule: none deviates from d²/D by more than ``pk_rel_tol`` (docs §5.5 items 3–4).
     * C4: all pairwise differences in the whole Kerdock set are bent.
     * C5: shared dimensions of all head-block pairs; for the paper shape (D=768, d=64, m=8,
       r=3, 0x83, n_members <= 24) the sharing pattern must be exactly §5.5 item 5.
@@ -570,7 +570,7 @@ def build_basis_family(
     reference = _reference_sharing(D, d, m, r, polynomial, n_members)
     if reference is not None and observed != reference:
         raise BasisCheckError(
-            f"C5 failed: sharing pairs {observed} differ from METHODS §5.5 item 5 {reference}"
+            f"C5 failed: sharing pairs {observed} differ from docs §5.5 item 5 {reference}"
         )
     cross4 = cross[:, :, None, None]
     shares_dims = shared > 0  # per head pair
@@ -590,7 +590,7 @@ def build_basis_family(
         "C5": {
             "shared_tolerance": SHARED_TOL,
             "sharing_member_pairs": len(observed),
-            "reference": "METHODS §5.5 item 5" if reference is not None else None,
+            "reference": "docs §5.5 item 5" if reference is not None else None,
             "matches_reference": True if reference is not None else None,
             # largest principal cosine that is not shared, in three groups of head pairs
             "max_cosine_sharing_head_pairs": _max_or_none(top[cross4 & shares_dims]),

@@ -1,4 +1,4 @@
-"""The softmax-free multiscreen controls (METHODS §6.6): Multiscreen, Nakanishi (2026).
+"""The softmax-free multiscreen controls (docs §6.6): Multiscreen, Nakanishi (2026).
 
 Each of the N_L layers is N_H parallel *gated screening tiles* that replace both attention and
 the MLP; there is no LayerNorm and no position embedding. Residual width d_E = N_H·d_V, so the
@@ -21,11 +21,11 @@ Named sites (``SITE_AXES``), addressed exactly as on ``headgeom.model.gpt.GPT``:
 * ``blocks.{l}.hook_resid_pre``   residual stream entering layer l
 * ``blocks.{l}.attn.hook_q/k``    unit, MiPE-rotated queries and keys (d_key wide)
 * ``blocks.{l}.attn.hook_v``      unit values
-* ``blocks.{l}.attn.hook_z``      tile output just before W_O (METHODS §6.6)
+* ``blocks.{l}.attn.hook_z``      tile output just before W_O (docs §6.6)
 * ``blocks.{l}.hook_attn_out``    Σ_h W_O^h z^h (the whole layer update; there is no MLP)
 * ``hook_resid_final``            residual before the unembedding
 
-Counting (METHODS §4.4, §6.6): V·d_E + 2 + N_L·(2·d_E·N_H·d_K + 3·d_E·N_H·d_V + 3·N_H); the
+Counting (docs §4.4, §6.6): V·d_E + 2 + N_L·(2·d_E·N_H·d_K + 3·d_E·N_H·d_V + 3·N_H); the
 frozen-write variant drops N_L·d_E·N_H·d_V. Paper size: 128,534,514 and 106,514,418.
 
 [UNSPECIFIED → CHOICE] Everything §6.6 leaves open, each recorded in ``MultiscreenConfig``

@@ -80,7 +80,7 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
                 prefix_reuse=True,
             ),
             # Position-dependent windows and MiPE rotations, no KV interface: the fast engine
-            # resumes layers but recomputes whole sequences (METHODS §6.6).
+            # resumes layers but recomputes whole sequences (docs §6.6).
             Architecture(
                 name=multiscreen.ARCHITECTURE,
                 config=MultiscreenConfig,
@@ -115,12 +115,12 @@ def geometry_names(arch: str | None = None) -> tuple[str, ...]:
 
 
 def reader_kind(name: str) -> ReaderKind:
-    """``"free"`` or ``"block"`` (METHODS §4.3.1); multiscreen tiles read freely."""
+    """``"free"`` or ``"block"`` (docs §4.3.1); multiscreen tiles read freely."""
     return geometry(name).reader
 
 
 def has_shared_ln1(name: str) -> bool:
-    """A shared LN_1 before learned W_{Q,K,V}: what leakage needs (METHODS §11.1)."""
+    """A shared LN_1 before learned W_{Q,K,V}: what leakage needs (docs §11.1)."""
     return geometry(name).shared_ln1
 
 
@@ -169,7 +169,7 @@ def geometry_of(cfg: Any) -> Geometry:
 
 def basis_family(cfg: Any) -> BasisFamily | None:
     """The Kerdock ⊗ Haar family a model's frozen maps come from (its ``family_hash`` is the
-    manifests' ``basis_family_hash``, METHODS §5.7), or None when it uses none."""
+    manifests' ``basis_family_hash``, docs §5.7), or None when it uses none."""
     if not architecture(cfg.architecture).geometry_params:
         return None
     return geometries.basis_family(cfg)

@@ -1,4 +1,4 @@
-"""The model zoo: the study's 21 configurations (METHODS §6.1, paper Table 4) by name, and
+"""The model zoo: the study's 21 configurations (docs §6.1, paper Table 4) by name, and
 the rule that sizes each geometry for a study's base architecture.
 
 Names. A :class:`Configuration` is one model of ``config/paper.yaml``: its ``key`` there
@@ -16,7 +16,7 @@ into the model section of a run config with every size and choice explicit:
 * mlp3456: MLP width d_mlp + D/2 (3072 + 384 = 3456);
 * write-routed-a/b/c: n_head = 4H/3 (16), which needs 3 | H;
 * multiscreen-*: n_head = 4H/3 tiles, d_model = n_head·d, n_layer = 7L/4 (21), d_key = d/4
-  (16), which needs 3 | H, 4 | L and 4 | d (METHODS §6.6);
+  (16), which needs 3 | H, 4 | L and 4 | d (docs §6.6);
 * everything else: the base architecture as it is.
 
 Each rule is the ``size`` of the geometry's record (``headgeom.model.geometries``); the zoo
@@ -39,7 +39,7 @@ from torch import nn
 from headgeom.model import registry
 from headgeom.model.geometries import SizeError
 
-#: The paper's base architecture (METHODS §4.1) and vocabulary (GPT-2, unpadded, §4.4).
+#: The paper's base architecture (docs §4.1) and vocabulary (GPT-2, unpadded, §4.4).
 PAPER_ARCHITECTURE: Mapping[str, int] = MappingProxyType(
     {"n_layer": 12, "n_head": 12, "d_model": 768, "d_head": 64, "d_mlp": 3072, "n_ctx": 512}
 )
@@ -56,10 +56,10 @@ class Configuration:
     geometry: str
     corpus: str  # "R" (200M tokens, with replacement) or "S" (1.07B, read once)
     repository_names: Mapping[int, str]  # seed -> repository name
-    n_params: int  # exact trainable parameters at paper size (METHODS §4.4, §6.1)
+    n_params: int  # exact trainable parameters at paper size (docs §4.4, §6.1)
     printed: str  # as paper Table 4 prints it
     val_loss: Mapping[int, float | None]  # seed -> paper validation loss (nats), None: "---"
-    rows: Mapping[int, int]  # seed -> row of METHODS §6.1
+    rows: Mapping[int, int]  # seed -> row of docs §6.1
     description: str  # write / readers, as §6.1 describes them
 
     @property
@@ -101,7 +101,7 @@ def _config(
     )
 
 
-#: METHODS §6.1, in row order. Seeds: from the repository names; [CHOICE §6.1] 42 for
+#: docs §6.1, in row order. Seeds: from the repository names; [CHOICE §6.1] 42 for
 #: ``dense``, ``value384`` and ``mlp3456``, which name none.
 CONFIGURATIONS: tuple[Configuration, ...] = (
     _config("learned-r", "learned", "learned", "R",
@@ -169,7 +169,7 @@ PAPER_N_PARAMS: Mapping[str, int] = MappingProxyType(
 
 
 def paper_runs() -> list[tuple[Configuration, int]]:
-    """The 21 (configuration, seed) runs in the row order of METHODS §6.1."""
+    """The 21 (configuration, seed) runs in the row order of docs §6.1."""
     runs = [(c, seed) for c in CONFIGURATIONS for seed in c.seeds]
     return sorted(runs, key=lambda run: run[0].rows[run[1]])
 
@@ -251,7 +251,7 @@ def _shape(model_config: Mapping) -> dict[str, Any]:
 
 
 def expected_n_params(geometry: str, model_config: Mapping, n_vocab: int) -> int | None:
-    """The exact paper count (METHODS §6.1) when the model has the paper's size, else None."""
+    """The exact paper count (docs §6.1) when the model has the paper's size, else None."""
     if geometry not in PAPER_N_PARAMS or n_vocab != PAPER_N_VOCAB:
         return None
     paper = paper_model_config(geometry)
@@ -259,6 +259,6 @@ def expected_n_params(geometry: str, model_config: Mapping, n_vocab: int) -> int
 
 
 def count_parameters(model: nn.Module) -> tuple[int, int]:
-    """(trainable parameters, tied embedding once; frozen buffer elements) (METHODS §4.4)."""
+    """(trainable parameters, tied embedding once; frozen buffer elements) (docs §4.4)."""
     n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return n_params, sum(b.numel() for b in model.buffers())

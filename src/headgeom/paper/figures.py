@@ -1,4 +1,4 @@
-"""Paper figures as pure functions of result Parquets (METHODS §17.2).
+"""Paper figures as pure functions of result Parquets (docs §17.2).
 
 Each figure has a data builder (Parquet paths → the tidy frame that is plotted, which is
 also written as the figure's CSV source data) and a drawing function (frame → matplotlib
@@ -278,7 +278,7 @@ def figure7(data: pd.DataFrame) -> Figure:
     bottom.set_ylim(0, min(1.3, 1.35 * highest) if highest > 0 else 1.0)
     bottom.set_yticks([t for t in bottom.get_yticks() if 0 <= t <= 1])
     # Where every V read space is its own write space (ρ_self = 1), own-best is 1 by
-    # construction, not learned (METHODS §14.1 leaves such designs out): say so on the bar.
+    # construction, not learned (docs §14.1 leaves such designs out): say so on the bar.
     identical = data.groupby("model")["rho_self_mean"].min() > 1 - 1e-9
     for x, model in enumerate(models):
         if identical[model]:
@@ -304,7 +304,7 @@ FIGURE3_COLUMNS += results.ROBUSTNESS.columns("ci_level", "n_bootstrap")
 
 def figure3_data(inputs: Inputs) -> pd.DataFrame:
     """Per (model, seed, task): N_eff on the analysis split with its bootstrap percentile
-    interval (METHODS §12.4), models in input (paper) order."""
+    interval (docs §12.4), models in input (paper) order."""
     runs = read_runs(need_kind(inputs, "runs", "figure3"))
     frame = read_kind(need_kind(inputs, "robustness", "figure3"), FIGURE3_COLUMNS, "figure3")
     frame = with_runs(frame[FIGURE3_COLUMNS], runs, "figure3")
@@ -397,7 +397,7 @@ FIGURE4_MARKERS = {"free": "o", "block": "s"}
 
 def figure4_data(inputs: Inputs, models: Sequence[str] | None = None) -> pd.DataFrame:
     """Per (model, seed): validation loss and the geometric mean over tasks of N_eff
-    (METHODS §12.7), restricted to ``models`` (in that order) when given. ``flagged``
+    (docs §12.7), restricted to ``models`` (in that order) when given. ``flagged``
     marks models whose heads per layer differ from the base architecture (the paper's
     16-head routed controls): their raw N_eff counts more candidate heads."""
     frame = read_kind(need_kind(inputs, "loss", "figure4"), FIGURE4_COLUMNS, "figure4")

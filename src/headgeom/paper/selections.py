@@ -1,5 +1,5 @@
 """Which models each paper table and figure shows, and which models the concentration
-analyses compare (METHODS §12.1, §12.2, §12.4, §12.7, §13.1, §17).
+analyses compare (docs §12.1, §12.2, §12.4, §12.7, §13.1, §17).
 
 Everything here is named by geometry, so it resolves in any study: in the demo (model keys
 = geometry names) and in the paper study (keys such as ``learned-s``, where two models share
@@ -24,7 +24,7 @@ _FIGURE3_SLOTS = [
     ["all-rotated"],
     ["all-rotated-self"],
 ]
-#: The models each paper table or figure shows (METHODS §12.1–12.2, §12.7, §13.1, §17), as
+#: The models each paper table or figure shows (docs §12.1–12.2, §12.7, §13.1, §17), as
 #: slots of geometries in order of preference, on corpus S where the study names corpora.
 #: A study without mlp3456 (the demo) shows its write-common-axis in that slot.
 PAPER_SELECTIONS: dict[str, list[list[str]]] = {

@@ -1,10 +1,10 @@
-"""Paper tables as pure functions of result Parquets (METHODS §17.1).
+"""Paper tables as pure functions of result Parquets (docs §17.1).
 
 Each builder takes its inputs by kind (``{"runs": [...], "summaries": [...]}``: the Parquets
 of one result type each) and returns a :class:`Table`: the tidy, unrounded frame (the CSV)
 and the rendered blocks, written as Markdown and as booktabs LaTeX from the same cells, so
 the two always print the same numbers. Derived values are computed from unrounded numbers;
-rounding happens only when rendering, to the paper's precision (METHODS §17).
+rounding happens only when rendering, to the paper's precision (docs §17).
 
 Input kinds (one file per model × seed × task unless noted):
 
@@ -14,7 +14,7 @@ Input kinds (one file per model × seed × task unless noted):
 * ``eval``: ``eval/...`` clean accuracy and margin (Table 5).
 * ``summaries``: ``concentration/....parquet`` E, N_eff, top-head share per split (Table 6).
 * ``robustness``: ``concentration/....robustness.parquet`` decomposition, index null,
-  per-example-absolute N_eff (Table 3; /work/coord interface, METHODS §12.2–12.4).
+  per-example-absolute N_eff (Table 3; /work/coord interface, docs §12.2–12.4).
 * ``lanes``, ``leakage``: the lane and leakage Parquets.
 """
 
@@ -327,7 +327,7 @@ def _row_keys(wide: pd.DataFrame) -> pd.DataFrame:
 
 
 # ----------------------------------------------------------------------------- Table 2
-#: Geometry columns Table 2 takes from the geometry_stats summaries (METHODS §9.4, §14.1).
+#: Geometry columns Table 2 takes from the geometry_stats summaries (docs §9.4, §14.1).
 TABLE2_GEOMETRY_COLUMNS = results.GEOMETRY_SUMMARY.columns(
     "own_best_fraction",
     "rho_self_mean",
@@ -343,7 +343,7 @@ def table2(inputs: Inputs) -> Table:
     weight-space geometry of each model (optional input kind ``geometry``).
 
     Δ = val loss − that of the ``learned`` model on the same corpus (comparisons are only
-    ever within a corpus, METHODS §0) with the same seed when one exists, else the mean over
+    ever within a corpus, docs §0) with the same seed when one exists, else the mean over
     that corpus's learned seeds; computed from unrounded losses. Runs without a ``corpus``
     key (the demo) share one corpus.
     """
@@ -427,7 +427,7 @@ def decomposition_cell(n_eff: float, n_index: float, n_layer: float) -> str:
 
 def table3(inputs: Inputs) -> Table:
     """N_eff = N_index × N_layer|index per model and task, the index-level permutation null,
-    and N_eff from E_x|d(x)| (paper Table 3; METHODS §10.3–10.4, §12.2–12.3).
+    and N_eff from E_x|d(x)| (paper Table 3; docs §10.3–10.4, §12.2–12.3).
 
     The decomposition and the null are shown only where the head index is comparable across
     layers in the base architecture (``index_meaningful``); elsewhere the cell gives N_eff
@@ -558,7 +558,7 @@ def table6(inputs: Inputs) -> Table:
 
 # ----------------------------------------------------------------------------- Lanes
 def lanes(inputs: Inputs) -> Table:
-    """Lane score Λ with its permutation p, Bonferroni ×3 within each model (METHODS §10.5)."""
+    """Lane score Λ with its permutation p, Bonferroni ×3 within each model (docs §10.5)."""
     cols = results.LANES.columns(
         "model", "seed", "task", "split", "lambda_score", "chance", "p_value"
     )
@@ -598,7 +598,7 @@ def lanes(inputs: Inputs) -> Table:
 
 # ----------------------------------------------------------------------------- Leakage
 def leakage(inputs: Inputs) -> Table:
-    """Leakage summaries per model, seed and read type, pooled over tasks (METHODS §11.3):
+    """Leakage summaries per model, seed and read type, pooled over tasks (docs §11.3):
     median L (fraction of perturbation energy), median L/ρ and Spearman(L, ρ) across
     source–reader pairs."""
     cols = results.LEAKAGE.columns(

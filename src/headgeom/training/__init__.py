@@ -1,4 +1,4 @@
-"""Training (METHODS §7), one concept per module; callers import the submodule they need.
+"""Training (docs §7), one concept per module; callers import the submodule they need.
 
 ``config``  the run config (``RunConfig``, ``parse_run_config``) and its ``training`` section
             (``TrainConfig``), and which intermediate checkpoints a run keeps, under which names.

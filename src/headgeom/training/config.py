@@ -1,6 +1,6 @@
-"""The run config (METHODS §7.2): one (model, seed) run as ``src/train.py`` receives it
+"""The run config (docs §7.2): one (model, seed) run as ``src/train.py`` receives it
 (``RunConfig``), its ``training`` section (``TrainConfig``), and the intermediate
-checkpoints a run keeps and their file names (METHODS §7.3)."""
+checkpoints a run keeps and their file names (docs §7.3)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from headgeom.model import registry
 
 SCHEDULES = ("cosine", "linear")
 PRECISIONS = ("auto", "fp32", "bf16")  # auto: bf16 autocast on CUDA, fp32 on CPU (§7.2)
-# METHODS §7.3: the analyses need steps 0, 256, 1,024, 4,096, 16,384 and the final one.
+# docs §7.3: the analyses need steps 0, 256, 1,024, 4,096, 16,384 and the final one.
 DEFAULT_CHECKPOINT_STEPS = (0, 256, 1024, 4096, 16384)
 RUN_KEYS_REQUIRED = ("model_name", "seed", "data_seed", "model", "training")
 RUN_KEYS_OPTIONAL = ("repository_name", "display_name", "corpus")
@@ -32,7 +32,7 @@ def _is_int(v: Any) -> bool:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """The ``training`` section of a run config; every choice of METHODS §7.2 is a field.
+    """The ``training`` section of a run config; every choice of docs §7.2 is a field.
 
     ``checkpoint_steps``: steps whose weights are kept besides the final ones (those at or
     past ``steps`` are dropped: the final checkpoint is the run's own). ``resume_every``:
@@ -138,7 +138,7 @@ class RunConfig:
 
     @property
     def config_hash(self) -> str:
-        """Content hash of exactly the config given (METHODS §2.3 ``config_hash``)."""
+        """Content hash of exactly the config given (docs §2.3 ``config_hash``)."""
         return content_hash(self.raw)
 
     @property

@@ -1,4 +1,4 @@
-"""What each update reads (METHODS §3.2–§3.4, §7.2): the learning rate of step s, the batch
+"""What each update reads (docs §3.2–§3.4, §7.2): the learning rate of step s, the batch
 of step s in the corpus's data order, and the validation windows.
 
 Both are pure functions of (data seed, step): a resumed run reads exactly the batches and
@@ -14,13 +14,13 @@ import torch
 
 from headgeom.training.config import TrainConfig
 
-# Data orders (METHODS §3.2, §3.3), named by the corpus manifest's ``sampling`` field.
+# Data orders (docs §3.2, §3.3), named by the corpus manifest's ``sampling`` field.
 SAMPLINGS = ("with_replacement", "read_once")
 
 
 # --------------------------------------------------------------------------- schedule
 def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Learning rate of update ``step`` (METHODS §7.2): linear warmup from 0 to ``lr_max`` at
+    """Learning rate of update ``step`` (docs §7.2): linear warmup from 0 to ``lr_max`` at
     ``warmup_steps``, then cosine (or linear) decay to ``lr_min`` at ``steps``."""
     if not 0 <= step <= cfg.steps:
         raise ValueError(f"step {step} outside [0, {cfg.steps}]")
@@ -36,7 +36,7 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 def sample_batch(
     tokens: np.ndarray, step: int, batch_size: int, n_ctx: int, data_seed: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Random-offset windows (METHODS §3.2, corpus R): inputs ``tokens[o:o+n_ctx]``, targets
+    """Random-offset windows (docs §3.2, corpus R): inputs ``tokens[o:o+n_ctx]``, targets
     shifted by one.
 
     Offsets are uniform on {0, …, N − n_ctx − 1} from ``default_rng([data_seed, step])``: a
@@ -55,7 +55,7 @@ def sample_batch(
 def read_once_batch(
     tokens: np.ndarray, step: int, batch_size: int, n_ctx: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sequential windows (METHODS §3.3, corpus S): step s reads the buffer
+    """Sequential windows (docs §3.3, corpus S): step s reads the buffer
     ``tokens[p : p + B·n_ctx + 1]`` with p = (s − 1)·B·n_ctx, inputs ``buf[:-1]`` and targets
     ``buf[1:]`` reshaped to (B, n_ctx). Consecutive steps share one boundary token (the
     previous step's last target is this step's first input); no window is read twice."""
@@ -72,7 +72,7 @@ def read_once_batch(
 
 def tokens_needed(cfg: TrainConfig, n_ctx: int, sampling: str) -> int:
     """Smallest training corpus the data order can serve: one window (+1 target) with
-    replacement; steps × batch_size × n_ctx + 1 read once (METHODS §3.3: 2^30 + 1)."""
+    replacement; steps × batch_size × n_ctx + 1 read once (docs §3.3: 2^30 + 1)."""
     if sampling == "read_once":
         return cfg.steps * cfg.batch_size * n_ctx + 1
     return n_ctx + 1
@@ -113,7 +113,7 @@ def batch_at(
 
 def validation_windows(val_ids: np.ndarray, n_ctx: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The ⌊(N−1)/n_ctx⌋ non-overlapping windows that cover the validation file, tail dropped
-    (METHODS §3.4): inputs and next-token targets, int64 of shape (n_windows, n_ctx)."""
+    (docs §3.4): inputs and next-token targets, int64 of shape (n_windows, n_ctx)."""
     n_windows = (len(val_ids) - 1) // n_ctx
     if n_windows < 1:
         raise ValueError(f"validation file of {len(val_ids)} tokens has no {n_ctx}-token window")

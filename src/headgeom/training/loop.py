@@ -1,4 +1,4 @@
-"""The training loop (METHODS §7): the seeded step-0 model, the validation loss, and
+"""The training loop (docs §7): the seeded step-0 model, the validation loss, and
 ``train``, the AdamW loop that calls back at every intermediate checkpoint and keeps the
 resumable state; and the train log it returns (one row per update)."""
 
@@ -32,7 +32,7 @@ from headgeom.training.state import (
 
 
 def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch (METHODS §7.2: before model construction)."""
+    """Seed python, numpy and torch (docs §7.2: before model construction)."""
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -40,7 +40,7 @@ def seed_everything(seed: int) -> None:
 
 def initial_model(config: Mapping | RunConfig, n_vocab: int) -> torch.nn.Module:
     """The step-0 model of a run: the RNGs seeded from ``seed``, then the model built by the
-    model package's builder (same bytes each time: METHODS §7.3)."""
+    model package's builder (same bytes each time: docs §7.3)."""
     run = config if isinstance(config, RunConfig) else parse_run_config(config)
     seed_everything(run.seed)
     return registry.build_model(run.model_config(n_vocab))
@@ -64,7 +64,7 @@ def _full_fp32_matmuls() -> Iterator[None]:
 
 @torch.no_grad()
 def validation_loss(model: GPT, val_ids: np.ndarray, n_ctx: int, batch_size: int) -> float:
-    """Mean next-token cross-entropy in nats over the validation windows (METHODS §3.4,
+    """Mean next-token cross-entropy in nats over the validation windows (docs §3.4,
     ``validation_windows``); float32 forward, float64 sum."""
     inputs, targets = validation_windows(val_ids, n_ctx)
     n_windows = len(inputs)
@@ -176,7 +176,7 @@ def train(
     resume: Resume | None = None,
     on_checkpoint: OnCheckpoint | None = None,
 ) -> TrainResult:
-    """Train ``model`` in place for ``cfg.steps`` AdamW updates (METHODS §7).
+    """Train ``model`` in place for ``cfg.steps`` AdamW updates (docs §7).
 
     Weight decay goes to tensors of rank ≥ 2 (``model.optim_groups``); frozen bases are
     buffers, so AdamW never sees them. Gradients are clipped at global norm ``grad_clip``.
