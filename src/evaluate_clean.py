@@ -17,7 +17,7 @@ import pandas as pd
 
 from headgeom import results
 from headgeom.analysis.evaluation import evaluate_splits
-from headgeom.data.tasks import model_inputs, read_task
+from headgeom.data.task_files import model_inputs, read_task
 from headgeom.model.checkpoint import load_verified
 from headgeom.runtime import set_threads
 

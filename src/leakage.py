@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from headgeom import results
 from headgeom.analysis import leakage
 from headgeom.analysis.leakage import require_free_readers
-from headgeom.data.tasks import model_inputs, read_task
+from headgeom.data.task_files import model_inputs, read_task
 from headgeom.hashing import sha256_file
 from headgeom.io import read_parquet_metadata
 from headgeom.model.checkpoint import load_verified

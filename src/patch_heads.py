@@ -17,7 +17,7 @@ import sys
 
 from headgeom import results
 from headgeom.analysis.patch_effects import ENGINES, engine_paths, patch_task
-from headgeom.data.tasks import read_task
+from headgeom.data.task_files import read_task
 from headgeom.model.checkpoint import load_verified
 from headgeom.runtime import pick_device, set_threads
 

@@ -37,7 +37,7 @@ from headgeom.analysis.effects import drops_array
 from headgeom.analysis.patching import delta_patch_layer, length_batches
 from headgeom.analysis.stats import effects_from_drops
 from headgeom.analysis.subspace import folded_read_basis, orthonormal_basis, projection_kernel
-from headgeom.data.tasks import PatchInputs
+from headgeom.data.task_files import PatchInputs
 from headgeom.model import registry
 from headgeom.model.geometries import READ_TYPES
 

@@ -23,7 +23,7 @@ from headgeom.analysis.patching import (
     supports_fast,
     supports_prefix_reuse,
 )
-from headgeom.data.tasks import TaskSplits, model_inputs
+from headgeom.data.task_files import TaskSplits, model_inputs
 
 ENGINES = ("fast", "plain")
 
