@@ -274,3 +274,16 @@ def test_make_tasks_cli(tmp_path):
     partition = json.loads(meta["lexicon_partition"])
     for split, part in table.to_pandas().groupby("split", observed=True):
         assert set(part["lexical_group"]) <= set(partition[split]["first_vars"])
+
+
+@pytest.mark.parametrize("task", ["sva", "quote", "plural"])
+def test_the_partition_stream_keeps_its_name(task):
+    """The partition is drawn from the stream "headgeom.lexicon.partition:<task>:<seed>"
+    (data, not a module path: moving the module must not change a single dataset)."""
+    import random
+
+    slot, pool = next(iter(lexicon.TASK_SLOTS[task].items()))
+    items = list(pool)
+    random.Random(f"headgeom.lexicon.partition:{task}:7").shuffle(items)
+    n = lexicon.resolve_partition_counts(task)[slot]["discovery"]
+    assert lexicon.partition_lexicon(task, 7)["discovery"][slot] == items[:n]

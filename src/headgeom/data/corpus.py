@@ -136,7 +136,9 @@ class _DemoText:
 
 def iter_demo_texts(seed: int, stream: str = "train") -> Iterator[str]:
     """Endless, deterministic document texts for (seed, stream); streams are independent."""
-    source = _DemoText(random.Random(f"headgeom.data.corpus.demo:{seed}:{stream}"))
+    # a fixed stream name (the module's name before headgeom.data existed), not a path:
+    # renaming it would change every dataset drawn from it
+    source = _DemoText(random.Random(f"headgeom.corpus.demo:{seed}:{stream}"))
     while True:
         yield source.document()
 

@@ -181,7 +181,9 @@ def partition_lexicon(
     consecutive runs, so the splits never share an item (docs §8.1).
     """
     counts = resolve_partition_counts(task, counts)
-    rng = random.Random(f"headgeom.data.lexicon.partition:{task}:{seed}")
+    # a fixed stream name (the module's name before headgeom.data existed), not a path:
+    # renaming it would change every dataset drawn from it
+    rng = random.Random(f"headgeom.lexicon.partition:{task}:{seed}")
     out: dict[str, dict[str, list[Any]]] = {s: {} for s in (*SPLITS, "unused")}
     for slot, pool in TASK_SLOTS[task].items():
         items = list(pool)

@@ -245,7 +245,9 @@ def generate_task(
     group_slot = lexicon.GROUP_SLOT[task]
     build = _BUILDERS[task]
     prefix = EOT_TEXT if cfg["prepend_eot"] else ""
-    rng = random.Random(f"headgeom.data.tasks:{task}:{cfg['seed']}")
+    # a fixed stream name (the module's name before headgeom.data existed), not a path:
+    # renaming it would change every dataset drawn from it
+    rng = random.Random(f"headgeom.tasks:{task}:{cfg['seed']}")
     rows: list[dict[str, Any]] = []
     for split in SPLITS:
         part = partition[split]
