@@ -374,7 +374,8 @@ class BasisFamily:
                 "max": round(c3["pk_max"], RECORD_DECIMALS),
             }
         return {
-            "construction": "kerdock-haar (docs §5.3-§5.4)",
+            # hashed identity text: kept as first recorded (METHODS = docs/methods.md)
+            "construction": "kerdock-haar (METHODS §5.3-§5.4)",
             "d_model": self.d_model,
             "d_head": self.d_head,
             "n_members": self.n_members,
@@ -590,7 +591,7 @@ def build_basis_family(
         "C5": {
             "shared_tolerance": SHARED_TOL,
             "sharing_member_pairs": len(observed),
-            "reference": "docs §5.5 item 5" if reference is not None else None,
+            "reference": "METHODS §5.5 item 5" if reference is not None else None,
             "matches_reference": True if reference is not None else None,
             # largest principal cosine that is not shared, in three groups of head pairs
             "max_cosine_sharing_head_pairs": _max_or_none(top[cross4 & shares_dims]),
