@@ -35,7 +35,7 @@ def naive(model, clean_ids, ref_ids, correct, incorrect, cases):
             fns = {}
             for j in range(L):
 
-                def fz(z, j=j, case=case):
+                def fz(z, j=j, case=case, clean_cache=clean_cache, ref_cache=ref_cache):
                     z = z.clone()
                     for h in range(model.cfg.n_head):
                         if (j, h) in case.clamp.heads:
@@ -46,7 +46,7 @@ def naive(model, clean_ids, ref_ids, correct, incorrect, cases):
 
                 fns[zs[j]] = fz
                 if j in case.clamp.mlps:
-                    fns[mlp[j]] = lambda x, j=j: clean_cache[mlp[j]]
+                    fns[mlp[j]] = lambda x, j=j, cc=clean_cache: cc[mlp[j]]
             with model.hooks(fns):
                 logits = model(c, last_only=True)
             out[n, k] = float(
@@ -124,8 +124,12 @@ def test_checks_c12_c13_and_identities_on_every_geometry(geometry):
     p = out.paths
     assert len(p) == 5 and (p["delta_none"] - p["delta_both"]).abs().max() > 1e-5
     # order A and order B parts each sum to Δ(∅)
-    np.testing.assert_allclose(p.direct + p.via_mlps_a + p.via_attention_a, p.delta_none, atol=1e-12)
-    np.testing.assert_allclose(p.direct + p.via_mlps_b + p.via_attention_b, p.delta_none, atol=1e-12)
+    np.testing.assert_allclose(
+        p.direct + p.via_mlps_a + p.via_attention_a, p.delta_none, atol=1e-12
+    )
+    np.testing.assert_allclose(
+        p.direct + p.via_mlps_b + p.via_attention_b, p.delta_none, atol=1e-12
+    )
     # I = via attention − via attention′ = via MLPs′ − via MLPs
     np.testing.assert_allclose(p.via_attention_a - p.via_attention_b, p.interaction, atol=1e-12)
     np.testing.assert_allclose(p.via_mlps_b - p.via_mlps_a, p.interaction, atol=1e-12)

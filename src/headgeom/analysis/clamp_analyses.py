@@ -202,3 +202,36 @@ def require_checks(result: ClampResult, where: str) -> None:
     ]
     if failed:
         raise ValueError(f"{where}: clamp checks failed: {'; '.join(failed)}")
+
+
+@dataclass(frozen=True)
+class ClampTables:
+    """The three clamp tables of one run (every task) and the worst check values."""
+
+    pairs: pd.DataFrame
+    paths: pd.DataFrame
+    lumped: pd.DataFrame
+    c12: float
+    c13: float
+    effects_residual: float
+
+
+def clamp_tables(model, tasks, split: str, lumped: bool, batch_size: int, max_rows: int):
+    """Every task of one run: ``tasks`` is a list of ``(identity, inputs, e_stored)`` with
+    identity the (model, seed, task) dict, inputs the split's PatchInputs and e_stored its
+    (L, H) effects. Fails (ValueError naming the task) when a check is violated."""
+    parts: dict[str, list[pd.DataFrame]] = {"pairs": [], "paths": [], "lumped": []}
+    worst = {"c12": 0.0, "c13": 0.0, "effects_residual": 0.0}
+    for identity, inputs, e_stored in tasks:
+        out = clamp_analyses(model, inputs, e_stored, lumped, batch_size, max_rows)
+        require_checks(out, f"{identity} split {split}")
+        for name in parts:
+            frame = getattr(out, name)
+            parts[name].append(frame.assign(**identity, split=split) if len(frame) else frame)
+        for key in worst:
+            worst[key] = max(worst[key], getattr(out, key))
+    frames = {
+        name: pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        for name, frames in parts.items()
+    }
+    return ClampTables(frames["pairs"], frames["paths"], frames["lumped"], **worst)
