@@ -192,12 +192,12 @@ def input_kinds(wildcards, input):
 
 
 def clamp_heads(wildcards):
-    """rule clamps: the heads Parquet of every task of the run, in TASKS order."""
+    """The clamps rule: the heads Parquet of every task of the run, in TASKS order."""
     return [PATHS["heads"].format(model=wildcards.model, seed=wildcards.seed, task=t) for t in TASKS]
 
 
 def clamp_lumped_flag(wildcards):
-    """rule clamps: --lumped for the runs of the lumped lane clamp (docs §13.3)."""
+    """The clamps rule: --lumped for the runs of the lumped lane clamp (docs §13.3)."""
     return "--lumped" if (wildcards.model, int(wildcards.seed)) in STUDY.clamp_runs("lumped") else ""
 
 
