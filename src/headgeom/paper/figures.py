@@ -741,7 +741,8 @@ def figure6de(data: pd.DataFrame) -> Figure:
                 rows = frame[(frame["task"] == task) & (frame["same_index"] == same)]
                 if column == "reduction_mlps" and same:
                     continue  # panel e: one dot per source, index plays no role
-                xs = rows["label"].map(x) + rng.uniform(-0.18, 0.18, len(rows))
+                xs = np.array([x[v] for v in rows["label"]], dtype=float)
+                xs = xs + rng.uniform(-0.18, 0.18, len(rows))
                 ax.scatter(xs, 100 * rows[column], marker=marker, s=34, color=colour,
                            edgecolor="black", linewidth=0.4, zorder=3)  # fmt: skip
         ax.axhline(0, color="black", lw=0.8)
