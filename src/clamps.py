@@ -4,7 +4,7 @@ path decomposition and the lumped lane clamp, with checks C12 and C13.
     python src/clamps.py --checkpoint CKPT --manifest MANIFEST \\
         --tasks sva.parquet quote.parquet plural.parquet \\
         --heads sva.heads.parquet quote.heads.parquet plural.heads.parquet \\
-        --split evaluation [--lumped] --threads 1 \\
+        --split evaluation --threads 1 \\
         --out-pairs pairs.parquet --out-paths paths.parquet --out-lumped lumped.parquet
 
 Top heads come from the stored per-head effects of the split (src/concentration.py); a
@@ -37,7 +37,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tasks", nargs="+", required=True, help="task Parquets")
     parser.add_argument("--heads", nargs="+", required=True, help="heads Parquets, same order")
     parser.add_argument("--split", default="evaluation")
-    parser.add_argument("--lumped", action="store_true", help="also the lumped lane clamp")
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--max-rows", type=int, default=4096)
     parser.add_argument("--device", default="auto")
@@ -74,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         e = effect_matrix(rows, "e", heads_path)
         tasks.append((identity, model_inputs(task.frame, vocab), e))
         sources[f"{identity['task']}_heads_sha256"] = sha256_file(heads_path)
-    out = clamp_tables(model, tasks, args.split, args.lumped, args.batch_size, args.max_rows)
+    out = clamp_tables(model, tasks, args.split, True, args.batch_size, args.max_rows)
     metadata = {
         "analysis": "clamps",
         "analysis_version": "1",

@@ -18,7 +18,6 @@ rule clamps:
         split=STUDY.stage("clamps")["split"],
         batch_size=STUDY.stage("clamps")["batch_size"],
         max_rows=STUDY.stage("clamps")["max_rows"],
-        lumped=clamp_lumped_flag,
     threads: STUDY.threads("clamps")
     resources:
         **STUDY.resources("clamps", mem_mb=4000, runtime=60),
@@ -26,7 +25,7 @@ rule clamps:
         "../../envs/headgeom.yaml"
     shell:
         "python src/clamps.py --checkpoint {input.checkpoint} --manifest {input.manifest} "
-        "--tasks {input.tasks} --heads {input.heads} --split {params.split} {params.lumped} "
+        "--tasks {input.tasks} --heads {input.heads} --split {params.split} "
         "--batch-size {params.batch_size} --max-rows {params.max_rows} --threads {threads} "
         "--out-pairs {output.pairs} --out-paths {output.paths} --out-lumped {output.lumped} "
         "2> {log}"

@@ -196,11 +196,6 @@ def clamp_heads(wildcards):
     return [PATHS["heads"].format(model=wildcards.model, seed=wildcards.seed, task=t) for t in TASKS]
 
 
-def clamp_lumped_flag(wildcards):
-    """The clamps rule: --lumped for the runs of the lumped lane clamp (docs §13.3)."""
-    return "--lumped" if (wildcards.model, int(wildcards.seed)) in STUDY.clamp_runs("lumped") else ""
-
-
 def figure_models(wildcards):
     models = STUDY.figure_models(wildcards.figure)
     return "--models " + " ".join(models) if models else ""

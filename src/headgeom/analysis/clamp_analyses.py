@@ -227,11 +227,8 @@ def clamp_tables(model, tasks, split: str, lumped: bool, batch_size: int, max_ro
         require_checks(out, f"{identity} split {split}")
         for name in parts:
             frame = getattr(out, name)
-            parts[name].append(frame.assign(**identity, split=split) if len(frame) else frame)
+            parts[name].append(frame.assign(**identity, split=split))  # empty: columns only
         for key in worst:
             worst[key] = max(worst[key], getattr(out, key))
-    frames = {
-        name: pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-        for name, frames in parts.items()
-    }
+    frames = {name: pd.concat(frames, ignore_index=True) for name, frames in parts.items()}
     return ClampTables(frames["pairs"], frames["paths"], frames["lumped"], **worst)

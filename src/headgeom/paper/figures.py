@@ -790,11 +790,12 @@ def figure8_data(inputs: Inputs) -> pd.DataFrame:
             )
     both = read_kind(need_kind(inputs, "both_orders", "figure8"), CLAMP_PATH_COLUMNS, "figure8")
     both = with_runs(both, runs, "figure8")
-    for model, group in both.groupby("model", sort=False):
+    for _, group in both.groupby("model", sort=False):
         shares = path_shares(group)
-        label = str(group["display_name"].iloc[0])
-        corpus = group["corpus"].iloc[0]
-        label = f"{label} ({corpus})" if corpus != "—" else f"{label} [{model}]"
+        label, corpus = str(group["display_name"].iloc[0]), group["corpus"].iloc[0]
+        label = f"{label} ({corpus})" if corpus != "—" else label
+        n_runs = group["seed"].nunique()
+        label = f"{label}, {n_runs} seeds" if n_runs > 1 else label
         for release in ("a", "b"):
             for part, key in (
                 ("direct", "direct_share"),
