@@ -27,6 +27,7 @@ include: "workflow/rules/export.smk"
 include: "workflow/rules/concentration.smk"
 include: "workflow/rules/leakage.smk"
 include: "workflow/rules/lanes.smk"
+include: "workflow/rules/clamps.smk"
 include: "workflow/rules/geometry.smk"
 include: "workflow/rules/tables.smk"
 

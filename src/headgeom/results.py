@@ -840,3 +840,118 @@ TABLES: dict[str, ResultTable] = {
         LEAKAGE,
     )
 }
+
+# --- clamps (src/clamps.py; issue 11) ------------------------------------------------------
+_CLAMP_SOURCE = {
+    "split": "split whose examples the clamp runs average over (docs §16.1: evaluation)",
+    "source_layer": "layer l_i of the patched source head i",
+    "source_head": "head index h_i of the source",
+    "source_rank": "rank of the source by signed evaluation effect (0 = largest)",
+}
+CLAMP_PAIRS = ResultTable(
+    "clamp_pairs",
+    _schema(
+        _RUN_TASK_SPLIT,
+        [
+            ("source_layer", pa.int32()),
+            ("source_head", pa.int32()),
+            ("source_rank", pa.int32()),
+            ("later_layer", pa.int32()),
+            ("later_head", pa.int32()),
+            ("later_rank", pa.int32()),
+            ("same_index", pa.bool_()),
+            ("e_unclamped", pa.float64()),
+            ("e_head_clamped", pa.float64()),
+            ("e_mlps_clamped", pa.float64()),
+            ("reduction_head", pa.float64()),
+            ("reduction_mlps", pa.float64()),
+        ],
+    ),
+    {
+        **_CLAMP_SOURCE,
+        "later_layer": "layer l_j > l_i of the later top head j",
+        "later_head": "head index of j",
+        "later_rank": "rank of j by signed evaluation effect",
+        "same_index": "h_i = h_j (a same-index pair: one lane)",
+        "e_unclamped": "e_∅: mean drop LD_clean − LD_patched with source i patched (docs §10.1)",
+        "e_head_clamped": "the same with head j's z held at its clean value",
+        "e_mlps_clamped": "the same with every MLP from layer l_i on held clean",
+        "reduction_head": "(e_∅ − e_head_clamped) / e_∅; may be < 0 or > 1; null if e_∅ = 0",
+        "reduction_mlps": "(e_∅ − e_mlps_clamped) / e_∅; null if e_∅ = 0",
+    },
+    "ordered pair (source i, later j) of the top-3 heads with l_i < l_j, per (model, seed, task)",
+)
+CLAMP_PATHS = ResultTable(
+    "clamp_paths",
+    _schema(
+        _RUN_TASK_SPLIT,
+        [
+            ("rank", pa.int32()),
+            ("layer", pa.int32()),
+            ("head", pa.int32()),
+            ("e_stored", pa.float64()),
+            ("delta_none", pa.float64()),
+            ("delta_later_heads", pa.float64()),
+            ("delta_mlps", pa.float64()),
+            ("delta_both", pa.float64()),
+            ("delta_all_but_source", pa.float64()),
+            ("direct_closed_form", pa.float64()),
+            ("direct", pa.float64()),
+            ("via_mlps_a", pa.float64()),
+            ("via_attention_a", pa.float64()),
+            ("via_attention_b", pa.float64()),
+            ("via_mlps_b", pa.float64()),
+            ("interaction", pa.float64()),
+        ],
+    ),
+    {
+        "split": _CLAMP_SOURCE["split"],
+        "rank": "rank of the head by signed evaluation effect (0 = largest; top 5)",
+        "layer": "layer l of the source head",
+        "head": "head index h of the source head",
+        "e_stored": "its stored effect e_{l,h} (src/concentration.py heads)",
+        "delta_none": "Δ(∅): mean drop with the source patched, nothing clamped (= e_stored)",
+        "delta_later_heads": "Δ(later heads): every head of layers > l held clean",
+        "delta_mlps": "Δ(MLPs): every MLP from layer l on held clean",
+        "delta_both": "Δ(both): later heads and MLPs from l held clean",
+        "delta_all_but_source": "every head but the source and every MLP held clean (C13)",
+        "direct_closed_form": "drop from adding only δ_i = W_O(z_ref − z) at the final position "
+        "to the clean final residual (C13 reference)",
+        "direct": "direct = Δ(both); the same in both orders",
+        "via_mlps_a": "order A (release the MLP clamp first): Δ(later heads) − direct",
+        "via_attention_a": "order A: Δ(∅) − Δ(later heads)",
+        "via_attention_b": "order B (release the head clamp first): Δ(MLPs) − direct",
+        "via_mlps_b": "order B: Δ(∅) − Δ(MLPs)",
+        "interaction": "I = Δ(∅) − Δ(later heads) − Δ(MLPs) + Δ(both) "
+        "= via_attention_a − via_attention_b = via_mlps_b − via_mlps_a",
+    },
+    "top-5 head (by signed evaluation effect) of one (model, seed, task)",
+)
+CLAMP_LUMPED = ResultTable(
+    "clamp_lumped",
+    _schema(
+        _RUN_TASK_SPLIT,
+        [
+            ("index_shift", pa.int32()),
+            ("same_index", pa.bool_()),
+            ("n_sources", pa.int32()),
+            ("sources", pa.string()),
+            ("sum_unclamped", pa.float64()),
+            ("sum_clamped", pa.float64()),
+            ("reduction", pa.float64()),
+        ],
+    ),
+    {
+        "split": _CLAMP_SOURCE["split"],
+        "index_shift": "s: for each source (l, h) every head of index (h + s) mod H in layers "
+        "> l is held clean (no MLP clamp); s = 0 is the source's own index",
+        "same_index": "s = 0 (the lumped lane clamp); other shifts are the control",
+        "n_sources": "top heads summed (5)",
+        "sources": "the summed sources, L<layer>H<head>, by rank",
+        "sum_unclamped": "Σ_i e_∅(i) over the sources",
+        "sum_clamped": "Σ_i e_C(i) with the shift's clamp",
+        "reduction": "(sum_unclamped − sum_clamped) / sum_unclamped; null if the sum is 0",
+    },
+    "index shift s = 0..H−1 of one (model, seed, task)",
+)
+TABLES.update({t.name: t for t in (CLAMP_PAIRS, CLAMP_PATHS, CLAMP_LUMPED)})

@@ -221,6 +221,8 @@ class Study:
         yield lambda: self.leakage_models
         yield lambda: self.pairs
         yield lambda: self.loss_models
+        yield partial(self._check_split, "clamps")  # issue 11
+        yield lambda: self.clamp_runs("all")
         yield self._check_resources
 
     # ------------------------------------------------------------------ stages and runs
@@ -461,6 +463,8 @@ class Study:
     # ------------------------------------------------------------------ paper
     def selection(self, name: str) -> list[tuple[str, int]]:
         """(model, seed) pairs a paper table/figure shows; every run for the others."""
+        if name in selections.CLAMP_OUTPUTS:  # issue 11
+            return self.clamp_runs(selections.CLAMP_OUTPUTS[name])
         if name in selections.PAPER_SELECTIONS:
             return selections.select_models(self.models, name)
         return self.runs
@@ -481,6 +485,9 @@ class Study:
             "selection": self.selection(name),
             "leakage": self.leakage_runs,
             "first_seeds": self.first_seed_runs,
+            **{f"clamp_{k}": self.clamp_runs(k) for k in ("pairs", "figure8", "both_orders")},
+            "clamp_lumped": self.clamp_runs("lumped"),
+            "clamps": self.clamp_runs("all"),
             None: None,
         }
         return {
@@ -567,3 +574,36 @@ class Study:
                 f"allowed: default, {_listing(known)}"
                 for r in unknown
             )
+
+    # ------------------------------------------------------------------ clamps (issue 11)
+    def clamp_runs(self, kind: str) -> list[tuple[str, int]]:
+        """Runs of a clamp analysis (docs §13.3, §15.3), in config order: ``pairs`` (Figure
+        6d–e), ``figure8`` (Figure 8, order A: its paper selection), ``both_orders`` (§15.3
+        both orders), ``lumped`` (lumped lane clamp), or ``all`` (every run the clamps
+        stage measures). Config ``clamps.<kind>_models`` (a model: all its seeds; or
+        ``{model, seeds}``), else ``selections.CLAMP_DEFAULTS`` by geometry."""
+        if kind == "all":
+            chosen = {r for k in ("pairs", "figure8", "both_orders", "lumped")
+                      for r in self.clamp_runs(k)}  # fmt: skip
+            return [r for r in self.runs if r in chosen]
+        if kind == "figure8" and self.config["clamps"].get("figure8_models") is None:
+            return selections.select_models(self.models, "figure8")
+        if kind not in ("pairs", "figure8", "both_orders", "lumped"):
+            raise ValueError(f"unknown clamp analysis {kind!r}")
+        entries = self.config["clamps"].get(f"{kind}_models")
+        if entries is None:
+            geometries = selections.CLAMP_DEFAULTS[kind]
+            return [(m, s) for m, s in self.runs if self.models[m]["geometry"] in geometries]
+        runs = []
+        for i, entry in enumerate(entries):
+            where = f"config clamps.{kind}_models[{i}]"
+            model = entry if isinstance(entry, str) else entry["model"]
+            if model not in self.models:
+                raise selections.unknown_model(model, self.models, where)
+            seeds = [int(s) for s in self.models[model]["seeds"]]
+            wanted = seeds if isinstance(entry, str) else [int(s) for s in entry["seeds"]]
+            for seed in wanted:
+                if seed not in seeds:
+                    raise ValueError(f"{where}: model {model!r} has seeds {seeds}, not {seed}")
+            runs += [(model, s) for s in wanted]
+        return [r for r in self.runs if r in set(runs)]

@@ -55,8 +55,14 @@ def test_demo_config_loads_with_the_schema_defaults():
     assert study.task_config("sva") == {"seed": 101, "prepend_eot": False}
     assert study.config["resources"] == {}
     # every paper table and figure has its models in the demo
-    assert study.tables == ["table2", "table3", "table5", "table6", "lanes", "leakage"]
-    assert study.figures == ["figure1", "figure3", "figure4", "figure5", "figure7"]
+    assert study.tables == [
+        *("table2", "table3", "table5", "table6", "lanes", "leakage"),
+        *("clamps", "lane_heads"),  # issue 11
+    ]
+    assert study.figures == [
+        *("figure1", "figure3", "figure4", "figure5", "figure7"),
+        *("figure6de", "figure8"),  # issue 11
+    ]
 
 
 def test_demo_analyses():
@@ -220,6 +226,7 @@ def test_every_cross_key_problem_is_reported_at_once(micro):
         "concentration.split",
         "leakage.split",
         "leakage.models[0]:",
+        "clamps.split",  # issue 11: clamps read evaluation effects too
     ]
 
 
@@ -256,3 +263,38 @@ def test_a_geometry_impossible_at_the_size_fails_at_load(micro):
     bad["models"]["routed"] = {"geometry": "write-routed-a", "seeds": [1]}  # 3 ∤ n_head = 2
     (line,) = problems(bad)
     assert line.startswith("config models.routed: ")
+
+
+# --------------------------------------------------------------------------- clamps (issue 11)
+def test_clamp_runs_defaults_and_explicit_entries():
+    study = Study.from_config(load("config"))
+    assert study.clamp_runs("pairs") == [
+        ("learned", 42), ("learned", 43), ("write-common-axis", 42), ("write-common-axis", 43),
+        ("write-rotated", 42),
+    ]  # fmt: skip
+    assert study.clamp_runs("lumped") == [("all-common-axis", 42)]
+    # Figure 8: one run per slot geometry, first seed
+    assert [m for m, _ in study.clamp_runs("figure8")] == [
+        "learned", "write-rotated", "all-common-axis", "all-rotated", "all-rotated-self"
+    ]  # fmt: skip
+    assert study.selection("figure6de") == study.clamp_runs("pairs")
+    paper = Study.from_config(load("paper"))
+    assert paper.clamp_runs("pairs") == [
+        ("learned-r", 42), ("learned-s", 42), ("write-common-axis", 42), ("write-common", 42),
+        ("write-rotated-r", 42),
+    ]  # fmt: skip
+    assert len(paper.clamp_runs("both_orders")) == 5  # the five runs of docs §11.1
+    assert paper.clamp_runs("lumped") == [("all-common-axis", 42)]
+
+
+def test_clamp_runs_refuse_unknown_models_and_seeds():
+    raw = load("config")
+    raw["clamps"] = {"pairs_models": ["lerned"]}
+    with pytest.raises(StudyConfigError, match=r"clamps.pairs_models\[0\].*'lerned'.*learned"):
+        Study.from_config(raw)
+    raw["clamps"] = {"lumped_models": [{"model": "learned", "seeds": [7]}]}
+    with pytest.raises(StudyConfigError, match="has seeds"):
+        Study.from_config(raw)
+    raw["clamps"] = {"split": "holdout"}
+    with pytest.raises(StudyConfigError, match="clamps.split"):
+        Study.from_config(raw)

@@ -67,6 +67,10 @@ PATHS = {
         "logo": "concentration/{model}/s{seed}/{task}.logo.parquet",
         "leakage": "leakage/{model}/s{seed}/{task}.parquet",
         "lanes": "lanes/{model}/s{seed}/{task}.parquet",
+        # one run, every task (rule clamps; issue 11)
+        "clamp_pairs": "clamps/{model}/s{seed}/pairs.parquet",
+        "clamp_paths": "clamps/{model}/s{seed}/paths.parquet",
+        "clamp_lumped": "clamps/{model}/s{seed}/lumped.parquet",
         # across runs
         "param_counts": "models/param_counts.parquet",
         "paired": "concentration/compare/{task}.paired.parquet",
@@ -185,6 +189,11 @@ def input_kinds(wildcards, input):
         if paths:  # an empty kind is left for the builder to name
             groups.append(f"--input {kind} " + " ".join(paths))
     return " ".join(groups)
+
+
+def clamp_heads(wildcards):
+    """The clamps rule: the heads Parquet of every task of the run, in TASKS order."""
+    return [PATHS["heads"].format(model=wildcards.model, seed=wildcards.seed, task=t) for t in TASKS]
 
 
 def figure_models(wildcards):

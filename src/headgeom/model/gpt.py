@@ -148,8 +148,16 @@ class Block(nn.Module):
     def after_z(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """The rest of the block once its head outputs ``z`` (B, S, H, d) are known: add
         W_O z + b_O to the residual ``x`` (B, S, D) entering it, then the MLP."""
-        x = self.hook_resid_mid(x + self.hook_attn_out(self.attn.writer(z)))
-        return x + self.hook_mlp_out(self.mlp(self.ln_2(x)))
+        return self.after_attn(x, self.attn.writer(z))
+
+    def after_attn(
+        self, x: torch.Tensor, attn_out: torch.Tensor, mlp_out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The rest of the block once its attention output ``attn_out`` (B, S, D) is known:
+        add it to the residual ``x`` entering the block, then the MLP; ``mlp_out`` given
+        (a clamp, docs §13.3) is added instead of computing the MLP."""
+        x = self.hook_resid_mid(x + self.hook_attn_out(attn_out))
+        return x + self.hook_mlp_out(self.mlp(self.ln_2(x)) if mlp_out is None else mlp_out)
 
     def forward_suffix(
         self, x: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor, last_only: bool = False

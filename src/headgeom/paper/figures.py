@@ -693,3 +693,165 @@ FIGURES: dict[str, tuple[Callable[..., pd.DataFrame], Callable[..., Figure]]] = 
     "figure5": (figure5_data, figure5),
     "figure7": (figure7_data, figure7),
 }
+
+
+# --------------------------------------------------------------------------- clamps (issue 11)
+from headgeom.paper.tables import (  # noqa: E402
+    CLAMP_PAIR_COLUMNS,
+    CLAMP_PATH_COLUMNS,
+    path_shares,
+)
+
+SAME_INDEX_COLOUR, OTHER_INDEX_COLOUR = "#1f5fbf", "#9a9a9a"
+PART_COLOURS = {"direct": "#4c4c4c", "via MLPs": "#dd8452", "via later attention": "#4c72b0"}
+
+
+def figure6de_data(inputs: Inputs) -> pd.DataFrame:
+    """Per ordered top-3 pair (source i, later j): the reductions of i's effect when j is
+    clamped (panel d) and when every MLP from l_i on is clamped (panel e), with run labels."""
+    runs = read_runs(need_kind(inputs, "runs", "figure6de"))
+    pairs = read_kind(need_kind(inputs, "pairs", "figure6de"), CLAMP_PAIR_COLUMNS, "figure6de")
+    frame = with_runs(pairs[CLAMP_PAIR_COLUMNS], runs, "figure6de")
+    frame["pair"] = [
+        f"L{a}H{b}→L{c}H{d}"
+        for a, b, c, d in zip(frame.source_layer, frame.source_head, frame.later_layer,
+                              frame.later_head, strict=True)
+    ]  # fmt: skip
+    rank = frame["task"].map({t: i for i, t in enumerate(TASK_ORDER)})
+    frame = frame.assign(_t=rank).sort_values(["order", "_t", "source_layer", "later_layer"])
+    return frame.drop(columns=["_t", "label_repository"]).reset_index(drop=True)
+
+
+def figure6de(data: pd.DataFrame) -> Figure:
+    """(d) reduction when the later top head is clamped, one dot per pair, same-index pairs
+    in blue; (e) reduction when every later MLP is clamped, one dot per source."""
+    labels = list(dict.fromkeys(data["label"]))
+    fig = Figure(figsize=(max(7.0, 1.3 * len(labels) + 3), 7.2), layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    x = {label: i for i, label in enumerate(labels)}
+    markers = {"sva": "o", "quote": "s", "plural": "^"}
+    rng = np.random.default_rng(0)  # fixed jitter: deterministic bytes
+    for ax, column, frame in (
+        (top, "reduction_head", data),
+        (bottom, "reduction_mlps",
+         data.drop_duplicates(["model", "seed", "task", "source_layer", "source_head"])),
+    ):  # fmt: skip
+        for task, marker in markers.items():
+            for same, colour in ((False, OTHER_INDEX_COLOUR), (True, SAME_INDEX_COLOUR)):
+                rows = frame[(frame["task"] == task) & (frame["same_index"] == same)]
+                if column == "reduction_mlps" and same:
+                    continue  # panel e: one dot per source, index plays no role
+                xs = np.array([x[v] for v in rows["label"]], dtype=float)
+                xs = xs + rng.uniform(-0.18, 0.18, len(rows))
+                ax.scatter(xs, 100 * rows[column], marker=marker, s=34, color=colour,
+                           edgecolor="black", linewidth=0.4, zorder=3)  # fmt: skip
+        ax.axhline(0, color="black", lw=0.8)
+        ax.axhline(100, color="black", lw=0.6, ls=":")
+        ax.set_ylabel("reduction of the source's effect (%)")
+        ax.grid(axis="y", alpha=0.3)
+    for task, marker in markers.items():
+        top.scatter(
+            [], [], marker=marker, color="white", edgecolor="black", label=TASK_TITLES[task]
+        )
+    top.scatter([], [], marker="o", color=SAME_INDEX_COLOUR, label="same-index pair")
+    top.scatter([], [], marker="o", color=OTHER_INDEX_COLOUR, label="different-index pair")
+    top.legend(fontsize=8, ncols=5, loc="upper left", frameon=False)
+    top.set_title("(d) clamp the later top head j while patching the earlier top head i",
+                  fontsize=9, loc="left")  # fmt: skip
+    bottom.set_title("(e) clamp every MLP from the source layer on", fontsize=9, loc="left")
+    bottom.set_xticks(range(len(labels)), labels)
+    if len(labels) > 4:
+        bottom.tick_params(axis="x", labelrotation=25)
+    fig.suptitle("Figure 6d–e — clamping tests (evaluation split, top-3 heads)", fontsize=11)
+    return fig
+
+
+def figure8_data(inputs: Inputs) -> pd.DataFrame:
+    """Panel a: per Figure-8 model, order-A parts summed over the top-5 SVA heads (logit
+    units). Panel b: per both-orders model, shares of Σ Δ(∅) over its head–task cases in
+    order A and order B. Tidy: panel, label, order, part, value."""
+    runs = read_runs(need_kind(inputs, "runs", "figure8"))
+    rows = []
+    paths = read_kind(need_kind(inputs, "paths", "figure8"), CLAMP_PATH_COLUMNS, "figure8")
+    paths = with_runs(paths, runs, "figure8")
+    for (label, order), group in paths[paths["task"] == "sva"].groupby(["label", "order"]):
+        for part, column in (("direct", "direct"), ("via MLPs", "via_mlps_a"),
+                             ("via later attention", "via_attention_a")):  # fmt: skip
+            rows.append(
+                {
+                    "panel": "a",
+                    "label": label,
+                    "order": order,
+                    "release_order": "A",
+                    "part": part,
+                    "value": group[column].sum(),
+                    "n_cases": len(group),
+                }
+            )
+    both = read_kind(need_kind(inputs, "both_orders", "figure8"), CLAMP_PATH_COLUMNS, "figure8")
+    both = with_runs(both, runs, "figure8")
+    for _, group in both.groupby("model", sort=False):
+        shares = path_shares(group)
+        label, corpus = str(group["display_name"].iloc[0]), group["corpus"].iloc[0]
+        label = f"{label} ({corpus})" if corpus != "—" else label
+        n_runs = group["seed"].nunique()
+        label = f"{label}, {n_runs} seeds" if n_runs > 1 else label
+        for release in ("a", "b"):
+            for part, key in (
+                ("direct", "direct_share"),
+                ("via MLPs", f"mlp_share_{release}"),
+                ("via later attention", f"attention_share_{release}"),
+            ):
+                rows.append({"panel": "b", "label": label, "order": int(group["order"].min()),
+                             "release_order": release.upper(), "part": part,
+                             "value": shares[key], "n_cases": shares["n_cases"]})  # fmt: skip
+    return pd.DataFrame(rows).sort_values(["panel", "order", "release_order"], kind="stable")
+
+
+def _stacked(ax, frame: pd.DataFrame, xs, width: float) -> None:
+    bottom_pos = np.zeros(len(xs))
+    bottom_neg = np.zeros(len(xs))
+    for part, colour in PART_COLOURS.items():
+        values = frame[frame["part"] == part].set_index("label")["value"].to_numpy()
+        base = np.where(values >= 0, bottom_pos, bottom_neg)
+        ax.bar(xs, values, width, bottom=base, color=colour, label=part, edgecolor="white")
+        bottom_pos += np.maximum(values, 0)
+        bottom_neg += np.minimum(values, 0)
+
+
+def figure8(data: pd.DataFrame) -> Figure:
+    """(a) stacked direct / via MLPs / via later attention per model (order A, top-5 SVA
+    heads, logit units, total marked); (b) the same parts as shares of Σ Δ(∅) over every
+    head–task case, order A (release MLPs first) beside order B (release heads first)."""
+    a, b = data[data["panel"] == "a"], data[data["panel"] == "b"]
+    labels_a = list(dict.fromkeys(a["label"]))
+    labels_b = list(dict.fromkeys(b["label"]))
+    fig = Figure(figsize=(max(10.0, 1.2 * (len(labels_a) + len(labels_b)) + 3), 5.2),
+                 layout="constrained")  # fmt: skip
+    left, right = fig.subplots(1, 2, width_ratios=[max(1, len(labels_a)), max(1, len(labels_b))])
+    xs = np.arange(len(labels_a))
+    _stacked(left, a, xs, 0.7)
+    totals = a.groupby("label", sort=False)["value"].sum().loc[labels_a]
+    left.scatter(xs, totals, marker="_", s=500, color="black", zorder=4, label="total Δ(∅)")
+    left.axhline(0, color="black", lw=0.8)
+    left.set_xticks(xs, labels_a, rotation=25, ha="right")
+    left.set_ylabel("Σ over top-5 SVA heads (logit units)")
+    left.set_title("(a) order A: release the MLP clamp first", fontsize=9, loc="left")
+    left.legend(fontsize=8, frameon=False)
+    width = 0.38
+    for k, release in enumerate(("A", "B")):
+        part = b[b["release_order"] == release]
+        _stacked(right, part, np.arange(len(labels_b)) + (k - 0.5) * width, width * 0.95)
+        for i in range(len(labels_b)):
+            right.text(i + (k - 0.5) * width, -0.04, release, ha="center", va="top", fontsize=8)
+    right.axhline(0, color="black", lw=0.8)
+    right.axhline(1, color="black", lw=0.6, ls=":")
+    right.set_xticks(np.arange(len(labels_b)), labels_b, rotation=25, ha="right")
+    right.set_ylabel("share of Σ Δ(∅) (all tasks, top-5 heads)")
+    right.set_title("(b) order A vs order B (release heads first)", fontsize=9, loc="left")
+    fig.suptitle("Figure 8 — where a head's effect goes: two-order path decomposition",
+                 fontsize=11)  # fmt: skip
+    return fig
+
+
+FIGURES.update({"figure6de": (figure6de_data, figure6de), "figure8": (figure8_data, figure8)})

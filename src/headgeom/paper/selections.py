@@ -37,9 +37,19 @@ PAPER_SELECTIONS: dict[str, list[list[str]]] = {
         ["all-rotated"],
         ["all-rotated-self"],
     ],
+    # issue 11: paper Figure 8 (order A), docs §15.3 CHOICE: dense, rotated-m1-42,
+    # headblock-learned42, headblock-identity42, rotated-m2-42, rotated-m3-42.
+    "figure8": [
+        ["learned"],
+        ["write-rotated"],
+        ["read-common"],
+        ["all-common-axis"],
+        ["all-rotated"],
+        ["all-rotated-self"],
+    ],
 }
 #: Figure 5 draws one checkpoint per model (the first configured seed).
-FIRST_SEED_ONLY = {"figure5"}
+FIRST_SEED_ONLY = {"figure5", "figure8"}
 #: The corpus the paper's selections are drawn from when a study names corpora (§12.2).
 SELECTION_CORPUS = "S"
 
@@ -93,9 +103,23 @@ PAPER_INPUTS: dict[str, dict[str, tuple[str, str | None]]] = {
         "eval": ("eval", "selection"),
     },
     "figure7": {"geometry": ("geometry_summary", "runs")},
+    # issue 11 (clamps, docs §13.3, §15.3): the run sets are headgeom.study.Study.clamp_runs
+    "figure6de": {"runs": ("train_log", "clamp_pairs"), "pairs": ("clamp_pairs", "clamp_pairs")},
+    "figure8": {
+        "runs": ("train_log", "clamps"),
+        "paths": ("clamp_paths", "clamp_figure8"),
+        "both_orders": ("clamp_paths", "clamp_both_orders"),
+    },
+    "clamps": {
+        "runs": ("train_log", "clamps"),
+        "pairs": ("clamp_pairs", "clamp_pairs"),
+        "paths": ("clamp_paths", "clamp_both_orders"),
+        "lumped": ("clamp_lumped", "clamp_lumped"),
+    },
+    "lane_heads": {"runs": ("train_log", "runs"), "heads": ("heads", "runs")},
 }
-PAPER_TABLES = ("table2", "table3", "table5", "table6", "lanes", "leakage")
-PAPER_FIGURES = ("figure1", "figure3", "figure4", "figure5", "figure7")
+PAPER_TABLES = ("table2", "table3", "table5", "table6", "lanes", "leakage", "clamps", "lane_heads")
+PAPER_FIGURES = ("figure1", "figure3", "figure4", "figure5", "figure7", "figure6de", "figure8")
 #: Figures told which models to plot (``--models``): Figure 4 plots its selection from the
 #: cross-model loss Parquet.
 PLOTS_MODELS = {"figure4"}
@@ -194,3 +218,18 @@ def loss_models(models: Mapping[str, Mapping[str, Any]], chosen: Sequence[str] |
         if model not in models:
             raise unknown_model(model, models, f"config concentration.loss_models[{i}]")
     return list(chosen)
+
+
+# ----------------------------------------------------------------------------- clamps (issue 11)
+#: Default models of each clamp analysis (docs §13.3, §15.3) by geometry, every corpus and
+#: seed: the pair clamps of Figure 6d–e (write-common, write-common-axis, the frozen-write
+#: write-rotated and learned), both orders of the path decomposition (the learned and
+#: write-common-axis models of §11.1) and the lumped lane clamp (all-common-axis). The
+#: paper config names the paper's runs; Figure 8's order-A models are PAPER_SELECTIONS.
+CLAMP_DEFAULTS: dict[str, tuple[str, ...]] = {
+    "pairs": ("learned", "write-common", "write-common-axis", "write-rotated"),
+    "both_orders": ("learned", "write-common-axis"),
+    "lumped": ("all-common-axis",),
+}
+#: Paper outputs whose models are clamp runs: name -> Study.clamp_runs kind.
+CLAMP_OUTPUTS = {"figure6de": "pairs", "figure8": "figure8", "clamps": "all"}

@@ -650,3 +650,205 @@ BUILDERS: dict[str, Callable[[Inputs], Table]] = {
     "lanes": lanes,
     "leakage": leakage,
 }
+
+
+# ----------------------------------------------------------------------------- clamps (issue 11)
+CLAMP_PAIR_COLUMNS = results.CLAMP_PAIRS.columns(
+    "model", "seed", "task", "source_layer", "source_head", "later_layer", "later_head",
+    "same_index", "e_unclamped", "reduction_head", "reduction_mlps",
+)  # fmt: skip
+CLAMP_PATH_COLUMNS = results.CLAMP_PATHS.columns(
+    "model", "seed", "task", "rank", "layer", "head", "delta_none", "direct", "via_mlps_a",
+    "via_attention_a", "via_attention_b", "via_mlps_b", "interaction",
+)  # fmt: skip
+CLAMP_LUMPED_COLUMNS = results.CLAMP_LUMPED.columns(
+    "model", "seed", "task", "index_shift", "same_index", "sources", "reduction"
+)
+
+
+def _optional(inputs: Inputs, kind: str, columns: Sequence[str]) -> pd.DataFrame:
+    """The Parquets of ``kind`` (an empty frame with ``columns`` when none is given)."""
+    paths = list(inputs.get(kind, []))
+    return read_kind(paths, columns, kind) if paths else pd.DataFrame(columns=list(columns))
+
+
+def path_shares(paths: pd.DataFrame) -> dict[str, float]:
+    """Shares of Δ(∅) over head–task cases (docs §15.3): Σ part / Σ Δ(∅), both orders, and
+    the interaction statistics (|I| relative to each case's |Δ(∅)|)."""
+    total = paths["delta_none"].sum()
+    rel = (paths["interaction"].abs() / paths["delta_none"].abs()).replace(np.inf, np.nan)
+    return {
+        "n_cases": len(paths),
+        "total": total,
+        "direct_share": paths["direct"].sum() / total,
+        "mlp_share_a": paths["via_mlps_a"].sum() / total,
+        "attention_share_a": paths["via_attention_a"].sum() / total,
+        "mlp_share_b": paths["via_mlps_b"].sum() / total,
+        "attention_share_b": paths["via_attention_b"].sum() / total,
+        "interaction_median_rel": float(rel.median()),
+        "interaction_signed_share": paths["interaction"].sum() / total,
+        "interaction_abs_share": paths["interaction"].abs().sum() / total,
+        "interaction_over_20pct": int((rel > 0.2).sum()),
+        "interaction_over_50pct": int((rel > 0.5).sum()),
+        "interaction_max_rel": float(rel.max()),
+    }
+
+
+def _range(values: pd.Series) -> str:
+    values = values.dropna()
+    if values.empty:
+        return "—"
+    return f"{100 * values.min():.1f}% to {100 * values.max():.1f}%"
+
+
+def clamps_table(inputs: Inputs) -> Table:
+    """The §13.3 clamp tests and §15.3 decomposition summaries beside the paper's values."""
+    runs = read_runs(need_kind(inputs, "runs", "clamps"))
+    geometry = runs.set_index(["model", "seed"])["geometry"]
+    rows = []
+
+    def add(section, quantity, value, paper, models="all"):
+        rows.append({"section": section, "quantity": quantity, "models": models,
+                     "value": value, "paper": paper})  # fmt: skip
+
+    pairs = _optional(inputs, "pairs", CLAMP_PAIR_COLUMNS)
+    if len(pairs):
+        keys = zip(pairs["model"], pairs["seed"], strict=True)
+        learned = [registry.is_baseline(geometry[key]) for key in keys]
+        pairs = pairs.assign(learned=learned)
+        same = pairs[pairs["same_index"]]
+        add(
+            "§13.3 (d)",
+            "same-index pairs: reduction",
+            _range(same["reduction_head"]),
+            "−0.4% to 24%",
+            f"{len(same)} pairs",
+        )
+        diff = pairs[~pairs["same_index"]]
+        add(
+            "§13.3 (d)",
+            "different-index pairs: reduction",
+            _range(diff["reduction_head"]),
+            "−11% to 56%",
+            f"{len(diff)} pairs",
+        )
+        sources = pairs.drop_duplicates(["model", "seed", "task", "source_layer", "source_head"])
+        add(
+            "§13.3 (e)",
+            "later-MLP clamp: reduction, frozen-write models",
+            _range(sources.loc[~sources["learned"], "reduction_mlps"]),
+            "70% to 109%",
+        )
+        add(
+            "§13.3 (e)",
+            "later-MLP clamp: reduction, learned",
+            _range(sources.loc[sources["learned"], "reduction_mlps"]),
+            "13% to 97%",
+        )
+    lumped = _optional(inputs, "lumped", CLAMP_LUMPED_COLUMNS)
+    paper_lumped = {"sva": "21% (others 0.6%)", "quote": "−5.6%", "plural": "−2.3%"}
+    for (model, seed, task), group in lumped.groupby(["model", "seed", "task"], sort=False):
+        own = group.loc[group["same_index"], "reduction"].iloc[0]
+        other = group.loc[~group["same_index"], "reduction"].mean()
+        add(
+            "§13.3 lumped",
+            f"{TASK_TITLES.get(task, task)}: same index (other indices)",
+            f"{100 * own:.1f}% ({100 * other:.1f}%)",
+            paper_lumped.get(task, ""),
+            f"{model} s{seed}",
+        )
+    paths = _optional(inputs, "paths", CLAMP_PATH_COLUMNS)
+    paper_shares = {
+        "learned": "learned R 0.42 / 0.49; direct 0.48 (S: 0.36 / 0.41; 0.57)",
+        "learned-r": "0.42 / 0.49; direct 0.48",
+        "learned-s": "0.36 / 0.41; direct 0.57",
+        "write-common-axis": "0.69 / 0.81; direct 0.17",
+    }
+    for model, group in paths.groupby("model", sort=False):
+        s = path_shares(group)
+        add(
+            "§15.3 both orders",
+            "MLP share order A / order B; direct share",
+            f"{s['mlp_share_a']:.2f} / {s['mlp_share_b']:.2f}; direct {s['direct_share']:.2f}",
+            paper_shares.get(model, ""),
+            f"{model} ({s['n_cases']} cases)",
+        )
+    if len(paths):
+        s = path_shares(paths)
+        add(
+            "§15.3 interaction",
+            "median |I| / |Δ(∅)|",
+            f"{100 * s['interaction_median_rel']:.1f}%",
+            "5%",
+            f"{s['n_cases']} cases",
+        )
+        add(
+            "§15.3 interaction",
+            "Σ I / Σ Δ(∅), signed (absolute)",
+            f"{100 * s['interaction_signed_share']:.1f}% ({100 * s['interaction_abs_share']:.1f}%)",
+            "9% (11%)",
+        )
+        add(
+            "§15.3 interaction",
+            "cases with |I| > 20% / > 50% of Δ(∅); max",
+            f"{s['interaction_over_20pct']} / {s['interaction_over_50pct']}; "
+            f"{100 * s['interaction_max_rel']:.0f}%",
+            "20 / 2 of 75; 90%",
+        )
+    frame = pd.DataFrame(rows, columns=["section", "quantity", "models", "value", "paper"])
+    cells = frame.rename(columns=str.capitalize)
+    caption = (
+        "Clamp tests (docs §13.3) and the two-order path decomposition (§15.3) on the "
+        "evaluation split: reductions r = (e − e_clamped)/e of top heads' effects, and shares "
+        "of Σ Δ(∅) over head–task cases (order A releases the MLP clamp first)."
+    )
+    return Table("clamps", frame, [Block(cells)], caption)
+
+
+def lane_heads(inputs: Inputs) -> Table:
+    """Lanes in full (docs §13.1): per run and task, the top-3 heads by discovery effect,
+    whether their evaluation effects are positive, and whether two share a head index
+    (the SVA index-repetition test, paper: every write-common-axis variant yes, every
+    learned model no)."""
+    runs = read_runs(need_kind(inputs, "runs", "lane_heads"))
+    cols = results.HEADS.columns("model", "seed", "task", "split", "layer", "head", "e")
+    heads = read_kind(need_kind(inputs, "heads", "lane_heads"), cols, "lane_heads")
+    rows = []
+    for (model, seed, task), group in heads.groupby(["model", "seed", "task"], sort=False):
+        disc = group[group["split"] == "discovery"]
+        ev = group[group["split"] == "evaluation"]
+        if disc.empty or ev.empty:
+            raise ValueError(f"lane_heads: {model} s{seed} {task} needs discovery and evaluation")
+        top = disc.sort_values(["e", "layer", "head"], ascending=[False, True, True]).head(3)
+        e_eval = ev.set_index(["layer", "head"])["e"]
+        top_heads = list(zip(top["layer"], top["head"], strict=True))
+        confirmed = [e_eval[key] > 0 for key in top_heads]
+        rows.append({
+            "model": model, "seed": int(seed), "task": task,
+            "top3_discovery": ", ".join(f"L{a}H{b}" for a, b in top_heads),
+            "n_positive_on_evaluation": int(sum(confirmed)),
+            "index_repeats": bool(top["head"].duplicated().any()),
+        })  # fmt: skip
+    frame = with_runs(pd.DataFrame(rows), runs, "lane_heads").sort_values(["order", "task"])
+    frame["task"] = pd.Categorical(frame["task"], TASK_ORDER)
+    frame = frame.sort_values(["order", "task"]).drop(columns=["order", "label_repository"])
+    total, positive = 3 * len(frame), int(frame["n_positive_on_evaluation"].sum())
+    cells = _cells(
+        frame,
+        {
+            "label": ("Model", str),
+            "task": ("Task", lambda t: TASK_TITLES.get(t, t)),
+            "top3_discovery": ("Top-3 heads (discovery)", str),
+            "n_positive_on_evaluation": ("Positive on evaluation", lambda n: f"{n}/3"),
+            "index_repeats": ("Index repeats", lambda b: "yes" if b else "no"),
+        },
+    )
+    caption = (
+        f"Top-3 heads by discovery effect (docs §13.1): {positive} of {total} are positive on "
+        "the evaluation split (paper: all 15); index repeats = two of them share a head index "
+        "(paper, SVA: every write-common-axis variant yes, every learned model no)."
+    )
+    return Table("lane_heads", frame.reset_index(drop=True), [Block(cells)], caption)
+
+
+BUILDERS.update({"clamps": clamps_table, "lane_heads": lane_heads})
