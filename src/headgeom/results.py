@@ -796,6 +796,14 @@ LEAKAGE = ResultTable(
             ("pk", pa.float64()),
             ("write_dim", pa.int32()),
             ("read_dim", pa.int32()),
+            # --- issue 10 (§5.1): direct vs total responses and attention TV, same pass
+            ("response_cosine", pa.float64()),
+            ("response_norm_ratio", pa.float64()),
+            ("response_projection", pa.float64()),
+            ("tv_query", pa.float64()),
+            ("tv_keys", pa.float64()),
+            ("tv_direct", pa.float64()),
+            ("tv_total", pa.float64()),
         ],
     ),
     {
@@ -811,6 +819,18 @@ LEAKAGE = ResultTable(
         "pk": "projection kernel PK(U^i, R) = ‖U^iᵀ R‖_F²",
         "write_dim": "dim U^i (rank of W_O^i)",
         "read_dim": "dim R (rank of the folded read map)",
+        # --- issue 10 (§5.1)
+        "response_cosine": "Σ⟨Δ_direct, Δ_total⟩ / √(Σ‖Δ_direct‖² Σ‖Δ_total‖²) at reader j's "
+        "X projection, pooled over examples and positions (docs §11.5); null if either is 0",
+        "response_norm_ratio": "√Σ‖Δ_direct‖² / √Σ‖Δ_total‖² (docs §11.5)",
+        "response_projection": "Σ⟨Δ_direct, Δ_total⟩ / Σ‖Δ_total‖² = cosine × norm ratio "
+        "(docs §11.5; not bounded by 1)",
+        "tv_query": "attention TV of reader j at the final position, query from x + δ_i, "
+        "clean keys; mean over examples (docs §11.6); one value per (source, reader), "
+        "repeated on its Q, K and V rows",
+        "tv_keys": "the same with every key from x + δ_i and the clean query",
+        "tv_direct": "the same with query and keys from x + δ_i",
+        "tv_total": "the same with query and keys from the patched forward's residual",
     },
     "(source head, later reader head, read type) of one (model, seed, task, split)",
 )
