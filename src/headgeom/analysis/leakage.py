@@ -332,9 +332,13 @@ def _batch_pass(model, clean, ref, correct, incorrect, stacked, owners, acc) -> 
             acc.energy[layer, head] += float(torch.sum(torch.square(rows[:, head])))
             if stacked[layer] is not None:
                 energy = _column_energy(rows[:, head], stacked[layer])
-                acc.captured[layer][head] += torch.bincount(
-                    owners[layer], weights=energy, minlength=acc.captured[layer].shape[1]
-                ).cpu().numpy()
+                acc.captured[layer][head] += (
+                    torch.bincount(
+                        owners[layer], weights=energy, minlength=acc.captured[layer].shape[1]
+                    )
+                    .cpu()
+                    .numpy()
+                )
         # the δ-patched forward, all heads stacked as rows
         start = T - 1 if layer == L - 1 else p
         S = T - start
@@ -346,7 +350,7 @@ def _batch_pass(model, clean, ref, correct, incorrect, stacked, owners, acc) -> 
         for j in range(layer + 1, L):
             seen: dict[str, torch.Tensor] = {}
 
-            def saver(kind):
+            def saver(kind, seen=seen):
                 def save(t):
                     seen[kind] = t
 
@@ -370,7 +374,7 @@ def _batch_pass(model, clean, ref, correct, incorrect, stacked, owners, acc) -> 
             q_clean, k_clean = cached("attn.hook_q", j)[:, -1], cached("attn.hook_k", j)
             a = attention_final(q_clean, k_clean)  # (B, H', T)
 
-            def keys(suffix):
+            def keys(suffix, k_clean=k_clean):
                 prefix = k_clean[:, :p].expand(H, *k_clean[:, :p].shape)
                 return torch.cat([prefix, suffix.reshape(H, B, -1, *k_clean.shape[2:])], dim=2)
 
@@ -457,7 +461,9 @@ def leakage_table(
     for layer in range(n_layer):
         for head in range(n_head):
             u, total = U[layer][head], acc.energy[layer, head]
-            for k, ((rl, rh, X), basis) in enumerate(zip(readers[layer], bases[layer], strict=True)):
+            for k, ((rl, rh, X), basis) in enumerate(
+                zip(readers[layer], bases[layer], strict=True)
+            ):
                 c = READ_TYPES.index(X)
                 value = acc.captured[layer][head, k] / total if total > 0 else np.nan
                 response = pooled_response_stats(

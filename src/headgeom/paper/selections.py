@@ -93,9 +93,15 @@ PAPER_INPUTS: dict[str, dict[str, tuple[str, str | None]]] = {
         "eval": ("eval", "selection"),
     },
     "figure7": {"geometry": ("geometry_summary", "runs")},
+    # issue 10 (§5.1): Figure 2 from the leakage runs and the top pairs
+    "figure2": {
+        "leakage": ("leakage", "leakage"),
+        "pairs": ("exclusivity_pairs", None),
+        "runs": ("train_log", "leakage"),
+    },
 }
 PAPER_TABLES = ("table2", "table3", "table5", "table6", "lanes", "leakage")
-PAPER_FIGURES = ("figure1", "figure3", "figure4", "figure5", "figure7")
+PAPER_FIGURES = ("figure1", "figure3", "figure4", "figure5", "figure7", "figure2")
 #: Figures told which models to plot (``--models``): Figure 4 plots its selection from the
 #: cross-model loss Parquet.
 PLOTS_MODELS = {"figure4"}
