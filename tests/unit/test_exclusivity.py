@@ -74,19 +74,19 @@ def test_discovery_reselection_reproduces_a_planted_set():
     rows = []
     for split, planted in (("evaluation", planted_eval), ("discovery", planted_disc)):
         e = rng.uniform(-0.1, 0.1, (n_layer, n_head))
-        for rank, (l, h) in enumerate(planted):
-            e[l, h] = 3.0 - rank
-        rows += [dict(model="m", seed=1, task="t", split=split, layer=l, head=h, e=e[l, h])
-                 for l in range(n_layer) for h in range(n_head)]  # fmt: skip
+        for rank, (ly, h) in enumerate(planted):
+            e[ly, h] = 3.0 - rank
+        rows += [dict(model="m", seed=1, task="t", split=split, layer=ly, head=h, e=e[ly, h])
+                 for ly in range(n_layer) for h in range(n_head)]  # fmt: skip
     heads = pd.DataFrame(rows)
     leak = pd.DataFrame(
         [
-            dict(model="m", seed=1, task="t", split="evaluation", source_layer=l,
+            dict(model="m", seed=1, task="t", split="evaluation", source_layer=ly,
                  source_head=h, reader_layer=rl, reader_head=rh, read_type=X,
                  leakage=rng.uniform(), rho=rng.uniform(), leakage_over_rho=1.0,
                  response_cosine=1.0, response_norm_ratio=1.0, response_projection=1.0,
                  tv_query=rng.uniform(), tv_keys=0.0, tv_direct=0.0, tv_total=0.0)
-            for l in range(n_layer) for h in range(n_head) for rl in range(l + 1, n_layer)
+            for ly in range(n_layer) for h in range(n_head) for rl in range(ly + 1, n_layer)
             for rh in range(n_head) for X in "QKV"
         ]
     )  # fmt: skip
