@@ -1,7 +1,7 @@
 """The leakage stage (one pass: δ, C8, C9, L, ρ, direct/total responses, attention TV;
 docs §11.2–11.6) against the fast patching engine it reuses, on the same inputs.
 
-    python benchmarks/leakage_stage.py                     # paper shape, 24 examples (~2 min)
+    python benchmarks/leakage_stage.py                     # paper shape, 8 examples (a few minutes)
     python benchmarks/leakage_stage.py --n-examples 240    # the paper's 240 (long on a CPU)
 
 Model: the paper's shape (12 layers × 12 heads, D = 768, d_mlp = 3072), `learned`
@@ -64,7 +64,7 @@ def run(model: GPT, inputs: PatchInputs, batch: int) -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n-examples", type=int, default=24)
+    parser.add_argument("--n-examples", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
