@@ -44,7 +44,7 @@ from headgeom.analysis.patching import (
     replace_head,
 )
 from headgeom.analysis.stats import effects_from_drops
-from headgeom.analysis.subspace import folded_read_basis, orthonormal_basis, projection_kernel
+from headgeom.analysis.subspace import orthonormal_bases, projection_kernel
 from headgeom.data.task_files import PatchInputs
 from headgeom.model import registry
 from headgeom.model.geometries import READ_TYPES
@@ -132,31 +132,32 @@ def require_free_readers(model, checkpoint: str) -> None:
 
 
 def write_bases(model) -> list[list[np.ndarray]]:
-    """U^{l,h} = Im W_O^{l,h}: orthonormal (D, r) bases, [layer][head]."""
+    """U^{l,h} = Im W_O^{l,h}: orthonormal (D, r) bases, [layer][head] (one batched SVD)."""
     with torch.no_grad():
-        return [
-            [orthonormal_basis(w.cpu().numpy()) for w in block.attn.writer.write_maps()]
-            for block in model.blocks
-        ]
+        maps = np.stack(
+            [w.double().cpu().numpy() for b in model.blocks for w in b.attn.writer.write_maps()]
+        )  # (L·H, D, d)
+    flat = orthonormal_bases(maps)
+    H = model.cfg.n_head
+    return [flat[layer * H : (layer + 1) * H] for layer in range(model.cfg.n_layer)]
 
 
 def read_bases(model) -> list[dict[str, list[np.ndarray]]]:
-    """Folded read spaces R_X^{l,h} from W_X and LN_1's γ, [layer][X][head] (docs §9.2)."""
-    bases = []
+    """Folded read spaces R_X^{l,h} = Im(P_c diag(γ) W_Xᵀ) from W_X and LN_1's γ,
+    [layer][X][head] (docs §9.2; :func:`folded_read_basis`, by one batched SVD)."""
+    folded = []
     with torch.no_grad():
         for block in model.blocks:
             reader = block.attn.reader
             gamma = reader.ln_1.weight.double().cpu().numpy()
-            bases.append(
-                {
-                    X: [
-                        folded_read_basis(w.double().cpu().numpy(), gamma)
-                        for w in reader.read_maps(X)
-                    ]
-                    for X in READ_TYPES
-                }
-            )
-    return bases
+            for X in READ_TYPES:
+                for w in reader.read_maps(X):
+                    scaled = gamma[:, None] * w.double().cpu().numpy().T  # diag(γ) W_Xᵀ
+                    folded.append(scaled - scaled.mean(axis=0, keepdims=True))  # P_c ·
+    flat = iter(orthonormal_bases(np.stack(folded)))
+    return [
+        {X: [next(flat) for _ in range(model.cfg.n_head)] for X in READ_TYPES} for _ in model.blocks
+    ]
 
 
 def stored_effects(
@@ -233,12 +234,12 @@ def total_variation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return 0.5 * (a - b).abs().sum(dim=-1)
 
 
-def _column_energy(rows: torch.Tensor, stacked: torch.Tensor) -> torch.Tensor:
-    """Σ over rows of (rows @ stacked)² per column, by the Gram matrix when rows > D."""
-    if rows.shape[0] > rows.shape[1]:
-        gram = rows.T @ rows
-        return torch.einsum("dk,dk->k", gram @ stacked, stacked)
-    return torch.sum(torch.square(rows @ stacked), dim=0)
+def write_space_energies(M: np.ndarray, C: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
+    """Σ‖P_R δ‖² for every reader from the write-space Gram C = Σ cᵀc, c = Uᵀδ (δ ∈ Im U):
+    with M = UᵀR (dim U, Σr) the stacked reader bases seen from U, column k captures
+    m_kᵀ C m_k; the columns of one reader (``owner``) add up. Returns (n,)."""
+    column = np.einsum("ak,ak->k", C @ M, M)
+    return np.maximum(np.bincount(owner, weights=column, minlength=n), 0.0)
 
 
 # ----------------------------------------------------------------------------- one pass
@@ -250,20 +251,20 @@ class _Accumulators:
     n_layer: int
     n_head: int
     energy: np.ndarray  # (L, H) Σ‖δ‖²
-    captured: list  # [l] (H, readers of layer l)
+    gram: list  # [l][h] (dim U, dim U) Σ cᵀc with c = U^{l,h}ᵀ δ (δ ∈ Im U exactly)
     dot: np.ndarray  # (L, H, L, 3, H): source (l, h), reader (l', X, h')
     direct_sq: np.ndarray
     total_sq: np.ndarray
     tv: np.ndarray  # (L, H, L, H, 4) Σ_examples TV
 
     @classmethod
-    def empty(cls, n_layer: int, n_head: int, n_readers: list[int]) -> _Accumulators:
+    def empty(cls, n_layer: int, n_head: int, write_dims: list[list[int]]) -> _Accumulators:
         shape = (n_layer, n_head, n_layer, len(READ_TYPES), n_head)
         return cls(
             n_layer,
             n_head,
             np.zeros((n_layer, n_head)),
-            [np.zeros((n_head, r)) for r in n_readers],
+            [[np.zeros((r, r)) for r in dims] for dims in write_dims],
             np.zeros(shape),
             np.zeros(shape),
             np.zeros(shape),
@@ -281,7 +282,7 @@ def _readers_of(layer: int, n_layer: int, n_head: int) -> list[tuple[int, int, s
 
 
 @torch.no_grad()
-def _batch_pass(model, clean, ref, correct, incorrect, stacked, owners, acc) -> tuple:
+def _batch_pass(model, clean, ref, correct, incorrect, U, acc) -> tuple:
     """Everything §11.2–11.6 needs from one batch of equal-length prompts, in one pass.
 
     One clean forward caches, per layer, the residual entering the block, q, k, v, z and
@@ -326,19 +327,12 @@ def _batch_pass(model, clean, ref, correct, incorrect, stacked, owners, acc) -> 
                 out = block.attn(x_in)
             residual = out.double() - out_clean.double() - delta[:, :, head]
             c8 = max(c8, float(residual.abs().max()))
-        # leakage energies, pooled over all positions
+        # leakage energies, pooled over all positions: Σ‖δ‖² and the write-space Gram
         rows = delta.flatten(0, 1)  # (B·T, H, D)
+        acc.energy[layer] += torch.sum(torch.square(rows), dim=(0, 2)).cpu().numpy()
         for head in range(H):
-            acc.energy[layer, head] += float(torch.sum(torch.square(rows[:, head])))
-            if stacked[layer] is not None:
-                energy = _column_energy(rows[:, head], stacked[layer])
-                acc.captured[layer][head] += (
-                    torch.bincount(
-                        owners[layer], weights=energy, minlength=acc.captured[layer].shape[1]
-                    )
-                    .cpu()
-                    .numpy()
-                )
+            c = rows[:, head] @ U[layer][head]  # (B·T, dim U)
+            acc.gram[layer][head] += (c.T @ c).cpu().numpy()
         # the δ-patched forward, all heads stacked as rows
         start = T - 1 if layer == L - 1 else p
         S = T - start
@@ -414,16 +408,8 @@ def leakage_table(
     U, R = write_bases(model), read_bases(model)
     readers = [_readers_of(layer, n_layer, n_head) for layer in range(n_layer)]
     bases = [[R[rl][X][rh] for rl, rh, X in readers[layer]] for layer in range(n_layer)]
-    stacked, owners = [], []
-    for layer in range(n_layer):
-        if not bases[layer]:
-            stacked.append(None)
-            owners.append(None)
-            continue
-        stacked.append(torch.as_tensor(np.concatenate(bases[layer], axis=1), device=device))
-        widths = [b.shape[1] for b in bases[layer]]
-        owners.append(torch.as_tensor(np.repeat(np.arange(len(widths)), widths), device=device))
-    acc = _Accumulators.empty(n_layer, n_head, [len(r) for r in readers])
+    U_t = [[torch.as_tensor(u, device=device) for u in layer] for layer in U]
+    acc = _Accumulators.empty(n_layer, n_head, [[u.shape[1] for u in layer] for layer in U])
 
     def stack(ids: list[np.ndarray], index: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(np.stack([ids[i] for i in index]).astype(np.int64), device=device)
@@ -438,8 +424,7 @@ def leakage_table(
             stack(inputs.ref_ids, index),
             correct[index_t],
             incorrect[index_t],
-            stacked,
-            owners,
+            U_t,
             acc,
         )
         c8 = max(c8, residual)
@@ -459,19 +444,24 @@ def leakage_table(
     n_examples = len(inputs.clean_ids)
     records = []
     for layer in range(n_layer):
+        if not readers[layer]:
+            continue
+        stacked = np.concatenate(bases[layer], axis=1)  # (D, Σr)
+        widths = [b.shape[1] for b in bases[layer]]
+        owner = np.repeat(np.arange(len(widths)), widths)
         for head in range(n_head):
             u, total = U[layer][head], acc.energy[layer, head]
-            for k, ((rl, rh, X), basis) in enumerate(
-                zip(readers[layer], bases[layer], strict=True)
-            ):
+            M = u.T @ stacked  # (dim U, Σr): the readers seen from the write space
+            pk = np.bincount(owner, weights=np.sum(M * M, axis=0), minlength=len(widths))
+            captured = write_space_energies(M, acc.gram[layer][head], owner, len(widths))
+            leak = captured / total if total > 0 else np.full(len(widths), np.nan)
+            for k, (rl, rh, X) in enumerate(readers[layer]):
                 c = READ_TYPES.index(X)
-                value = acc.captured[layer][head, k] / total if total > 0 else np.nan
                 response = pooled_response_stats(
                     acc.dot[layer, head, rl, c, rh],
                     acc.direct_sq[layer, head, rl, c, rh],
                     acc.total_sq[layer, head, rl, c, rh],
                 )
-                pk = projection_kernel(u, basis)
                 records.append(
                     (
                         layer,
@@ -479,11 +469,11 @@ def leakage_table(
                         rl,
                         rh,
                         X,
-                        max(value, 0.0) if np.isfinite(value) else np.nan,
-                        pk / u.shape[1] if u.shape[1] else np.nan,
-                        pk,
+                        leak[k],
+                        pk[k] / u.shape[1] if u.shape[1] else np.nan,
+                        pk[k],
                         u.shape[1],
-                        basis.shape[1],
+                        widths[k],
                         *(float(v) for v in response),
                         *(acc.tv[layer, head, rl, rh] / n_examples),
                     )
