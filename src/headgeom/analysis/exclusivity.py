@@ -157,7 +157,9 @@ def exclusivity_tables(
                 ]
                 pair_rows.append(hit.assign(selection=name))
     heads_out = pd.DataFrame(selected)
-    pairs = pd.concat(pair_rows, ignore_index=True) if pair_rows else leak.iloc[:0]
+    pairs = (
+        pd.concat(pair_rows, ignore_index=True) if pair_rows else leak.iloc[:0].assign(selection="")
+    )
     tv = tv_percentiles(leak)
     pairs = pairs.merge(
         tv[[*RUN_TASK, *SOURCE, *READER, "tv_query_percentile", "tv_total_percentile"]],
