@@ -704,8 +704,11 @@ def figure2_data(inputs: Inputs) -> pd.DataFrame:
     leak["is_top_pair"] = leak["is_top_pair"].fillna(False).astype(bool)
     corpus = read_runs(need_kind(inputs, "runs", "figure2"))[["model", "seed", "corpus"]]
     leak = leak.merge(corpus, on=["model", "seed"], how="left")
-    leak["source"] = leak["source_layer"].astype(str) + "." + leak["source_head"].astype(str)
-    leak["reader"] = leak["reader_layer"].astype(str) + "." + leak["reader_head"].astype(str)
+    def label(layer: str, head: str) -> pd.Series:  # "l.h"
+        return leak[layer].astype(int).astype(str) + "." + leak[head].astype(int).astype(str)
+
+    leak["source"] = label("source_layer", "source_head")
+    leak["reader"] = label("reader_layer", "reader_head")
     leak = leak.rename(columns={"read_type": "X", "leakage": "L"})
     return leak[FIGURE2_COLUMNS]
 
