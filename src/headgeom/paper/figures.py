@@ -704,6 +704,7 @@ def figure2_data(inputs: Inputs) -> pd.DataFrame:
     leak["is_top_pair"] = leak["is_top_pair"].fillna(False).astype(bool)
     corpus = read_runs(need_kind(inputs, "runs", "figure2"))[["model", "seed", "corpus"]]
     leak = leak.merge(corpus, on=["model", "seed"], how="left")
+
     def label(layer: str, head: str) -> pd.Series:  # "L<l>H<h>", 0-based
         return "L" + leak[layer].astype(str) + "H" + leak[head].astype(str)
 
