@@ -796,6 +796,14 @@ LEAKAGE = ResultTable(
             ("pk", pa.float64()),
             ("write_dim", pa.int32()),
             ("read_dim", pa.int32()),
+            # --- issue 10 (§5.1): direct vs total responses and attention TV, same pass
+            ("response_cosine", pa.float64()),
+            ("response_norm_ratio", pa.float64()),
+            ("response_projection", pa.float64()),
+            ("tv_query", pa.float64()),
+            ("tv_keys", pa.float64()),
+            ("tv_direct", pa.float64()),
+            ("tv_total", pa.float64()),
         ],
     ),
     {
@@ -811,8 +819,103 @@ LEAKAGE = ResultTable(
         "pk": "projection kernel PK(U^i, R) = ‖U^iᵀ R‖_F²",
         "write_dim": "dim U^i (rank of W_O^i)",
         "read_dim": "dim R (rank of the folded read map)",
+        # --- issue 10 (§5.1)
+        "response_cosine": "Σ⟨Δ_direct, Δ_total⟩ / √(Σ‖Δ_direct‖² Σ‖Δ_total‖²) at reader j's "
+        "X projection, pooled over examples and positions (docs §11.5); null if either is 0",
+        "response_norm_ratio": "√Σ‖Δ_direct‖² / √Σ‖Δ_total‖² (docs §11.5)",
+        "response_projection": "Σ⟨Δ_direct, Δ_total⟩ / Σ‖Δ_total‖² = cosine × norm ratio "
+        "(docs §11.5; not bounded by 1)",
+        "tv_query": "attention TV of reader j at the final position, query from x + δ_i, "
+        "clean keys; mean over examples (docs §11.6); one value per (source, reader), "
+        "repeated on its Q, K and V rows",
+        "tv_keys": "the same with every key from x + δ_i and the clean query",
+        "tv_direct": "the same with query and keys from x + δ_i",
+        "tv_total": "the same with query and keys from the patched forward's residual",
     },
     "(source head, later reader head, read type) of one (model, seed, task, split)",
+)
+
+# --- issue 10: §5.1 exclusivity summaries (src/exclusivity.py) -----------------------------
+EXCLUSIVITY_HEADS = ResultTable(
+    "exclusivity_heads",
+    _schema(
+        _RUN_TASK,
+        [
+            ("selection", pa.string()),
+            ("split", pa.string()),
+            ("ranking", pa.string()),
+            ("rank", pa.int32()),
+            ("layer", pa.int32()),
+            ("head", pa.int32()),
+            ("e", pa.float64()),
+        ],
+    ),
+    {
+        "selection": "evaluation (signed e, the §5.1 selection), evaluation_abs (|e|, logged "
+        "only) or discovery (signed e on the discovery split, the selection check)",
+        "split": "split whose effects rank the heads",
+        "ranking": "signed (largest e first) or abs (largest |e| first); ties row-major",
+        "rank": "1, 2, 3",
+        "e": "the head's mean drop e_{l,h} on that split (logit units)",
+    },
+    "(model, seed, task, selection, rank)",
+)
+_PAIR_EXTRA = [
+    ("selection", pa.string()),
+    ("geometry", pa.string()),
+    ("percentile_all_later", pa.float64()),
+    ("percentile_same_layer", pa.float64()),
+    ("tv_query_percentile", pa.float64()),
+    ("tv_total_percentile", pa.float64()),
+]
+_PAIR_EXTRA_DESCRIPTIONS = {
+    "selection": "evaluation or discovery: the split whose top-3 heads make the pair",
+    "geometry": "the model's geometry (learned, write-common-axis, ...)",
+    "percentile_all_later": "mid-rank percentile 100·(#{<} + ½#{=})/n of L among every "
+    "later reader of the same source and X, the pair included (docs §11.4)",
+    "percentile_same_layer": "the same among the readers of the pair's reader layer only "
+    "(layer-matched control)",
+    "tv_query_percentile": "mid-rank percentile of the pair's query-only TV among every "
+    "later head of the same source (docs §11.6)",
+    "tv_total_percentile": "the same for total TV",
+}
+EXCLUSIVITY_PAIRS = ResultTable(
+    "exclusivity_pairs",
+    pa.schema([*LEAKAGE.schema, *[pa.field(n, t) for n, t in _PAIR_EXTRA]]),
+    {**LEAKAGE.descriptions, **_PAIR_EXTRA_DESCRIPTIONS},
+    "(selection, model, seed, task, top source, later top reader, X): the ordered top pairs",
+)
+EXCLUSIVITY = ResultTable(
+    "exclusivity",
+    _schema(
+        [
+            ("quantity", pa.string()),
+            ("scope", pa.string()),
+            ("model", pa.string()),
+            ("seed", pa.int64()),
+            ("task", pa.string()),
+            ("read_type", pa.string()),
+            ("value", pa.float64()),
+            ("n", pa.int64()),
+            ("split", pa.string()),
+        ]
+    ),
+    {
+        "quantity": "which §5.1 number (docs/results.md lists them; discovery_ prefix: the "
+        "discovery-selected top heads)",
+        "scope": "what it pools: run (one model and seed, all tasks), run_task, "
+        "run_task_range, all (every top pair of the study), geometry:<g>, top_pairs, "
+        "all_pairs, all_later_heads, other_later_heads, top3_sources",
+        "model": "model, for run and run_task scopes (else null)",
+        "seed": "seed, for run and run_task scopes",
+        "task": "task, for the run_task scope",
+        "read_type": "X, where the number is per read type (else null)",
+        "value": "the number: fractions of energy, ratios, percentiles (0–100), shares (0–1), "
+        "correlations, counts",
+        "n": "how many pairs, heads or sources it summarises",
+        "split": "the analysis split of the leakage rows (evaluation)",
+    },
+    "(quantity, scope, model, seed, task, read_type)",
 )
 
 #: Every result table by name (docs and tests walk this).
@@ -838,6 +941,9 @@ TABLES: dict[str, ResultTable] = {
         SPEARMAN,
         LANES,
         LEAKAGE,
+        EXCLUSIVITY_HEADS,
+        EXCLUSIVITY_PAIRS,
+        EXCLUSIVITY,
     )
 }
 

@@ -476,7 +476,12 @@ class Study:
 
     @property
     def figures(self) -> list[str]:
-        return [f for f in selections.PAPER_FIGURES if self.selection(f)]
+        # issue 10: Figure 2 needs leakage runs
+        return [
+            f
+            for f in selections.PAPER_FIGURES
+            if self.selection(f) and (f != "figure2" or self.leakage_runs)
+        ]
 
     def paper_inputs(self, name: str) -> dict[str, tuple[str, list[tuple[str, int]] | None]]:
         """kind -> (result, runs) of what table/figure ``name`` reads; runs None: one file."""

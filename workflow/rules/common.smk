@@ -77,6 +77,10 @@ PATHS = {
         "paired_logo": "concentration/compare/{task}.paired_logo.parquet",
         "loss": "concentration/compare/loss.parquet",
         "spearman": "concentration/compare/spearman.parquet",
+        # issue 10 (§5.1): across the leakage runs
+        "exclusivity": "exclusivity/summary.parquet",
+        "exclusivity_pairs": "exclusivity/pairs.parquet",
+        "exclusivity_heads": "exclusivity/heads.parquet",
         "table_md": "tables/{table}.md",
         "table_csv": "tables/{table}.csv",
         "table_tex": "tables/{table}.tex",
@@ -155,7 +159,12 @@ def final_outputs():
     pairs = [PATHS[k].format(task=t) for t in TASKS for k in ("paired", "paired_logo")]
     pairs = pairs if STUDY.pairs else []
     cross_model = [PATHS["loss"], PATHS["spearman"]]
-    return tables + figures + [PATHS["param_counts"]] + per_run_task + pairs + cross_model
+    # issue 10 (§5.1): the exclusivity Parquets (Table 1's "geometric exclusivity" inputs)
+    exclusivity = [PATHS["exclusivity"]] if STUDY.leakage_runs else []
+    return (
+        tables + figures + [PATHS["param_counts"]] + per_run_task + pairs + cross_model
+        + exclusivity
+    )
 
 
 # ------------------------------------------------------------------ params

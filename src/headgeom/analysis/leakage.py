@@ -24,6 +24,7 @@ supported (docs §11.1).
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -34,12 +35,20 @@ import torch
 from tqdm import tqdm
 
 from headgeom.analysis.effects import drops_array
-from headgeom.analysis.patching import delta_patch_layer, length_batches
+from headgeom.analysis.patching import (
+    add_to,
+    first_difference,
+    head_perturbations,
+    length_batches,
+    logit_difference,
+    replace_head,
+)
 from headgeom.analysis.stats import effects_from_drops
-from headgeom.analysis.subspace import folded_read_basis, orthonormal_basis, projection_kernel
+from headgeom.analysis.subspace import orthonormal_bases, projection_kernel
 from headgeom.data.task_files import PatchInputs
 from headgeom.model import registry
 from headgeom.model.geometries import READ_TYPES
+from headgeom.model.gpt import site
 
 #: docs §11.2 / §18: tolerances of checks C8 and C9 (float32 forward passes).
 C8_TOLERANCE = 1e-5
@@ -123,31 +132,32 @@ def require_free_readers(model, checkpoint: str) -> None:
 
 
 def write_bases(model) -> list[list[np.ndarray]]:
-    """U^{l,h} = Im W_O^{l,h}: orthonormal (D, r) bases, [layer][head]."""
+    """U^{l,h} = Im W_O^{l,h}: orthonormal (D, r) bases, [layer][head] (one batched SVD)."""
     with torch.no_grad():
-        return [
-            [orthonormal_basis(w.cpu().numpy()) for w in block.attn.writer.write_maps()]
-            for block in model.blocks
-        ]
+        maps = np.stack(
+            [w.double().cpu().numpy() for b in model.blocks for w in b.attn.writer.write_maps()]
+        )  # (L·H, D, d)
+    flat = orthonormal_bases(maps)
+    H = model.cfg.n_head
+    return [flat[layer * H : (layer + 1) * H] for layer in range(model.cfg.n_layer)]
 
 
 def read_bases(model) -> list[dict[str, list[np.ndarray]]]:
-    """Folded read spaces R_X^{l,h} from W_X and LN_1's γ, [layer][X][head] (docs §9.2)."""
-    bases = []
+    """Folded read spaces R_X^{l,h} = Im(P_c diag(γ) W_Xᵀ) from W_X and LN_1's γ,
+    [layer][X][head] (docs §9.2; :func:`folded_read_basis`, by one batched SVD)."""
+    folded = []
     with torch.no_grad():
         for block in model.blocks:
             reader = block.attn.reader
             gamma = reader.ln_1.weight.double().cpu().numpy()
-            bases.append(
-                {
-                    X: [
-                        folded_read_basis(w.double().cpu().numpy(), gamma)
-                        for w in reader.read_maps(X)
-                    ]
-                    for X in READ_TYPES
-                }
-            )
-    return bases
+            for X in READ_TYPES:
+                for w in reader.read_maps(X):
+                    scaled = gamma[:, None] * w.double().cpu().numpy().T  # diag(γ) W_Xᵀ
+                    folded.append(scaled - scaled.mean(axis=0, keepdims=True))  # P_c ·
+    flat = iter(orthonormal_bases(np.stack(folded)))
+    return [
+        {X: [next(flat) for _ in range(model.cfg.n_head)] for X in READ_TYPES} for _ in model.blocks
+    ]
 
 
 def stored_effects(
@@ -192,6 +202,190 @@ LEAKAGE_COLUMNS = [
     "write_dim",
     "read_dim",
 ]
+#: Direct vs total responses at the reader's input projection (docs §11.5), pooled.
+RESPONSE_COLUMNS = ["response_cosine", "response_norm_ratio", "response_projection"]
+#: Attention total variation at the final position (docs §11.6), mean over examples.
+TV_CONDITIONS = ("query", "keys", "direct", "total")
+TV_COLUMNS = [f"tv_{c}" for c in TV_CONDITIONS]
+
+
+# ----------------------------------------------------------------------------- primitives
+def pooled_response_stats(dot: float, direct_sq: float, total_sq: float) -> tuple[float, ...]:
+    """(cosine, norm ratio, projection coefficient) of pooled direct/total responses from
+    Σ⟨Δ_d, Δ_t⟩, Σ‖Δ_d‖², Σ‖Δ_t‖² (docs §11.5); NaN where a denominator is 0."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cosine = np.divide(dot, np.sqrt(direct_sq * total_sq))
+        ratio = np.sqrt(np.divide(direct_sq, total_sq))
+        projection = np.divide(dot, total_sq)
+    clean = [np.where(np.isfinite(v), v, np.nan) for v in (cosine, ratio, projection)]
+    return tuple(clean)
+
+
+def attention_final(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Attention distribution of the final query ``q`` (..., H, d) over keys ``k``
+    (..., T, H, d): softmax_s(q·k_s/√d), shape (..., H, T). The final position sees every
+    key (causal mask is a no-op there)."""
+    scores = torch.einsum("...hd,...thd->...ht", q.double(), k.double()) / math.sqrt(q.shape[-1])
+    return torch.softmax(scores, dim=-1)
+
+
+def total_variation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """TV = ½ Σ_s |a_s − b_s| over the last axis."""
+    return 0.5 * (a - b).abs().sum(dim=-1)
+
+
+def write_space_energies(M: np.ndarray, C: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
+    """Σ‖P_R δ‖² for every reader from the write-space Gram C = Σ cᵀc, c = Uᵀδ (δ ∈ Im U):
+    with M = UᵀR (dim U, Σr) the stacked reader bases seen from U, column k captures
+    m_kᵀ C m_k; the columns of one reader (``owner``) add up. Returns (n,)."""
+    column = np.einsum("ak,ak->k", C @ M, M)
+    return np.maximum(np.bincount(owner, weights=column, minlength=n), 0.0)
+
+
+# ----------------------------------------------------------------------------- one pass
+@dataclass
+class _Accumulators:
+    """Sums over batches (float64): perturbation energy, captured energy per reader
+    column, response inner products and TV sums, [source layer][...]."""
+
+    n_layer: int
+    n_head: int
+    energy: np.ndarray  # (L, H) Σ‖δ‖²
+    gram: list  # [l][h] (dim U, dim U) Σ cᵀc with c = U^{l,h}ᵀ δ (δ ∈ Im U exactly)
+    dot: np.ndarray  # (L, H, L, 3, H): source (l, h), reader (l', X, h')
+    direct_sq: np.ndarray
+    total_sq: np.ndarray
+    tv: np.ndarray  # (L, H, L, H, 4) Σ_examples TV
+
+    @classmethod
+    def empty(cls, n_layer: int, n_head: int, write_dims: list[list[int]]) -> _Accumulators:
+        shape = (n_layer, n_head, n_layer, len(READ_TYPES), n_head)
+        return cls(
+            n_layer,
+            n_head,
+            np.zeros((n_layer, n_head)),
+            [[np.zeros((r, r)) for r in dims] for dims in write_dims],
+            np.zeros(shape),
+            np.zeros(shape),
+            np.zeros(shape),
+            np.zeros((n_layer, n_head, n_layer, n_head, len(TV_CONDITIONS))),
+        )
+
+
+def _readers_of(layer: int, n_layer: int, n_head: int) -> list[tuple[int, int, str]]:
+    return [
+        (reader_layer, reader_head, X)
+        for reader_layer in range(layer + 1, n_layer)
+        for X in READ_TYPES
+        for reader_head in range(n_head)
+    ]
+
+
+@torch.no_grad()
+def _batch_pass(model, clean, ref, correct, incorrect, U, acc) -> tuple:
+    """Everything §11.2–11.6 needs from one batch of equal-length prompts, in one pass.
+
+    One clean forward caches, per layer, the residual entering the block, q, k, v, z and
+    the attention output; one reference forward caches z. For each layer l: δ of every head
+    (docs §11.2); check C8 (layer l's attention re-run from the cached clean residual with
+    each head's z swapped, against clean + δ); the captured energies of every later reader;
+    and ONE forward of all H δ-patched variants stacked as rows, resumed from block l with
+    δ_h added to its attention output (the patched forward of check C9), recomputing only
+    positions ≥ p (the batch's first clean/reference difference: before it δ = 0 and, by
+    causality, every activation is the clean one; later layers attend to the cached clean
+    keys/values there). Its q, k, v at every later layer give Δ_total; the reader re-run on
+    x + δ_h gives Δ_direct (docs §11.5); both give the four TV conditions (docs §11.6).
+    Returns (drops (B, L, H), C8 residual); sums go into ``acc``.
+    """
+    L, H = model.cfg.n_layer, model.cfg.n_head
+    names = {
+        kind: [site(layer, kind) for layer in range(L)]
+        for kind in ("hook_resid_pre", "attn.hook_q", "attn.hook_k", "attn.hook_v",
+                     "attn.hook_z", "hook_attn_out")
+    }  # fmt: skip
+    logits, cc = model.run_with_cache(clean, [n for v in names.values() for n in v], True)
+    clean_ld = logit_difference(logits, correct, incorrect)
+    _, rc = model.run_with_cache(ref, names["attn.hook_z"], last_only=True)
+    B, T = clean.shape
+    differ = (clean != ref).any(dim=0).nonzero()
+    p = min(int(differ[0]) if len(differ) else T, T - 1)
+    good, bad = correct.repeat(H), incorrect.repeat(H)  # row g·B + b: head g, example b
+    drops = torch.empty(B, L, H, dtype=torch.float64, device=clean.device)
+    c8 = 0.0
+
+    def cached(kind: str, layer: int) -> torch.Tensor:
+        return cc[names[kind][layer]]
+
+    for layer in range(L):
+        block = model.blocks[layer]
+        z, z_ref = cached("attn.hook_z", layer), rc[names["attn.hook_z"][layer]]
+        delta = head_perturbations(block.attn.writer.write_maps(), z, z_ref)  # (B, T, H, D)
+        # C8: the real z patch of layer l's attention against clean + δ
+        x_in, out_clean = cached("hook_resid_pre", layer), cached("hook_attn_out", layer)
+        for head in range(H):
+            with model.hooks({names["attn.hook_z"][layer]: replace_head(head, z_ref[:, :, head])}):
+                out = block.attn(x_in)
+            residual = out.double() - out_clean.double() - delta[:, :, head]
+            c8 = max(c8, float(residual.abs().max()))
+        # leakage energies, pooled over all positions: Σ‖δ‖² and the write-space Gram
+        rows = delta.flatten(0, 1)  # (B·T, H, D)
+        acc.energy[layer] += torch.sum(torch.square(rows), dim=(0, 2)).cpu().numpy()
+        for head in range(H):
+            c = rows[:, head] @ U[layer][head]  # (B·T, dim U)
+            acc.gram[layer][head] += (c.T @ c).cpu().numpy()
+        # the δ-patched forward, all heads stacked as rows
+        start = T - 1 if layer == L - 1 else p
+        S = T - start
+        d_rows = delta[:, start:].permute(2, 0, 1, 3).flatten(0, 1)  # (H·B, S, D)
+        x = x_in[:, start:].expand(H, B, S, -1).flatten(0, 1)
+        z_rows = z[:, start:].expand(H, *z[:, start:].shape).flatten(0, 1)
+        with model.hooks({names["hook_attn_out"][layer]: add_to(d_rows)}):
+            x = block.after_z(x, z_rows)
+        for j in range(layer + 1, L):
+            seen: dict[str, torch.Tensor] = {}
+
+            def saver(kind, seen=seen):
+                def save(t):
+                    seen[kind] = t
+
+                return save
+
+            hooks = {names[f"attn.hook_{c}"][j]: saver(c) for c in "qkv"}
+            past_k, past_v = cached("attn.hook_k", j)[:, :p], cached("attn.hook_v", j)[:, :p]
+            with model.hooks(hooks):
+                x, _, _ = model.blocks[j].forward_suffix(x, past_k, past_v, last_only=j == L - 1)
+            x_j = cached("hook_resid_pre", j)[:, p:]  # (B, S, D)
+            shifted = (x_j.double() + delta[:, p:].permute(2, 0, 1, 3)).to(x_j.dtype)
+            direct = model.blocks[j].attn.reader(shifted.flatten(0, 1))  # 3 × (H·B, S, H, d)
+            for c, X in enumerate(READ_TYPES):
+                clean_x = cached(f"attn.hook_{X.lower()}", j)[:, p:].double()
+                d_t = seen[X.lower()].double().reshape(H, B, *clean_x.shape[1:]) - clean_x
+                d_d = direct[c].double().reshape(H, B, *clean_x.shape[1:]) - clean_x
+                acc.dot[layer, :, j, c] += torch.einsum("gbshd,gbshd->gh", d_d, d_t).cpu().numpy()
+                acc.direct_sq[layer, :, j, c] += torch.einsum("gbshd->gh", d_d**2).cpu().numpy()
+                acc.total_sq[layer, :, j, c] += torch.einsum("gbshd->gh", d_t**2).cpu().numpy()
+            # TV at the final position (docs §11.6): rows (H, B, heads, ...)
+            q_clean, k_clean = cached("attn.hook_q", j)[:, -1], cached("attn.hook_k", j)
+            a = attention_final(q_clean, k_clean)  # (B, H', T)
+
+            def keys(suffix, k_clean=k_clean):
+                prefix = k_clean[:, :p].expand(H, *k_clean[:, :p].shape)
+                return torch.cat([prefix, suffix.reshape(H, B, -1, *k_clean.shape[2:])], dim=2)
+
+            q_d, k_d = direct[0].reshape(H, B, S, H, -1)[:, :, -1], keys(direct[1])
+            q_t, k_t = seen["q"].reshape(H, B, S, H, -1)[:, :, -1], keys(seen["k"])
+            conditions = {
+                "query": attention_final(q_d, k_clean.expand(H, *k_clean.shape)),
+                "keys": attention_final(q_clean.expand(H, *q_clean.shape), k_d),
+                "direct": attention_final(q_d, k_d),
+                "total": attention_final(q_t, k_t),
+            }
+            for c, name in enumerate(TV_CONDITIONS):
+                tv = total_variation(conditions[name], a[None]).sum(dim=1)  # (H, H')
+                acc.tv[layer, :, j, :, c] += tv.cpu().numpy()
+        logits = model.answer_logits(x, torch.stack([good, bad], dim=1)).double()
+        drops[:, layer] = clean_ld[:, None] - (logits[:, 0] - logits[:, 1]).view(H, B).T
+    return drops, c8
 
 
 def leakage_table(
@@ -202,67 +396,39 @@ def leakage_table(
     device: torch.device,
     effects_path: str,
 ) -> Leakage:
-    """Leakage of every source head into every later reader (module docstring), with
-    checks C8 and C9 against the stored effects ``e_stored`` (L, H)."""
+    """Leakage of every source head into every later reader (module docstring), with the
+    direct/total responses and attention TV of every pair (docs §11.5–11.6) from the same
+    pass, and checks C8 and C9 against the stored effects ``e_stored`` (L, H)."""
     n_layer, n_head = model.cfg.n_layer, model.cfg.n_head
-    batches = length_batches([len(x) for x in inputs.clean_ids], batch_size)
+    lengths = [len(x) for x in inputs.clean_ids]
+    order = [first_difference(c, r) for c, r in zip(inputs.clean_ids, inputs.ref_ids, strict=True)]
+    batches = length_batches(lengths, batch_size, order)
     correct = torch.as_tensor(inputs.correct, device=device)
     incorrect = torch.as_tensor(inputs.incorrect, device=device)
     U, R = write_bases(model), read_bases(model)
+    readers = [_readers_of(layer, n_layer, n_head) for layer in range(n_layer)]
+    bases = [[R[rl][X][rh] for rl, rh, X in readers[layer]] for layer in range(n_layer)]
+    U_t = [[torch.as_tensor(u, device=device) for u in layer] for layer in U]
+    acc = _Accumulators.empty(n_layer, n_head, [[u.shape[1] for u in layer] for layer in U])
 
     def stack(ids: list[np.ndarray], index: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(np.stack([ids[i] for i in index]).astype(np.int64), device=device)
 
     drops = np.empty((len(inputs.clean_ids), n_layer, n_head))
     c8 = 0.0
-    records = []
-    bar = tqdm(total=n_layer * len(batches), desc="leakage", unit="batch", file=sys.stderr)
-    for layer in range(n_layer):
-        rows = []  # δ of this layer's heads at every (example, position): (rows, H, D) chunks
-        for index in batches:
-            index_t = torch.as_tensor(index, device=device)
-            delta, d, residual = delta_patch_layer(
-                model,
-                stack(inputs.clean_ids, index),
-                stack(inputs.ref_ids, index),
-                correct[index_t],
-                incorrect[index_t],
-                layer,
-            )
-            c8 = max(c8, residual)
-            drops[index, layer] = d.cpu().numpy()
-            rows.append(delta.flatten(0, 1).cpu().numpy())
-            bar.update(1)
-        if layer == n_layer - 1:
-            break  # no later readers
-        deltas = np.concatenate(rows)  # (Σ T, H, D)
-        readers = [
-            (reader_layer, reader_head, X)
-            for reader_layer in range(layer + 1, n_layer)
-            for X in READ_TYPES
-            for reader_head in range(n_head)
-        ]
-        reader_bases = [R[rl][X][rh] for rl, rh, X in readers]
-        for head in range(n_head):
-            leak = leakage_to_readers(deltas[:, head], reader_bases)
-            u = U[layer][head]
-            for (rl, rh, X), basis, value in zip(readers, reader_bases, leak, strict=True):
-                rho = isotropic_expectation(u, basis)
-                records.append(
-                    (
-                        layer,
-                        head,
-                        rl,
-                        rh,
-                        X,
-                        value,
-                        rho,
-                        projection_kernel(u, basis),
-                        u.shape[1],
-                        basis.shape[1],
-                    )
-                )
-    bar.close()
+    for index in tqdm(batches, desc="leakage", unit="batch", file=sys.stderr):
+        index_t = torch.as_tensor(index, device=device)
+        d, residual = _batch_pass(
+            model,
+            stack(inputs.clean_ids, index),
+            stack(inputs.ref_ids, index),
+            correct[index_t],
+            incorrect[index_t],
+            U_t,
+            acc,
+        )
+        c8 = max(c8, residual)
+        drops[index] = d.cpu().numpy()
 
     c9 = float(np.max(np.abs(effects_from_drops(drops) - e_stored)))
     if c8 > C8_TOLERANCE:
@@ -275,7 +441,46 @@ def leakage_table(
             f"check C9 failed: effects recomputed from δ differ from {effects_path} by "
             f"{c9:.3g} > {C9_TOLERANCE} (docs §11.2)"
         )
-    table = pd.DataFrame.from_records(records, columns=LEAKAGE_COLUMNS)
+    n_examples = len(inputs.clean_ids)
+    records = []
+    for layer in range(n_layer):
+        if not readers[layer]:
+            continue
+        stacked = np.concatenate(bases[layer], axis=1)  # (D, Σr)
+        widths = [b.shape[1] for b in bases[layer]]
+        owner = np.repeat(np.arange(len(widths)), widths)
+        for head in range(n_head):
+            u, total = U[layer][head], acc.energy[layer, head]
+            M = u.T @ stacked  # (dim U, Σr): the readers seen from the write space
+            pk = np.bincount(owner, weights=np.sum(M * M, axis=0), minlength=len(widths))
+            captured = write_space_energies(M, acc.gram[layer][head], owner, len(widths))
+            leak = captured / total if total > 0 else np.full(len(widths), np.nan)
+            for k, (rl, rh, X) in enumerate(readers[layer]):
+                c = READ_TYPES.index(X)
+                response = pooled_response_stats(
+                    acc.dot[layer, head, rl, c, rh],
+                    acc.direct_sq[layer, head, rl, c, rh],
+                    acc.total_sq[layer, head, rl, c, rh],
+                )
+                records.append(
+                    (
+                        layer,
+                        head,
+                        rl,
+                        rh,
+                        X,
+                        leak[k],
+                        pk[k] / u.shape[1] if u.shape[1] else np.nan,
+                        pk[k],
+                        u.shape[1],
+                        widths[k],
+                        *(float(v) for v in response),
+                        *(acc.tv[layer, head, rl, rh] / n_examples),
+                    )
+                )
+    table = pd.DataFrame.from_records(
+        records, columns=LEAKAGE_COLUMNS + RESPONSE_COLUMNS + TV_COLUMNS
+    )
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = table["leakage"].to_numpy() / table["rho"].to_numpy()
     table["leakage_over_rho"] = np.where(np.isfinite(ratio), ratio, np.nan)

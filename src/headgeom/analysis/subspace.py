@@ -34,6 +34,21 @@ def orthonormal_basis(A: np.ndarray, rtol: float = RANK_RTOL) -> np.ndarray:
     return left[:, sigma > rtol * sigma[0]]
 
 
+def orthonormal_bases(A: np.ndarray, rtol: float = RANK_RTOL) -> list[np.ndarray]:
+    """:func:`orthonormal_basis` of every matrix of a stack ``A`` (n, D, k) by one batched
+    SVD (same rank rule per matrix). Returns n bases (D, r_i)."""
+    A = np.asarray(A, dtype=np.float64)
+    if A.ndim != 3:
+        raise ValueError(f"expected a stack (n, D, k), got shape {A.shape}")
+    if A.size == 0:
+        return [np.zeros((A.shape[1], 0)) for _ in range(A.shape[0])]
+    left, sigma, _ = np.linalg.svd(A, full_matrices=False)
+    return [
+        u[:, s > rtol * s[0]] if s[0] > 0.0 else np.zeros((A.shape[1], 0))
+        for u, s in zip(left, sigma, strict=True)
+    ]
+
+
 def projection_kernel(U: np.ndarray, V: np.ndarray) -> float:
     """PK(U, V) = ||UᵀV||_F² = tr(P_U P_V) = Σ cos²θ_i, orthonormal ``U`` (D, a), ``V`` (D, b)."""
     return float(np.sum(np.square(U.T @ V)))

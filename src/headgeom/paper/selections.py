@@ -117,9 +117,15 @@ PAPER_INPUTS: dict[str, dict[str, tuple[str, str | None]]] = {
         "lumped": ("clamp_lumped", "clamp_lumped"),
     },
     "lane_heads": {"runs": ("train_log", "runs"), "heads": ("heads", "runs")},
+    # issue 10 (§5.1): Figure 2 from the leakage runs and the top pairs
+    "figure2": {
+        "leakage": ("leakage", "leakage"),
+        "pairs": ("exclusivity_pairs", None),
+        "runs": ("train_log", "leakage"),
+    },
 }
 PAPER_TABLES = ("table2", "table3", "table5", "table6", "lanes", "leakage", "clamps", "lane_heads")
-PAPER_FIGURES = ("figure1", "figure3", "figure4", "figure5", "figure7", "figure6de", "figure8")
+PAPER_FIGURES = tuple(f"figure{n}" for n in ("1", "2", "3", "4", "5", "6de", "7", "8"))
 #: Figures told which models to plot (``--models``): Figure 4 plots its selection from the
 #: cross-model loss Parquet.
 PLOTS_MODELS = {"figure4"}
