@@ -101,7 +101,7 @@ def test_head_patch_effects_equal_transformer_lens_on_the_same_weights(tmp_path)
         idx = [i]
         good, bad = torch.as_tensor(correct[idx]), torch.as_tensor(incorrect[idx])
 
-        def ld(logits):
+        def ld(logits, good=good, bad=bad):
             return (logits[0, -1, good] - logits[0, -1, bad]).sum()
 
         c, r = torch.as_tensor(clean[idx]), torch.as_tensor(ref[idx])
