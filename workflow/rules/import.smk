@@ -4,11 +4,6 @@
 # load_verified gates it by the same hashes. Nothing is downloaded: the files are the user's.
 
 
-def import_files(wildcards):
-    """The user's files (config.json and the weights) of an imported model."""
-    return STUDY.import_inputs(wildcards.model)
-
-
 rule import_model:
     wildcard_constraints:
         model=STUDY.model_pattern(STUDY.imported_models),

@@ -296,8 +296,15 @@ def import_run(
         "corpus_manifest_sha256": None,
     }
     log = pd.DataFrame(
-        {"step": [0], "tokens": [0], "loss": [val], "lr": [0.0], "grad_norm": [None],
-         "seconds": [0.0], "val_loss": [val]}  # fmt: skip
+        {
+            "step": [0],
+            "tokens": [0],
+            "loss": [val],
+            "lr": [0.0],
+            "grad_norm": [None],
+            "seconds": [0.0],
+            "val_loss": [val],
+        }  # fmt: skip
     ).astype({"grad_norm": "float64", "loss": "float64", "val_loss": "float64"})
     metadata = {
         "config": run,
