@@ -19,6 +19,7 @@ report: "workflow/report/workflow.rst"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/corpus.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/import.smk"  # issue 15
 include: "workflow/rules/models.smk"
 include: "workflow/rules/tasks.smk"
 include: "workflow/rules/evaluate.smk"

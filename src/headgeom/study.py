@@ -33,6 +33,10 @@ _PER_CORPUS_KEYS = ("n_train_tokens", "order", "sampling")
 SLURM_KEYS = ("slurm_partition", "slurm_account", "slurm_extra", "gpu_model", "constraint", "qos")
 
 
+#: The geometry of every imported model (issue 15): GPT-2's own, free readers.
+IMPORTED_GEOMETRY = "learned"
+
+
 class StudyConfigError(ValueError):
     """A config the workflow cannot run; ``str()`` is the concise message, one line per
     problem (``problems`` holds them)."""
@@ -189,6 +193,9 @@ class Study:
         self.name: str = config["study"]
         self.models: dict[str, dict] = config["models"]
         self._model_configs: dict[str, dict] = {}
+        for spec in self.models.values():  # issue 15: an imported model is `learned`
+            if "import" in spec:
+                spec.setdefault("geometry", IMPORTED_GEOMETRY)
 
     @classmethod
     def from_config(cls, config: Mapping, schema: str | Path | Mapping = SCHEMA) -> Study:
@@ -196,7 +203,7 @@ class Study:
         the study; raise :class:`StudyConfigError` listing every problem found."""
         config = copy.deepcopy(dict(config))
         schema = schema if isinstance(schema, Mapping) else load_schema(schema)
-        problems = validate(config, schema)
+        problems = validate(config, schema) + _import_problems(config)  # issue 15
         if problems:  # the cross-key checks assume a config of the right shape
             raise StudyConfigError(problems)
         study = cls(config)
@@ -265,6 +272,8 @@ class Study:
         every choice explicit (headgeom.model.zoo.derive_model_config)."""
         from headgeom.model import zoo
 
+        if model not in self._model_configs and self.is_imported(model):  # issue 15
+            self._model_configs[model] = self._imported_model_config(model)
         if model not in self._model_configs:
             spec = self.models[model]
             try:
@@ -612,3 +621,87 @@ class Study:
                     raise ValueError(f"{where}: model {model!r} has seeds {seeds}, not {seed}")
             runs += [(model, s) for s in wanted]
         return [r for r in self.runs if r in set(runs)]
+
+    # ------------------------------------------------------------------ imported models (issue 15)
+    # `models.<name>: {import: {format: hf-gpt2, path: DIR}, seeds: [0]}`: a checkpoint the user
+    # brings instead of a training recipe. Rule import_model writes its checkpoint, manifest and
+    # one-row run log where train/hash_checkpoint write a trained model's; every analysis then
+    # reads it unchanged. The seed only names the run.
+    def is_imported(self, model: str) -> bool:
+        return "import" in self.models[model]
+
+    @property
+    def imported_models(self) -> list[str]:
+        return [m for m in self.models if self.is_imported(m)]
+
+    @property
+    def trained_models(self) -> list[str]:
+        return [m for m in self.models if not self.is_imported(m)]
+
+    @staticmethod
+    def model_pattern(models: Iterable[str]) -> str:
+        """A wildcard regex matching exactly ``models`` (none: a regex that matches nothing)."""
+        import re
+
+        models = list(models)
+        return "|".join(map(re.escape, models)) if models else "(?!x)x"
+
+    def import_spec(self, model: str) -> dict:
+        return self.models[model]["import"]
+
+    def _imported_model_config(self, model: str) -> dict:
+        """The model section of an imported model: from its config.json (read now, so a
+        missing or foreign directory fails before any job)."""
+        from headgeom.model import importing
+
+        spec = self.import_spec(model)
+        if not _exportable(self.models[model]["geometry"]):
+            raise ValueError(
+                f"config models.{model}: an imported model has GPT-2's geometry "
+                f"({IMPORTED_GEOMETRY!r}), not {self.models[model]['geometry']!r}"
+            )
+        try:
+            config = importing.read_hf_config(spec["path"])
+            importing.weight_files(spec["path"], spec.get("allow_pickle", False))
+        except ValueError as err:
+            raise ValueError(f"config models.{model}.import: {err}") from None
+        model_cfg = importing.model_config(config)
+        n_ctx = self.config["architecture"]["n_ctx"]
+        if model_cfg["n_ctx"] < n_ctx:
+            raise ValueError(
+                f"config models.{model}.import: n_positions {model_cfg['n_ctx']} is below the "
+                f"study's architecture.n_ctx {n_ctx}"
+            )
+        return model_cfg
+
+    def import_inputs(self, model: str) -> list[str]:
+        """The files rule import_model reads from the user's directory."""
+        from headgeom.model import importing
+
+        spec = self.import_spec(model)
+        return importing.import_inputs(spec["path"], spec.get("allow_pickle", False))
+
+    def import_config(self, model: str, seed: int | str) -> dict:
+        """The import run config of (model, seed): what src/import_model.py takes and the
+        manifest records (no training recipe)."""
+        cfg = {
+            "model_name": model,
+            "seed": int(seed),
+            "model": self.model_config(model),
+            "import": self.import_spec(model),
+        }
+        if self.repository_name(model, seed):
+            cfg["repository_name"] = self.repository_name(model, seed)
+        for key in ("display_name", "corpus"):
+            if key in self.models[model]:
+                cfg[key] = self.models[model][key]
+        return cfg
+
+
+def _import_problems(config: Mapping) -> list[str]:
+    """Issue 15: every model has a training recipe (geometry) or an import block."""
+    return [
+        f"config models.{m}: give geometry (a model to train) or import (a checkpoint to import)"
+        for m, spec in config.get("models", {}).items()
+        if isinstance(spec, dict) and "geometry" not in spec and "import" not in spec
+    ]

@@ -306,3 +306,53 @@ def test_clamp_runs_refuse_unknown_models_and_seeds():
     raw["clamps"] = {"split": "holdout"}
     with pytest.raises(StudyConfigError, match="clamps.split"):
         Study.from_config(raw)
+
+
+# ------------------------------------------------------------------ imported models (issue 15)
+def _imported_study(tmp_path, **import_block):
+    import copy
+
+    import yaml
+
+    from headgeom.study import Study
+
+    cfg = yaml.safe_load((Path(__file__).parents[1] / "e2e" / "import.yaml").read_text())
+    cfg = copy.deepcopy(cfg)
+    cfg["models"]["gpt2-tiny"]["import"].update(import_block)
+    return Study.from_config(cfg)
+
+
+def test_an_imported_model_reads_its_sizes_from_config_json(tmp_path):
+    from headgeom.model.importing import GPT2_VOCAB_SIZE
+
+    d = tmp_path / "gpt2"
+    d.mkdir()
+    (d / "config.json").write_text(
+        '{"model_type": "gpt2", "n_layer": 3, "n_head": 4, "n_embd": 32, '
+        '"vocab_size": 50257, "n_positions": 64}'
+    )
+    (d / "model.safetensors").write_bytes(b"")
+    study = _imported_study(tmp_path, path=str(d))
+    assert study.imported_models == ["gpt2-tiny"] and study.trained_models == []
+    mc = study.model_config("gpt2-tiny")
+    assert (mc["n_layer"], mc["n_head"], mc["d_head"], mc["d_mlp"]) == (3, 4, 8, 128)
+    assert mc["n_vocab"] == GPT2_VOCAB_SIZE and mc["geometry"] == "learned"
+    run = study.import_config("gpt2-tiny", 0)
+    assert run["import"]["allow_pickle"] is False and "training" not in run
+    import re
+
+    assert re.fullmatch(study.model_pattern(study.trained_models), "gpt2-tiny") is None
+
+
+def test_an_imported_model_that_is_not_there_or_not_gpt2_is_named(tmp_path):
+    from headgeom.study import StudyConfigError
+
+    with pytest.raises(StudyConfigError, match=r"models\.gpt2-tiny\.import: .*not a directory"):
+        _imported_study(tmp_path, path=str(tmp_path / "absent"))
+    d = tmp_path / "bert"
+    d.mkdir()
+    (d / "config.json").write_text('{"model_type": "bert"}')
+    with pytest.raises(StudyConfigError, match="model_type is 'bert', not 'gpt2'"):
+        _imported_study(tmp_path, path=str(d))
+    with pytest.raises(StudyConfigError, match="format"):
+        _imported_study(tmp_path, path=str(d), format="onnx")

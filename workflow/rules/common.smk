@@ -167,6 +167,12 @@ def final_outputs():
     )
 
 
+# ------------------------------------------------------------------ imported models (issue 15)
+def import_files(wildcards):
+    """import_model: the user's files (config.json and the weights) of an imported model."""
+    return STUDY.import_inputs(wildcards.model)
+
+
 # ------------------------------------------------------------------ params
 # Each stage receives exactly the config it depends on, as canonical JSON in params, so a
 # change reruns what it should and nothing else (`--list-changes params`).

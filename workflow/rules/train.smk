@@ -3,6 +3,8 @@
 # resumable state in s<seed>/resume/ (not an output: a restarted job continues from it to
 # the same bytes; train.py deletes it when done).
 rule train:
+    wildcard_constraints:
+        model=STUDY.model_pattern(STUDY.trained_models),  # issue 15: not imported models
     input:
         train=model_corpus("train"),
         val=model_corpus("val"),
@@ -34,6 +36,8 @@ rule train:
 
 
 rule hash_checkpoint:
+    wildcard_constraints:
+        model=STUDY.model_pattern(STUDY.trained_models),  # issue 15: not imported models
     input:
         checkpoint=PATHS["checkpoint"],
         train_log=PATHS["train_log"],
