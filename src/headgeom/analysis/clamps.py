@@ -40,6 +40,7 @@ from headgeom.analysis.patching import (
     _first_differences,
     _last_logit_difference,
     _model_device,
+    _patch_in_batches,
     _stack,
     length_batches,
     logit_difference,
@@ -339,28 +340,22 @@ def clamp_patch(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Every case on every example: ``(clean_ld (N,), patched_ld (N, C))`` float64 in input
     order (examples grouped by length, sorted by first difference for prefix reuse)."""
-    lengths = _check_pairs(clean_ids, ref_ids, correct, incorrect)
-    device = _model_device(model)
-    n = len(lengths)
-    clean_ld = np.empty(n)
-    patched = np.empty((n, len(cases)))
-    good = torch.as_tensor(np.array(correct, dtype=np.int64), device=device)
-    bad = torch.as_tensor(np.array(incorrect, dtype=np.int64), device=device)
-    for index in length_batches(lengths, batch_size, _first_differences(clean_ids, ref_ids)):
-        idx = torch.as_tensor(index, device=device)
-        ld, out = clamp_batch(
-            model,
-            _stack(clean_ids, index, device),
-            _stack(ref_ids, index, device),
-            good[idx],
-            bad[idx],
-            cases,
-            max_rows,
-            prefix_reuse,
-        )
-        clean_ld[index] = ld.cpu().numpy()
-        patched[index] = out.cpu().numpy()
-    return clean_ld, patched
+
+    def run(model, clean, ref, good, bad, progress):
+        return clamp_batch(model, clean, ref, good, bad, cases, max_rows, prefix_reuse)
+
+    return _patch_in_batches(
+        model,
+        clean_ids,
+        ref_ids,
+        correct,
+        incorrect,
+        batch_size,
+        None,
+        run,
+        order=_first_differences,
+        shape=(len(cases),),
+    )
 
 
 # --------------------------------------------------------------------------- checks

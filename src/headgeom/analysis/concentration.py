@@ -23,7 +23,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from headgeom import results
-from headgeom.analysis.effects import drops_array, matrix_columns
+from headgeom.analysis.effects import drops_array, matrix_columns, single_identity
 from headgeom.analysis.stats import (
     bootstrap_n_eff,
     concentration,
@@ -90,16 +90,6 @@ class Concentration:
     robustness: pd.DataFrame | None = None
     conditions: pd.DataFrame | None = None
     logo: pd.DataFrame | None = None
-
-
-def single_identity(frame: pd.DataFrame, path: str) -> dict:
-    identity = {}
-    for column in IDENTITY:
-        values = pd.unique(frame[column])
-        if len(values) != 1:
-            raise ValueError(f"{path}: expected one {column}, found {list(values)}")
-        identity[column] = values[0].item() if hasattr(values[0], "item") else values[0]
-    return identity
 
 
 def example_labels(rows: pd.DataFrame, example_ids: np.ndarray, path: str) -> pd.DataFrame:

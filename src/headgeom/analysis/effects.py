@@ -88,3 +88,17 @@ def drops_columns(clean_ld: np.ndarray, patched_ld: np.ndarray) -> dict[str, np.
         "patched_ld": patched_ld.reshape(-1),
         "effect": (clean_ld[:, None, None] - patched_ld).reshape(-1),
     }
+
+
+def single_identity(
+    frame: pd.DataFrame, path: str, columns: tuple[str, ...] = ("model", "seed", "task")
+) -> dict:
+    """The one (model, seed, task) that the rows of ``frame`` (read from ``path``) are of, as
+    plain Python values; an error naming the file if a column holds several."""
+    identity = {}
+    for column in columns:
+        values = pd.unique(frame[column])
+        if len(values) != 1:
+            raise ValueError(f"{path}: expected one {column}, found {list(values)}")
+        identity[column] = values[0].item() if isinstance(values[0], np.generic) else values[0]
+    return identity

@@ -34,7 +34,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from headgeom.analysis.effects import drops_array
+from headgeom.analysis.effects import drops_array, single_identity
 from headgeom.analysis.patching import (
     add_to,
     first_difference,
@@ -169,12 +169,7 @@ def stored_effects(
         raise ValueError(
             f"{path}: no effects for split {split!r} (has {list(pd.unique(effects['split']))})"
         )
-    identity = {}
-    for column in ("model", "seed", "task"):
-        values = pd.unique(rows[column])
-        if len(values) != 1:
-            raise ValueError(f"{path}: expected one {column}, found {list(values)}")
-        identity[column] = values[0].item() if hasattr(values[0], "item") else values[0]
+    identity = single_identity(rows, path)
     ids, d = drops_array(rows, *shape)
     if set(ids.tolist()) != set(example_ids.tolist()) or len(ids) != len(example_ids):
         raise ValueError(f"{path}: the {split} examples differ from the task file's")

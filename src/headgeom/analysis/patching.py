@@ -209,17 +209,28 @@ def patch_all_heads(
 
 
 def _patch_in_batches(
-    model, clean_ids, ref_ids, correct, incorrect, batch_size, progress, run, order=None
+    model,
+    clean_ids,
+    ref_ids,
+    correct,
+    incorrect,
+    batch_size,
+    progress,
+    run,
+    order=None,
+    shape=None,
 ):
     """Group examples by length, run ``run(model, clean, ref, correct, incorrect, progress)``
     on each batch and scatter its ``(clean_ld, patched_ld)`` back into input order.
-    ``order(clean_ids, ref_ids)``, if given, sorts examples within a length group."""
+    ``order(clean_ids, ref_ids)``, if given, sorts examples within a length group; ``shape``
+    is one example's patched_ld shape (default: one value per head, (L, H))."""
     lengths = _check_pairs(clean_ids, ref_ids, correct, incorrect)
     key = None if order is None else order(clean_ids, ref_ids)
     device = _model_device(model)
     n = len(lengths)
     clean_ld = np.empty(n, dtype=np.float64)
-    patched_ld = np.empty((n, model.cfg.n_layer, model.cfg.n_head), dtype=np.float64)
+    shape = (model.cfg.n_layer, model.cfg.n_head) if shape is None else tuple(shape)
+    patched_ld = np.empty((n, *shape), dtype=np.float64)
     correct_t = torch.as_tensor(np.array(correct, dtype=np.int64), device=device)
     incorrect_t = torch.as_tensor(np.array(incorrect, dtype=np.int64), device=device)
     for index in length_batches(lengths, batch_size, key):
