@@ -4,6 +4,7 @@ locally; nothing is downloaded), its manifest, and the hash gate on its checkpoi
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pyarrow.parquet as pq
@@ -81,3 +82,44 @@ def test_a_changed_byte_in_the_imported_checkpoint_is_refused(imported_run, tmp_
         )  # fmt: skip
     message = str(err.value)
     assert str(bad) in message and expected in message and sha256_file(bad) in message
+
+
+#: Every rule whose script loads a checkpoint (``load_verified``) in the micro DAG.
+CHECKPOINT_READERS = ("evaluate_clean", "patch_heads", "leakage", "geometry_stats", "clamps")
+
+
+@pytest.mark.parametrize("rule", CHECKPOINT_READERS)
+def test_every_analysis_refuses_a_changed_byte_in_the_imported_checkpoint(
+    imported_run, tmp_path, rule
+):
+    """The real rule, rerun (``--forcerun R --until R``) on a copy of the finished study whose
+    imported checkpoint has one flipped byte (its mtime kept, so Snakemake does not
+    re-import it): every job fails, naming the file and both hashes, and leaves no output."""
+    work, cfg = imported_run
+    copy = tmp_path / "w"
+    shutil.copytree(work, copy, symlinks=True)
+    results = copy / "results" / cfg["study"]
+    checkpoint = results / "models" / "gpt2-tiny" / "s0" / "model.safetensors"
+    expected, stat = sha256_file(checkpoint), checkpoint.stat()
+    data = bytearray(checkpoint.read_bytes())
+    data[-3] ^= 0x01
+    checkpoint.write_bytes(bytes(data))
+    os.utime(checkpoint, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    actual = sha256_file(checkpoint)
+    shutil.rmtree(results / "logs" / rule)
+    proc = snakemake(
+        copy, "--cores", "2", "--keep-going", "--rerun-triggers", "mtime",
+        "--forcerun", rule, "--until", rule, check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0
+    logs = sorted((results / "logs" / rule).glob("*.log"))
+    assert logs
+    for log in logs:
+        text = log.read_text()
+        assert "ManifestMismatchError" in text, log
+        assert str(checkpoint.relative_to(copy)) in text, log
+        assert expected in text and actual in text, log
+    stage = {"evaluate_clean": "eval", "patch_heads": "patching", "geometry_stats": "geometry"}
+    stage = stage.get(rule, rule)
+    if (results / stage).is_dir():
+        assert not list((results / stage / "gpt2-tiny").rglob("*.parquet")), stage
