@@ -49,9 +49,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name in ("timeline", "tau", "value-gradients"):
         p.add_argument(f"--out-{name}", required=True)
     args = p.parse_args(argv)
-    if len(args.step_checkpoints) != len(args.checkpoint_steps) or len(
-        args.step_manifests
-    ) != len(args.checkpoint_steps):
+    if len(args.step_checkpoints) != len(args.checkpoint_steps) or len(args.step_manifests) != len(
+        args.checkpoint_steps
+    ):
         p.error("give one --step-checkpoints and --step-manifests entry per --checkpoint-steps")
     n = len(args.timeline_steps) + 1
     if not len(args.evals) == len(args.lanes) == len(args.geometry) == n:
@@ -71,8 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     set_threads(args.threads)
     final_model, vocab, final = load_verified(args.checkpoint, args.manifest)
     final_step = int(final["step"])
-    loaded = {s: load_step(c, m, s) for s, c, m in
-              zip(args.checkpoint_steps, args.step_checkpoints, args.step_manifests, strict=True)}
+    loaded = {
+        s: load_step(c, m, s)
+        for s, c, m in zip(
+            args.checkpoint_steps, args.step_checkpoints, args.step_manifests, strict=True
+        )
+    }
     loaded[final_step] = (final_model, vocab, final)  # fmt: skip
     missing = sorted(set(args.timeline_steps + args.value_gradient_steps) - set(loaded))
     if missing:
@@ -84,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     timeline_steps = [*args.timeline_steps, final_step]
     tau = dyn.tau_table([(s, loaded[s][0], loaded[s][2]) for s in timeline_steps], sva, lane,
                         final_step)  # fmt: skip
-    windows = validation_windows(compact(read_tokens(args.val_tokens), vocab), final_model.cfg.n_ctx)
+    windows = validation_windows(
+        compact(read_tokens(args.val_tokens), vocab), final_model.cfg.n_ctx
+    )
     val_in, val_out = windows[0][: args.sequences], windows[1][: args.sequences]
     vgrad_steps = sorted({*args.value_gradient_steps, final_step})
     vgrad = dyn.value_gradient_table([(s, loaded[s][0], loaded[s][2]) for s in vgrad_steps],
@@ -94,8 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     timeline = dyn.timeline_table(entries, final_step, args.lane_split)
     run = {"model": final["model_name"], "seed": int(final["init_seed"])}
     tau, vgrad = tau.assign(**run), vgrad.assign(**run)
-    provenance = results.provenance(final, task_dataset_sha256=task.dataset_sha256,
-                                    task_file_sha256=task.file_sha256)
+    provenance = results.provenance(
+        final, task_dataset_sha256=task.dataset_sha256, task_file_sha256=task.file_sha256
+    )
     metadata = {"analysis": "dynamics", "analysis_version": "1", **provenance, "lane_index": lane,
                 "value_gradient_sequences": int(len(val_in)), "threads": args.threads}  # fmt: skip
     results.TIMELINE.write(args.out_timeline, timeline, metadata)
@@ -106,8 +113,11 @@ def main(argv: list[str] | None = None) -> int:
               f"own-best {r.own_best_fraction:.3f}, P(T) {r.idempotence_median:.3f}",
               file=sys.stderr)  # fmt: skip
     for r in tau.itertuples():
-        print(f"τ step {r.step}: adjacent {r.adjacent_cosine_mean:.3f}, same-index "
-              f"{r.same_index_cosine:.3f}, lane {lane} share {r.lane_share:.3f}", file=sys.stderr)
+        print(
+            f"τ step {r.step}: adjacent {r.adjacent_cosine_mean:.3f}, same-index "
+            f"{r.same_index_cosine:.3f}, lane {lane} share {r.lane_share:.3f}",
+            file=sys.stderr,
+        )
     share = vgrad.groupby("step")["own_largest"].mean()
     print(f"V-gradient own term largest: {share.round(3).to_dict()}", file=sys.stderr)
     return 0

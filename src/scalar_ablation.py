@@ -61,8 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     inputs = {t.name: model_inputs(t.frame, vocab) for t in tasks}
 
     def margins(model) -> dict:
-        return {name: clean_performance(logit_differences(model, x.clean_ids, x.correct,
-                                                          x.incorrect)) for name, x in inputs.items()}  # fmt: skip
+        lds = {n: logit_differences(model, x.clean_ids, x.correct, x.incorrect)
+               for n, x in inputs.items()}  # fmt: skip
+        return {n: clean_performance(ld) for n, ld in lds.items()}
 
     base = margins(parent)
     rows = []

@@ -783,8 +783,8 @@ class Study:
         ``ablation``, in config order: config ``dynamics.models`` / ``dynamics.ablation_models``
         (a model: all its seeds; or ``{model, seeds}``), else selections.DYNAMICS_DEFAULTS by
         geometry (for the timelines, corpus R models where the study names corpora; the
-        ablation takes every corpus, as the paper's five models span R and S). Imported models have no
-        intermediate checkpoints and are never timeline runs."""
+        ablation takes every corpus, as the paper's five models span R and S). Imported
+        models have no intermediate checkpoints and are never timeline runs."""
         if kind not in selections.DYNAMICS_DEFAULTS:
             raise ValueError(f"unknown dynamics analysis {kind!r}")
         key = "models" if kind == "timeline" else "ablation_models"

@@ -20,7 +20,6 @@ from headgeom.analysis.dynamics import (
     tau_summary,
     value_gradient_traces,
 )
-from headgeom.analysis.weightspace import head_maps, head_spaces
 from headgeom.hashing import ManifestMismatchError, sha256_file
 from headgeom.io import write_json
 from headgeom.manifest import edited_manifest
@@ -126,7 +125,8 @@ def test_projected_cosines_by_hand():
 
 def test_final_lane_index_is_the_modal_index_of_the_top_three():
     heads = pd.DataFrame({"split": "discovery", "layer": [0, 1, 2, 3, 1],
-                          "head": [1, 3, 3, 0, 2], "effect": [0.9, 0.8, 0.7, 0.6, 0.1]})  # fmt: skip
+                          "head": [1, 3, 3, 0, 2],
+                          "effect": [0.9, 0.8, 0.7, 0.6, 0.1]})  # fmt: skip
     assert final_lane_index(heads) == 3
     heads.loc[2, "head"] = 2  # top-3 indices 1, 3, 2: a tie goes to the best head's index
     assert final_lane_index(heads) == 1
@@ -140,7 +140,7 @@ def test_value_gradient_traces_match_directional_finite_differences():
     rows = value_gradient_traces(model, x, y).set_index(["layer", "head"])
     eps = 1e-2  # a step of eps·O_j (|O_j| = g ≈ 0.05); central error O(eps²), rounding ~1e-16/eps
     for layer in range(N_LAYER):
-        O = model.blocks[layer].attn.writer.write_maps().detach()  # (H, D, d)
+        W_O = model.blocks[layer].attn.writer.write_maps().detach()  # (H, D, d)
         fd = np.zeros((N_HEAD, N_HEAD))
         for h in range(N_HEAD):
             for j in range(N_HEAD):
@@ -148,9 +148,9 @@ def test_value_gradient_traces_match_directional_finite_differences():
                 for sign in (1, -1):
                     with torch.no_grad():
                         V = model.blocks[layer].attn.reader.read_maps("V")
-                        V[h] += sign * eps * O[j].T
+                        V[h] += sign * eps * W_O[j].T
                         values.append(float(lm_loss(model, x, y)))
-                        V[h] -= sign * eps * O[j].T
+                        V[h] -= sign * eps * W_O[j].T
                 fd[h, j] = (values[0] - values[1]) / (2 * eps)
         for h in range(N_HEAD):
             row = rows.loc[(layer, h)]
@@ -172,12 +172,12 @@ def test_value_gradient_own_term_of_a_constructed_case():
         (grad,) = torch.autograd.grad(loss, [w])
     hd = N_HEAD * D_HEAD
     G = grad[2 * hd : 3 * hd].reshape(N_HEAD, D_HEAD, D_MODEL).numpy()
-    O = model.blocks[1].attn.writer.write_maps().detach().numpy()
+    W_O = model.blocks[1].attn.writer.write_maps().detach().numpy()
     rows = value_gradient_traces(model, x, y)
     rows = rows[rows["layer"] == 1].set_index("head")
     for h in range(N_HEAD):
         # O_h = g E_h: tr(G_h O_h) = g · tr(G_h[:, lane h columns])
-        g = O[h][h * D_HEAD, 0]
+        g = W_O[h][h * D_HEAD, 0]
         own = g * np.trace(G[h][:, h * D_HEAD : (h + 1) * D_HEAD])
         assert rows.loc[h, "own_trace"] == pytest.approx(own, rel=1e-9)
 
@@ -274,6 +274,7 @@ def test_a_step_target_refuses_a_checkpoint_its_manifest_does_not_match(tmp_path
         write_json(tmp_path / "wrong.manifest.json",
                    {"checkpoint_file_sha256": sha256_file(tmp_path / "step000008.safetensors"),
                     "step": 32})  # fmt: skip
-        dynamics.load_step(str(tmp_path / "step000008.safetensors"),
-                           str(tmp_path / "wrong.manifest.json"), 8)
+        dynamics.load_step(
+            str(tmp_path / "step000008.safetensors"), str(tmp_path / "wrong.manifest.json"), 8
+        )
     assert not (tmp_path / "pk.parquet").exists()

@@ -48,20 +48,24 @@ def task_gradients(
             x = torch.as_tensor(np.asarray([ids[i] for i in index]), device=device)
             saved: dict[int, torch.Tensor] = {}
 
-            def keep(layer: int):
+            def keep(layer: int, saved: dict = saved):
                 def fn(a: torch.Tensor) -> None:
                     saved[layer] = a
 
                 return fn
 
-            with torch.enable_grad(), model.hooks(
-                {site(layer, "hook_attn_out"): keep(layer) for layer in range(n_layer)}
+            with (
+                torch.enable_grad(),
+                model.hooks(
+                    {site(layer, "hook_attn_out"): keep(layer) for layer in range(n_layer)}
+                ),
             ):
                 logits = model(x, last_only=True)
                 pick = torch.arange(len(index), device=device)
-                ld = logits[pick, torch.as_tensor(correct[index], device=device)] - logits[
-                    pick, torch.as_tensor(incorrect[index], device=device)
-                ]
+                ld = (
+                    logits[pick, torch.as_tensor(correct[index], device=device)]
+                    - logits[pick, torch.as_tensor(incorrect[index], device=device)]
+                )
                 grads = torch.autograd.grad(ld.sum() / n, [saved[k] for k in range(n_layer)])
             for layer, g in enumerate(grads):
                 g = g.detach().cpu().double().numpy()
@@ -100,7 +104,9 @@ def tau_summary(
     index h: ‖P_{l,h}τ_l‖²/‖τ_l‖² averaged over layers (uniform: 1/H)."""
     n_layer, n_head = len(taus), len(write_bases[0])
     proj = [[t @ U @ U.T for U in layer] for t, layer in zip(taus, write_bases, strict=True)]
-    coords = [[taus[layer] @ write_maps[layer, h] for h in range(n_head)] for layer in range(n_layer)]
+    coords = [
+        [taus[layer] @ write_maps[layer, h] for h in range(n_head)] for layer in range(n_layer)
+    ]
     adjacent = [_cos(taus[layer], taus[layer + 1]) for layer in range(n_layer - 1)]
     same, other, same_c, other_c = [], [], [], []
     for a in range(n_layer):
@@ -189,8 +195,8 @@ def value_gradient_traces(model, inputs: torch.Tensor, targets: torch.Tensor) ->
         at += len(ps)
         G = _reader_grads(reader, grads).numpy()  # (H, d, D)
         with torch.no_grad():
-            O = block.attn.writer.write_maps().detach().double().numpy()  # (H, D, d)
-        traces = np.einsum("hdD,jDd->hj", G, O)  # tr(G_h O_j)
+            W_O = block.attn.writer.write_maps().detach().double().numpy()  # (H, D, d)
+        traces = np.einsum("hdD,jDd->hj", G, W_O)  # tr(G_h O_j)
         for h in range(traces.shape[0]):
             others = np.abs(np.delete(traces[h], h))
             rows.append(
@@ -212,9 +218,11 @@ def scalar_signs(model) -> pd.DataFrame:
     with torch.no_grad():
         for layer, block in enumerate(model.blocks):
             V = block.attn.reader.read_maps("V").double()  # (H, d, D)
-            O = block.attn.writer.write_maps().double()  # (H, D, d)
-            tr = torch.einsum("hdD,hDd->h", V, O).numpy()
-            rows += [{"layer": layer, "head": h, "scalar_trace": float(t)} for h, t in enumerate(tr)]
+            W_O = block.attn.writer.write_maps().double()  # (H, D, d)
+            tr = torch.einsum("hdD,hDd->h", V, W_O).numpy()
+            rows += [
+                {"layer": layer, "head": h, "scalar_trace": float(t)} for h, t in enumerate(tr)
+            ]
     return pd.DataFrame(rows)
 
 
@@ -261,9 +269,9 @@ def ablate_scalar_part(
                 raise ValueError(f"layer {layer} is not in the model's {len(model.blocks)} layers")
             block = model.blocks[layer]
             V = block.attn.reader.read_maps("V")  # (H, d, D): a view of the parameter
-            O = block.attn.writer.write_maps().double().numpy()
+            W_O = block.attn.writer.write_maps().double().numpy()
             for h in range(V.shape[0]):
-                coords, dims = own_lane_blocks(O[h])
+                coords, dims = own_lane_blocks(W_O[h])
                 w = len(dims)
                 ix = (torch.as_tensor(dims)[:, None], torch.as_tensor(coords)[None, :])
                 M = V[h][ix].double().numpy()
