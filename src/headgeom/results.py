@@ -1085,6 +1085,7 @@ TIMELINE = ResultTable(
             ("lambda_score", pa.float64()),
             ("lambda_p", pa.float64()),
             ("lane_split", pa.string()),
+            ("chance", pa.float64()),
             ("own_best_fraction", pa.float64()),
             ("own_best_fraction_layer0", pa.float64()),
             ("rho_self_mean", pa.float64()),
@@ -1102,6 +1103,7 @@ TIMELINE = ResultTable(
         "undefined",
         "lambda_p": "its within-layer permutation p (uncorrected)",
         "lane_split": "split of the Λ effects (discovery)",
+        "chance": "1/H: the chance level of Λ and of the own-best fraction",
         "own_best_fraction": "fraction of heads in layers ≥ 1 whose V read space overlaps most "
         "with their own write space (docs §14.1–14.2)",
         "own_best_fraction_layer0": "the same in layer 0",

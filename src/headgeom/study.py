@@ -738,8 +738,10 @@ class Study:
     @property
     def timeline_steps(self) -> list[int]:
         """Intermediate checkpoints of the timelines and τ: every one above step 0 (docs
-        §13.2: 256, 1,024, 4,096, 16,384); the final step is added from the run's own files."""
-        return [s for s in self.checkpoint_steps if s > 0]
+        §13.2: 256, 1,024, 4,096, 16,384), or config dynamics.timeline_steps; the final step
+        is added from the run's own files."""
+        chosen = self.stage("dynamics").get("timeline_steps")
+        return sorted(chosen) if chosen is not None else [s for s in self.checkpoint_steps if s > 0]
 
     @property
     def dynamics_checkpoint_steps(self) -> list[int]:
@@ -759,13 +761,16 @@ class Study:
         return checkpoint_name(int(step)).removeprefix("step").removesuffix(".safetensors")
 
     def _check_value_gradient_steps(self) -> None:
-        missing = [s for s in self.stage("dynamics")["value_gradient_steps"]
-                   if s not in self.checkpoint_steps]  # fmt: skip
-        if missing and self.dynamics_runs("timeline"):
-            raise ValueError(
-                f"config dynamics.value_gradient_steps {missing} are not intermediate "
-                f"checkpoints (training.checkpoint_steps below steps: {self.checkpoint_steps})"
-            )
+        for key, steps in (
+            ("timeline_steps", self.timeline_steps),
+            ("value_gradient_steps", self.stage("dynamics")["value_gradient_steps"]),
+        ):
+            missing = [s for s in steps if s not in self.checkpoint_steps]
+            if missing and self.dynamics_runs("timeline"):
+                raise ValueError(
+                    f"config dynamics.{key} {missing} are not intermediate checkpoints "
+                    f"(training.checkpoint_steps below steps: {self.checkpoint_steps})"
+                )
 
     def _check_ablation_layers(self) -> None:
         layers = self.stage("dynamics")["ablation_layers"]

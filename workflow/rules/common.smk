@@ -245,3 +245,28 @@ def figure_models(wildcards):
 # `nodes`, and Slurm counts GPUs itself (the scheduler uses the same test).
 if workflow.nodes is None and "gpu" not in workflow.global_resources:
     workflow.register_resource("gpu", 1)
+
+
+# ------------------------------------------------------------------ dynamics (issue 12)
+def dynamics_inputs(wildcards):
+    """Rule dynamics: every checkpoint it reads (with manifests), the per-step results of
+    the timeline steps and the final run's own SVA results."""
+    run = {"model": wildcards.model, "seed": wildcards.seed}
+    sva = {**run, "task": "sva"}
+    steps = [STUDY.step_label(s) for s in STUDY.timeline_steps]
+    read = [STUDY.step_label(s) for s in STUDY.dynamics_checkpoint_steps]
+    return {
+        "checkpoint": PATHS["checkpoint"].format(**run),
+        "manifest": PATHS["manifest"].format(**run),
+        "step_checkpoints": [PATHS["step_checkpoint"].format(**run, step=s) for s in read],
+        "step_manifests": [PATHS["step_manifest"].format(**run, step=s) for s in read],
+        "task": PATHS["task"].format(task="sva"),
+        "val": PATHS["corpus_val"].format(corpus=STUDY.model_corpus(wildcards.model)),
+        "heads": PATHS["heads"].format(**sva),
+        "evals": [PATHS["step_eval"].format(**sva, step=s) for s in steps]
+        + [PATHS["eval"].format(**sva)],
+        "lanes": [PATHS["step_lanes"].format(**sva, step=s) for s in steps]
+        + [PATHS["lanes"].format(**sva)],
+        "geometry": [PATHS["step_geometry_summary"].format(**run, step=s) for s in steps]
+        + [PATHS["geometry_summary"].format(**run)],
+    }

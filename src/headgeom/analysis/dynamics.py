@@ -142,11 +142,12 @@ def tau_summary(
 
 def final_lane_index(heads: pd.DataFrame, split: str = "discovery", top: int = 3) -> int:
     """The head index holding most of the top-``top`` heads by ``split`` effect (ties: the
-    index of the best of the tied), the "final SVA lane index" of docs §13.4."""
+    index of the best of the tied; heads ranked as tables/lane_heads ranks them: e, then
+    layer, head), the "final SVA lane index" of docs §13.4. ``heads``: results.HEADS rows."""
     rows = heads[heads["split"] == split]
     if rows.empty:
         raise ValueError(f"no {split!r} rows in the heads table")
-    best = rows.sort_values("effect", ascending=False, kind="stable").head(top)
+    best = rows.sort_values(["e", "layer", "head"], ascending=[False, True, True]).head(top)
     counts = best["head"].value_counts()
     tied = set(counts[counts == counts.max()].index)
     return int(next(h for h in best["head"] if h in tied))
@@ -365,6 +366,7 @@ def timeline_table(entries, final_step: int, lane_split: str) -> pd.DataFrame:
                 "lambda_score": lanes["lambda_score"],
                 "lambda_p": lanes["p_value"],
                 "lane_split": lane_split,
+                "chance": float(lanes["chance"]),
                 **{k: float(geo[k]) for k in ("own_best_fraction", "own_best_fraction_layer0",
                                                "rho_self_mean", "idempotence_median")},
             }

@@ -978,6 +978,10 @@ def figure6abc(data: pd.DataFrame) -> Figure:
     axes[0].set_ylabel("accuracy (%)")
     axes[0].set_ylim(0, 105)
     axes[0].axhline(50, color="black", lw=0.7, ls=":")
+    for ax in axes[1:]:
+        for chance in sorted(set(data["chance"])):
+            ax.axhline(chance, color="black", lw=0.8, ls=":")
+    axes[2].plot([], [], "k:", lw=0.8, label="chance 1/H (Λ, own-best)")
     axes[1].set_ylabel("Λ")
     axes[1].set_ylim(0, max(0.5, float(np.nanmax(data["lambda_score"].to_numpy(float))) * 1.2))
     axes[2].set_ylabel("fraction / P(T_h)")

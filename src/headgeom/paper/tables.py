@@ -856,7 +856,7 @@ BUILDERS.update({"clamps": clamps_table, "lane_heads": lane_heads})
 
 # ----------------------------------------------------------------------------- dynamics (issue 12)
 TIMELINE_COLUMNS = results.TIMELINE.columns(
-    "model", "seed", "step", "is_final", "sva_accuracy", "lambda_score", "lambda_p",
+    "model", "seed", "step", "is_final", "sva_accuracy", "lambda_score", "lambda_p", "chance",
     "own_best_fraction", "idempotence_median",
 )  # fmt: skip
 TAU_COLUMNS = results.TAU.columns(
