@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     metadata = {"analysis": "scalar_ablation", "analysis_version": "1",
                 **results.provenance(manifest), "layers": args.layers, "draws": args.draws,
                 "haar_seed": args.seed, "threads": args.threads}  # fmt: skip
-    results.ABLATION.write(args.out, frame, metadata)
+    results.SCALAR_ABLATION.write(args.out, frame, metadata)
     summary = frame.groupby(["task", "kind"])["drop"].mean().unstack()
     print(f"mean drop by task (scalar vs random):\n{summary}", file=sys.stderr)
     return 0

@@ -1186,7 +1186,7 @@ VALUE_GRADIENTS = ResultTable(
     },
     "head (layer, head) at one checkpoint step of one timeline run",
 )
-ABLATION = ResultTable(
+SCALAR_ABLATION = ResultTable(
     "scalar_ablation",
     _schema(
         _RUN_TASK_SPLIT,
@@ -1225,4 +1225,4 @@ ABLATION = ResultTable(
     },
     "(model, seed, task, edit)",
 )
-TABLES.update({t.name: t for t in (TIMELINE, TAU, VALUE_GRADIENTS, ABLATION)})
+TABLES.update({t.name: t for t in (TIMELINE, TAU, VALUE_GRADIENTS, SCALAR_ABLATION)})

@@ -772,11 +772,19 @@ class Study:
                     f"(training.checkpoint_steps below steps: {self.checkpoint_steps})"
                 )
 
+    def ablation_layers(self, model: str) -> list[int]:
+        """Layers of the scalar-part ablation in ``model``: config dynamics.ablation_layers,
+        else 1 .. max(1, L // 3) (docs §14.5: layers 1–4 of the paper's 12)."""
+        given = self.stage("dynamics").get("ablation_layers")
+        if given is not None:
+            return sorted(given)
+        n_layer = self.model_config(model)["n_layer"]
+        return list(range(1, max(1, n_layer // 3) + 1))
+
     def _check_ablation_layers(self) -> None:
-        layers = self.stage("dynamics")["ablation_layers"]
         for model, _ in self.dynamics_runs("ablation"):
             n_layer = self.model_config(model)["n_layer"]
-            late = [layer for layer in layers if layer >= n_layer]
+            late = [layer for layer in self.ablation_layers(model) if layer >= n_layer]
             if late:
                 raise ValueError(
                     f"config dynamics.ablation_layers {late} do not exist in model {model!r} "

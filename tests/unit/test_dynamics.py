@@ -227,6 +227,9 @@ def test_haar_draws_are_orthogonal_and_unbiased():
 def test_own_lane_blocks_refuse_a_non_identity_write():
     coords, dims = own_lane_blocks(np.eye(D_MODEL)[:, 8:16] * 0.3)
     assert coords.tolist() == list(range(8, 16)) and dims.tolist() == list(range(8))
+    # fixeddiag writes internal dims 0..w−1 of each head onto its lane's first w coordinates
+    rows = ablate_scalar_part(tiny("fixeddiag"), [1], "scalar")
+    assert rows["w"].tolist() == [(4 * D_HEAD) // 5] * N_HEAD  # docs §6.3: w = ⌊4d/5⌋
     model = tiny("write-common", basis_m=2, basis_r=8)
     with pytest.raises(ValueError, match="identity-type"):
         ablate_scalar_part(model, [1], "scalar")

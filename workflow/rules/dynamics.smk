@@ -144,15 +144,15 @@ rule scalar_ablation:
         manifest=PATHS["manifest"],
         tasks=[PATHS["task"].format(task=t) for t in TASKS],
     output:
-        ablation=PATHS["ablation"],
-        checkpoints=expand(PATHS["ablation_checkpoint"], edit=STUDY.ablation_edits(), allow_missing=True),
-        manifests=expand(PATHS["ablation_manifest"], edit=STUDY.ablation_edits(), allow_missing=True),
+        ablation=PATHS["scalar_ablation"],
+        checkpoints=expand(PATHS["scalar_ablation_checkpoint"], edit=STUDY.ablation_edits(), allow_missing=True),
+        manifests=expand(PATHS["scalar_ablation_manifest"], edit=STUDY.ablation_edits(), allow_missing=True),
     log:
         log_of("scalar_ablation", "{model}-s{seed}"),
     benchmark:
         benchmark_of("scalar_ablation", "{model}-s{seed}")
     params:
-        layers=" ".join(map(str, STUDY.stage("dynamics")["ablation_layers"])),
+        layers=lambda wildcards: " ".join(map(str, STUDY.ablation_layers(wildcards.model))),
         draws=STUDY.stage("dynamics")["ablation_draws"],
         seed=STUDY.stage("dynamics")["ablation_seed"],
     threads: STUDY.threads("scalar_ablation")

@@ -265,7 +265,7 @@ PAPER_INPUTS.update(
             "value_gradients": ("value_gradients", "dynamics_timeline"),
         },
         "scalar_ablation": {"runs": ("train_log", "dynamics_ablation"),
-                            "ablation": ("ablation", "dynamics_ablation")},
+                            "scalar_ablation": ("scalar_ablation", "dynamics_ablation")},
     }
 )  # fmt: skip
 PAPER_TABLES = (*PAPER_TABLES, "dynamics", "scalar_ablation")

@@ -868,7 +868,7 @@ TAU_COLUMNS = results.TAU.columns(
 VALUE_GRADIENT_COLUMNS = results.VALUE_GRADIENTS.columns(
     "model", "seed", "step", "is_final", "layer", "head", "own_largest", "scalar_trace"
 )
-ABLATION_COLUMNS = results.ABLATION.columns(
+ABLATION_COLUMNS = results.SCALAR_ABLATION.columns(
     "model", "seed", "task", "split", "edit", "kind", "draw", "layers", "margin_unedited",
     "drop", "haar_seed",
 )  # fmt: skip
@@ -958,7 +958,7 @@ def scalar_ablation_table(inputs: Inputs) -> Table:
     (mean and range over the Haar draws), and the count of cases where the scalar drop is
     larger (paper: 13 of 15)."""
     runs = read_runs(need_kind(inputs, "runs", "scalar_ablation"))
-    frame = read_kind(need_kind(inputs, "ablation", "scalar_ablation"), ABLATION_COLUMNS,
+    frame = read_kind(need_kind(inputs, "scalar_ablation", "scalar_ablation"), ABLATION_COLUMNS,
                       "scalar_ablation")  # fmt: skip
     frame = with_runs(frame[ABLATION_COLUMNS], runs, "scalar_ablation")
     rows = []
