@@ -80,6 +80,7 @@ def test_demo_analyses():
         "learned",
         "write-common-axis",
         "write-rotated",
+        "write-common",  # issue 12
     ]
     assert [p["pair_label"] for p in study.pairs] == [
         "all-common-axis s42 − all-rotated s42",
@@ -95,14 +96,11 @@ def test_demo_analyses():
         ("learned", 42),
         ("learned", 43),
     ]
-    # 1,250 steps: the checkpoints of steps 0, 256 and 1024, then their manifests
+    # issue 12: the demo's checkpoints of steps 0, 8, 32, 128 and 512, then their manifests
+    steps = ("000000", "000008", "000032", "000128", "000512")
     assert study.intermediate_checkpoints("c") == [
-        "c/step000000.safetensors",
-        "c/step000256.safetensors",
-        "c/step001024.safetensors",
-        "c/step000000.manifest.json",
-        "c/step000256.manifest.json",
-        "c/step001024.manifest.json",
+        *(f"c/step{s}.safetensors" for s in steps),
+        *(f"c/step{s}.manifest.json" for s in steps),
     ]
     assert study.paper_inputs("figure4") == {"loss": ("loss", None)}
     assert study.paper_inputs("lanes") == {"lanes": ("lanes", study.runs)}
@@ -281,7 +279,7 @@ def test_clamp_runs_defaults_and_explicit_entries():
     study = Study.from_config(load("config"))
     assert study.clamp_runs("pairs") == [
         ("learned", 42), ("learned", 43), ("write-common-axis", 42), ("write-common-axis", 43),
-        ("write-rotated", 42),
+        ("write-rotated", 42), ("write-common", 42),  # issue 12: the paper's common42 too
     ]  # fmt: skip
     assert study.clamp_runs("lumped") == [("all-common-axis", 42)]
     # Figure 8: one run per slot geometry, first seed
