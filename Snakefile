@@ -31,6 +31,7 @@ include: "workflow/rules/exclusivity.smk"
 include: "workflow/rules/lanes.smk"
 include: "workflow/rules/clamps.smk"
 include: "workflow/rules/geometry.smk"
+include: "workflow/rules/dynamics.smk"  # issue 12
 include: "workflow/rules/tables.smk"
 
 

@@ -187,3 +187,29 @@ def final_manifest(
         train_log_sha256=sha256_file(train_log),
         corpus_manifest_sha256=corpus_hash,
     )
+
+
+# ----------------------------------------------------------------------------- edits (issue 12)
+def edited_manifest(parent: dict, checkpoint_sha256: str, edit: dict) -> dict:
+    """The manifest of a checkpoint made by editing the weights of ``parent``'s checkpoint
+    (docs §14.5: never in place): the parent's run identity, a ``parent`` record (its
+    checkpoint bytes, manifest content hash, config id and step), the ``edit`` as done
+    (kind, layers, seeds) and the edited file's own SHA-256."""
+    from headgeom.hashing import content_hash, source_freeze
+
+    keep = ("model_name", "display_name", "config_hash", "config", "init_seed", "data",
+            "basis_family_hash", "step", "tokens_seen", "n_trainable_params")  # fmt: skip
+    return {
+        "record_type": "edited_checkpoint_manifest",
+        **{k: parent[k] for k in keep if k in parent},
+        "config_id": f"{parent['config_id']}+{edit['name']}",
+        "parent": {
+            "checkpoint_file_sha256": parent["checkpoint_file_sha256"],
+            "manifest_content_hash": content_hash(dict(parent)),
+            "config_id": parent["config_id"],
+            "step": parent.get("step"),
+        },
+        "edit": edit,
+        "source": source_freeze(),
+        "checkpoint_file_sha256": checkpoint_sha256,
+    }

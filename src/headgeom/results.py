@@ -1061,3 +1061,168 @@ CLAMP_LUMPED = ResultTable(
     "index shift s = 0..H−1 of one (model, seed, task)",
 )
 TABLES.update({t.name: t for t in (CLAMP_PAIRS, CLAMP_PATHS, CLAMP_LUMPED)})
+
+# --- dynamics (src/dynamics.py, src/scalar_ablation.py; issue 12) -------------------------
+_STEP = {
+    "step": "training step of the checkpoint (optimizer updates; 0 = initialisation; the "
+    "final step is the run's model.safetensors)",
+    "is_final": "the run's final checkpoint",
+    "checkpoint_sha256": "SHA-256 of the checkpoint bytes, verified against its manifest",
+}
+TIMELINE = ResultTable(
+    "timeline",
+    _schema(
+        _RUN,
+        [
+            ("step", pa.int64()),
+            ("is_final", pa.bool_()),
+            ("checkpoint_sha256", pa.string()),
+            ("tokens_seen", pa.int64()),
+            ("val_loss", pa.float64()),
+            ("sva_accuracy", pa.float64()),
+            ("sva_margin", pa.float64()),
+            ("sva_n", pa.int64()),
+            ("lambda_score", pa.float64()),
+            ("lambda_p", pa.float64()),
+            ("lane_split", pa.string()),
+            ("chance", pa.float64()),
+            ("own_best_fraction", pa.float64()),
+            ("own_best_fraction_layer0", pa.float64()),
+            ("rho_self_mean", pa.float64()),
+            ("idempotence_median", pa.float64()),
+        ],
+    ),
+    {
+        **_STEP,
+        "tokens_seen": "training tokens seen at the step (manifest)",
+        "val_loss": "validation loss in nats at the step (manifest)",
+        "sva_accuracy": "SVA clean accuracy, evaluation split (docs §13.2; src/evaluate_clean.py)",
+        "sva_margin": "SVA mean logit difference, evaluation split",
+        "sva_n": "SVA evaluation examples",
+        "lambda_score": "Λ of SVA (docs §10.5) on the lane split's patching effects; null when "
+        "undefined",
+        "lambda_p": "its within-layer permutation p (uncorrected)",
+        "lane_split": "split of the Λ effects (discovery)",
+        "chance": "1/H: the chance level of Λ and of the own-best fraction",
+        "own_best_fraction": "fraction of heads in layers ≥ 1 whose V read space overlaps most "
+        "with their own write space (docs §14.1–14.2)",
+        "own_best_fraction_layer0": "the same in layer 0",
+        "rho_self_mean": "mean ρ_self over heads in layers ≥ 1",
+        "idempotence_median": "median scaled idempotence P(T_h) over every head (docs §14.3)",
+    },
+    "checkpoint (step) of one timeline run (model, seed)",
+)
+TAU = ResultTable(
+    "tau",
+    _schema(
+        _RUN,
+        [
+            ("step", pa.int64()),
+            ("is_final", pa.bool_()),
+            ("checkpoint_sha256", pa.string()),
+            ("n_examples", pa.int64()),
+            ("n_positions", pa.int64()),
+            ("adjacent_cosine_mean", pa.float64()),
+            ("adjacent_cosine_min", pa.float64()),
+            ("adjacent_cosine_max", pa.float64()),
+            ("same_index_cosine", pa.float64()),
+            ("different_index_cosine", pa.float64()),
+            ("same_index_internal_cosine", pa.float64()),
+            ("different_index_internal_cosine", pa.float64()),
+            ("lane_index", pa.int64()),
+            ("lane_share", pa.float64()),
+            ("lane_share_max_other", pa.float64()),
+            ("lane_share_chance", pa.float64()),
+        ],
+    ),
+    {
+        **_STEP,
+        "n_examples": "SVA evaluation examples of the gradient (docs §13.4: 240)",
+        "n_positions": "positions of τ_l flattened over examples (Σ prompt lengths)",
+        "adjacent_cosine_mean": "mean over l of cos(τ_l, τ_{l+1}), τ_l = ∂ mean LD / ∂ attention "
+        "output of layer l, flattened over examples and positions",
+        "adjacent_cosine_min": "smallest cos(τ_l, τ_{l+1})",
+        "adjacent_cosine_max": "largest cos(τ_l, τ_{l+1})",
+        "same_index_cosine": "cos(P_{l,h}τ_l, P_{l',h}τ_{l'}) averaged over layer pairs l < l' "
+        "and heads h; P_{l,h} projects onto the write space U^{l,h} position-wise",
+        "different_index_cosine": "the same for head pairs h ≠ k (zero by geometry where write "
+        "spaces are shared across layers and orthogonal across indices)",
+        "same_index_internal_cosine": "cos((W_O^{l,h})ᵀτ_l, (W_O^{l',h})ᵀτ_{l'}) averaged as above",
+        "different_index_internal_cosine": "the same with heads h ≠ k",
+        "lane_index": "the final SVA lane index: head index of most top-3 SVA heads of the final "
+        "checkpoint (lane split)",
+        "lane_share": "‖P_{l,h}τ_l‖²/‖τ_l‖² for h = lane_index, averaged over layers",
+        "lane_share_max_other": "the largest lane share of any other head index",
+        "lane_share_chance": "1/H (the share of an isotropic gradient)",
+    },
+    "checkpoint (step) of one timeline run (model, seed)",
+)
+VALUE_GRADIENTS = ResultTable(
+    "value_gradients",
+    _schema(
+        _RUN,
+        [
+            ("step", pa.int64()),
+            ("is_final", pa.bool_()),
+            ("checkpoint_sha256", pa.string()),
+            ("layer", pa.int32()),
+            ("head", pa.int32()),
+            ("own_trace", pa.float64()),
+            ("max_other_abs_trace", pa.float64()),
+            ("own_largest", pa.bool_()),
+            ("scalar_trace", pa.float64()),
+            ("n_tokens", pa.int64()),
+        ],
+    ),
+    {
+        **_STEP,
+        "own_trace": "tr(G_h O_h), G_h = ∂L/∂W_V^h of the LM loss (docs §14.4), O_h the write "
+        "block the forward pass applies",
+        "max_other_abs_trace": "max over the layer's other heads j of |tr(G_h O_j)|",
+        "own_largest": "|tr(G_h O_h)| exceeds every |tr(G_h O_j)|, j ≠ h (chance 1/H)",
+        "scalar_trace": "tr(V_hᵀ O_h) = tr(W_V^h O_h) at this checkpoint: the sign of the "
+        "scalar part of the own-block value map",
+        "n_tokens": "validation tokens of the LM loss (sequences × n_ctx)",
+    },
+    "head (layer, head) at one checkpoint step of one timeline run",
+)
+SCALAR_ABLATION = ResultTable(
+    "scalar_ablation",
+    _schema(
+        _RUN_TASK_SPLIT,
+        [
+            ("edit", pa.string()),
+            ("kind", pa.string()),
+            ("draw", pa.int64()),
+            ("layers", pa.string()),
+            ("n_heads_edited", pa.int64()),
+            ("scalar_norm", pa.float64()),
+            ("margin_unedited", pa.float64()),
+            ("margin", pa.float64()),
+            ("drop", pa.float64()),
+            ("accuracy", pa.float64()),
+            ("n", pa.int64()),
+            ("checkpoint_sha256", pa.string()),
+            ("haar_seed", pa.int64()),
+        ],
+    ),
+    {
+        "split": "split of the logit differences (docs §14.5: evaluation)",
+        "edit": "edited checkpoint: scalar (M ← M − sI) or random<k> (M ← M − sR, draw k)",
+        "kind": "scalar or random",
+        "draw": "Haar draw k of a random control; null for the scalar edit",
+        "layers": "edited layers, comma-separated",
+        "n_heads_edited": "heads whose own-lane map M (w×w block of W_V^h) was edited",
+        "scalar_norm": "Σ over edited heads of ‖sI_w‖_F = |s|·√w (= ‖sR‖_F), s = tr M / w",
+        "margin_unedited": "mean logit difference of the unedited checkpoint",
+        "margin": "mean logit difference of the edited checkpoint",
+        "drop": "margin_unedited − margin (> 0: the edit hurts)",
+        "accuracy": "fraction LD > 0 of the edited checkpoint",
+        "n": "examples",
+        "checkpoint_sha256": "SHA-256 of the edited checkpoint (its manifest names the parent)",
+        "haar_seed": "seed of numpy Generator(PCG64) for the random controls (per draw: "
+        "Generator([seed, draw]))",
+    },
+    "(model, seed, task, edit)",
+)
+TABLES.update({t.name: t for t in (TIMELINE, TAU, VALUE_GRADIENTS, SCALAR_ABLATION)})

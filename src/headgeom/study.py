@@ -201,12 +201,14 @@ class Study:
     def from_config(cls, config: Mapping, schema: str | Path | Mapping = SCHEMA) -> Study:
         """Validate ``config`` (a copy, defaults filled), run every cross-key check and return
         the study; raise :class:`StudyConfigError` listing every problem found."""
-        config = copy.deepcopy(dict(config))
+        original, config = config, copy.deepcopy(dict(config))
         schema = schema if isinstance(schema, Mapping) else load_schema(schema)
         problems = validate(config, schema) + _import_problems(config)  # issue 15
         if problems:  # the cross-key checks assume a config of the right shape
             raise StudyConfigError(problems)
         study = cls(config)
+        # issue 12: explicit checkpoint steps are checked; the schema's default list is cut
+        study._given_checkpoint_steps = dict(original.get("training") or {}).get("checkpoint_steps")
         problems = []
         for check in study._checks():
             try:
@@ -231,6 +233,7 @@ class Study:
         yield partial(self._check_split, "clamps")  # issue 11
         yield lambda: self.clamp_runs("all")
         yield self._check_resources
+        yield from self._dynamics_checks()  # issue 12
 
     # ------------------------------------------------------------------ stages and runs
     def stage(self, name: str) -> dict:
@@ -474,6 +477,8 @@ class Study:
         """(model, seed) pairs a paper table/figure shows; every run for the others."""
         if name in selections.CLAMP_OUTPUTS:  # issue 11
             return self.clamp_runs(selections.CLAMP_OUTPUTS[name])
+        if name in selections.DYNAMICS_OUTPUTS:  # issue 12
+            return self.dynamics_runs(selections.DYNAMICS_OUTPUTS[name])
         if name in selections.PAPER_SELECTIONS:
             return selections.select_models(self.models, name)
         return self.runs
@@ -502,6 +507,7 @@ class Study:
             **{f"clamp_{k}": self.clamp_runs(k) for k in ("pairs", "figure8", "both_orders")},
             "clamp_lumped": self.clamp_runs("lumped"),
             "clamps": self.clamp_runs("all"),
+            **{f"dynamics_{k}": self.dynamics_runs(k) for k in ("timeline", "ablation")},
             None: None,
         }
         return {
@@ -696,6 +702,133 @@ class Study:
             if key in self.models[model]:
                 cfg[key] = self.models[model][key]
         return cfg
+
+    # ------------------------------------------------------------------ dynamics (issue 12)
+    # Training timelines, τ, V-gradient traces (docs §13.2, §13.4, §14.2, §14.4) and the
+    # scalar-part ablation (§14.5): which runs, which checkpoints, which layers.
+    _given_checkpoint_steps: list[int] | None = None  # training.checkpoint_steps as given
+
+    def _dynamics_checks(self):
+        yield self._check_checkpoint_steps
+        yield lambda: self.dynamics_runs("timeline")
+        yield lambda: self.dynamics_runs("ablation")
+        yield self._check_value_gradient_steps
+        yield self._check_ablation_layers
+
+    def _check_checkpoint_steps(self) -> None:
+        """A checkpoint step the config names must lie before the final step (the final
+        checkpoint is model.safetensors); the schema's default list is cut silently."""
+        given = self._given_checkpoint_steps
+        steps = self.config["training"]["steps"]
+        late = sorted(s for s in (given or []) if s >= steps)
+        if late:
+            raise ValueError(
+                f"config training.checkpoint_steps {late} are not below training.steps "
+                f"{steps}; every intermediate checkpoint must come before the final step "
+                "(model.safetensors is the final one)"
+            )
+
+    @property
+    def checkpoint_steps(self) -> list[int]:
+        """The intermediate checkpoints training writes (training.checkpoint_steps < steps)."""
+        from headgeom.training.config import TrainConfig, checkpoint_schedule
+
+        return list(checkpoint_schedule(TrainConfig.from_dict(self.config["training"])))
+
+    @property
+    def timeline_steps(self) -> list[int]:
+        """Intermediate checkpoints of the timelines and τ: every one above step 0 (docs
+        §13.2: 256, 1,024, 4,096, 16,384), or config dynamics.timeline_steps; the final step
+        is added from the run's own files."""
+        chosen = self.stage("dynamics").get("timeline_steps")
+        return sorted(chosen) if chosen is not None else [s for s in self.checkpoint_steps if s > 0]
+
+    @property
+    def dynamics_checkpoint_steps(self) -> list[int]:
+        """Intermediate checkpoints rule dynamics reads: the timeline's and the V-gradients'."""
+        wanted = set(self.timeline_steps) | set(self.stage("dynamics")["value_gradient_steps"])
+        return sorted(s for s in wanted if s in self.checkpoint_steps)
+
+    @property
+    def final_step(self) -> int:
+        return int(self.config["training"]["steps"])
+
+    @staticmethod
+    def step_label(step: int | str) -> str:
+        """The {step} wildcard of a checkpoint step: its zero-padded file-name form."""
+        from headgeom.training.config import checkpoint_name
+
+        return checkpoint_name(int(step)).removeprefix("step").removesuffix(".safetensors")
+
+    def _check_value_gradient_steps(self) -> None:
+        for key, steps in (
+            ("timeline_steps", self.timeline_steps),
+            ("value_gradient_steps", self.stage("dynamics")["value_gradient_steps"]),
+        ):
+            missing = [s for s in steps if s not in self.checkpoint_steps]
+            if missing and self.dynamics_runs("timeline"):
+                raise ValueError(
+                    f"config dynamics.{key} {missing} are not intermediate checkpoints "
+                    f"(training.checkpoint_steps below steps: {self.checkpoint_steps})"
+                )
+
+    def ablation_layers(self, model: str) -> list[int]:
+        """Layers of the scalar-part ablation in ``model``: config dynamics.ablation_layers,
+        else 1 .. max(1, L // 3) (docs §14.5: layers 1–4 of the paper's 12)."""
+        given = self.stage("dynamics").get("ablation_layers")
+        if given is not None:
+            return sorted(given)
+        n_layer = self.model_config(model)["n_layer"]
+        return list(range(1, max(1, n_layer // 3) + 1))
+
+    def _check_ablation_layers(self) -> None:
+        for model, _ in self.dynamics_runs("ablation"):
+            n_layer = self.model_config(model)["n_layer"]
+            late = [layer for layer in self.ablation_layers(model) if layer >= n_layer]
+            if late:
+                raise ValueError(
+                    f"config dynamics.ablation_layers {late} do not exist in model {model!r} "
+                    f"({n_layer} layers)"
+                )
+
+    def dynamics_runs(self, kind: str) -> list[tuple[str, int]]:
+        """Runs of the ``timeline`` analyses (Figure 6a–c, τ, V-gradients) or of the scalar
+        ``ablation``, in config order: config ``dynamics.models`` / ``dynamics.ablation_models``
+        (a model: all its seeds; or ``{model, seeds}``), else selections.DYNAMICS_DEFAULTS by
+        geometry (for the timelines, corpus R models where the study names corpora; the
+        ablation takes every corpus, as the paper's five models span R and S). Imported
+        models have no intermediate checkpoints and are never timeline runs."""
+        if kind not in selections.DYNAMICS_DEFAULTS:
+            raise ValueError(f"unknown dynamics analysis {kind!r}")
+        key = "models" if kind == "timeline" else "ablation_models"
+        entries = self.stage("dynamics").get(key)
+        if entries is None:
+            geometries = selections.DYNAMICS_DEFAULTS[kind]
+            with_corpus = kind == "timeline" and any("corpus" in s for s in self.models.values())
+            return [
+                (m, s) for m, s in self.runs
+                if self.models[m]["geometry"] in geometries and not self.is_imported(m)
+                and (not with_corpus or self.models[m].get("corpus") == selections.DYNAMICS_CORPUS)
+            ]  # fmt: skip
+        runs = []
+        for i, entry in enumerate(entries):
+            where = f"config dynamics.{key}[{i}]"
+            model = entry if isinstance(entry, str) else entry["model"]
+            if model not in self.models:
+                raise selections.unknown_model(model, self.models, where)
+            if kind == "timeline" and self.is_imported(model):
+                raise ValueError(f"{where}: imported model {model!r} has no training checkpoints")
+            seeds = [int(s) for s in self.models[model]["seeds"]]
+            wanted = seeds if isinstance(entry, str) else [int(s) for s in entry["seeds"]]
+            for seed in wanted:
+                if seed not in seeds:
+                    raise ValueError(f"{where}: model {model!r} has seeds {seeds}, not {seed}")
+            runs += [(model, s) for s in wanted]
+        return [r for r in self.runs if r in set(runs)]
+
+    def ablation_edits(self) -> list[str]:
+        """Names of the edited checkpoints of one ablation run: scalar, random0, random1, ..."""
+        return ["scalar"] + [f"random{i}" for i in range(self.stage("dynamics")["ablation_draws"])]
 
 
 def _import_problems(config: Mapping) -> list[str]:

@@ -5,6 +5,7 @@ run configs, pairs, resources) are the ones worked out by hand from the config f
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,7 @@ def test_demo_config_loads_with_the_schema_defaults():
     study = Study.from_config(raw)
     assert raw == load("config")  # the caller's config is left as it was
     assert study.name == "demo"
-    assert len(study.runs) == 8 and study.runs[:2] == [("learned", 42), ("learned", 43)]
+    assert len(study.runs) == 9 and study.runs[:2] == [("learned", 42), ("learned", 43)]
     assert list(study.corpora) == ["default"] and study.default_corpus == "default"
     assert study.corpora["default"]["n_train_tokens"] == 1_000_000
     assert study.vocab_corpus == "default"  # compact_vocab defaults to true
@@ -50,7 +51,7 @@ def test_demo_config_loads_with_the_schema_defaults():
         "batch_size": 128,
         "max_rows": 4096,
     }
-    assert study.stage("training")["checkpoint_steps"] == [0, 256, 1024, 4096, 16384]
+    assert study.stage("training")["checkpoint_steps"] == [0, 8, 32, 128, 512]  # issue 12
     assert study.stage("training")["precision"] == "auto"
     assert study.task_config("sva") == {"seed": 101, "prepend_eot": False}
     assert study.config["resources"] == {}
@@ -58,10 +59,12 @@ def test_demo_config_loads_with_the_schema_defaults():
     assert study.tables == [
         *("table2", "table3", "table5", "table6", "lanes", "leakage"),
         *("clamps", "lane_heads"),  # issue 11
+        *("dynamics", "scalar_ablation"),  # issue 12
     ]
     assert study.figures == [
         *("figure1", "figure2", "figure3", "figure4", "figure5", "figure6de", "figure7"),
         "figure8",
+        "figure6abc",  # issue 12
     ]
 
 
@@ -77,6 +80,7 @@ def test_demo_analyses():
         "learned",
         "write-common-axis",
         "write-rotated",
+        "write-common",  # issue 12
     ]
     assert [p["pair_label"] for p in study.pairs] == [
         "all-common-axis s42 − all-rotated s42",
@@ -92,11 +96,11 @@ def test_demo_analyses():
         ("learned", 42),
         ("learned", 43),
     ]
-    # the checkpoint steps below the demo's training length, then their manifests
-    steps = [s for s in (0, 256, 1024, 4096, 16384) if s < study.config["training"]["steps"]]
+    # issue 12: the demo's checkpoints of steps 0, 8, 32, 128 and 512, then their manifests
+    steps = ("000000", "000008", "000032", "000128", "000512")
     assert study.intermediate_checkpoints("c") == [
-        *(f"c/step{s:06d}.safetensors" for s in steps),
-        *(f"c/step{s:06d}.manifest.json" for s in steps),
+        *(f"c/step{s}.safetensors" for s in steps),
+        *(f"c/step{s}.manifest.json" for s in steps),
     ]
     assert study.paper_inputs("figure4") == {"loss": ("loss", None)}
     assert study.paper_inputs("lanes") == {"lanes": ("lanes", study.runs)}
@@ -275,7 +279,7 @@ def test_clamp_runs_defaults_and_explicit_entries():
     study = Study.from_config(load("config"))
     assert study.clamp_runs("pairs") == [
         ("learned", 42), ("learned", 43), ("write-common-axis", 42), ("write-common-axis", 43),
-        ("write-rotated", 42),
+        ("write-rotated", 42), ("write-common", 42),  # issue 12: the paper's common42 too
     ]  # fmt: skip
     assert study.clamp_runs("lumped") == [("all-common-axis", 42)]
     # Figure 8: one run per slot geometry, first seed
@@ -353,3 +357,59 @@ def test_an_imported_model_that_is_not_there_or_not_gpt2_is_named(tmp_path):
         _imported_study(tmp_path, path=str(d))
     with pytest.raises(StudyConfigError, match="format"):
         _imported_study(tmp_path, path=str(d), format="onnx")
+
+
+# ----------------------------------------------------------------------------- dynamics (issue 12)
+def test_demo_dynamics_runs_and_steps():
+    study = Study.from_config(load("config"))
+    assert study.dynamics_runs("timeline") == [("write-common", 42)]
+    assert study.dynamics_runs("ablation") == [("write-common-axis", 42), ("write-common-axis", 43)]
+    assert study.checkpoint_steps == [0, 8, 32, 128, 512]
+    assert study.timeline_steps == [32, 128, 512]
+    assert study.dynamics_checkpoint_steps == [0, 8, 32, 128, 512]
+    assert study.step_label(8) == "000008"
+    assert study.ablation_edits() == ["scalar", *(f"random{k}" for k in range(5))]
+    assert study.ablation_layers("write-common-axis") == [1]  # 1 .. L // 3 of 4 layers
+
+
+def test_paper_dynamics_defaults_are_the_papers_models():
+    study = Study.from_config(load("paper"))
+    # docs §13.2: common42 and layered42 (corpus R); §14.5: the five identity-type models
+    assert study.dynamics_runs("timeline") == [("write-common", 42), ("write-rotated-r", 42)]
+    ablation = [study.repository_name(m, s) for m, s in study.dynamics_runs("ablation")]
+    assert ablation == [
+        "plain-identity42",
+        "plain-identity43",
+        "fixeddiag42",
+        "value384",
+        "mlp3456",
+    ]
+    assert study.timeline_steps == [256, 1024, 4096, 16384]
+    assert study.ablation_layers("fixeddiag") == [1, 2, 3, 4]  # docs §14.5
+
+
+@pytest.mark.parametrize(
+    "path, value, expect",
+    [
+        (("training", "checkpoint_steps"), [0, 8, 1250], "checkpoint_steps [1250] are not below"),
+        (("dynamics", "timeline_steps"), [8, 33], "timeline_steps [33] are not intermediate"),
+        (("dynamics", "value_gradient_steps"), [0, 9], "value_gradient_steps [9] are not"),
+        (("dynamics", "ablation_layers"), [1, 4], "ablation_layers [4] do not exist"),
+        (("dynamics", "ablation_draws"), 0, "ablation_draws: 0 is not allowed"),
+        (("dynamics", "models"), ["write-comon"], "did you mean 'write-common'"),
+    ],
+)
+def test_bad_dynamics_config_is_refused(path, value, expect):
+    config = load("config")
+    config[path[0]][path[1]] = value
+    with pytest.raises(StudyConfigError, match=re.escape(expect)):
+        Study.from_config(config)
+
+
+def test_default_checkpoint_steps_past_the_end_are_cut_not_refused():
+    config = load("config")
+    del config["training"]["checkpoint_steps"]
+    del config["dynamics"]
+    config["training"]["steps"] = 300  # the default list [0, 256, 1024, ...] runs past it
+    study = Study.from_config(config)
+    assert study.checkpoint_steps == [0, 256]

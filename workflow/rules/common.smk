@@ -81,6 +81,27 @@ PATHS = {
         "exclusivity": "exclusivity/summary.parquet",
         "exclusivity_pairs": "exclusivity/pairs.parquet",
         "exclusivity_heads": "exclusivity/heads.parquet",
+        # issue 12 (docs §13.2, §13.4, §14.2–14.5): one intermediate checkpoint (wildcard
+        # {step}: its zero-padded step) and the reused stages' outputs on it
+        "step_checkpoint": "models/{model}/s{seed}/checkpoints/step{step}.safetensors",
+        "step_manifest": "models/{model}/s{seed}/checkpoints/step{step}.manifest.json",
+        "step_eval": "dynamics/{model}/s{seed}/step{step}/eval/{task}.parquet",
+        "step_effects": "dynamics/{model}/s{seed}/step{step}/patching/{task}.parquet",
+        "step_summary": "dynamics/{model}/s{seed}/step{step}/concentration/{task}.parquet",
+        "step_heads": "dynamics/{model}/s{seed}/step{step}/concentration/{task}.heads.parquet",
+        "step_robustness": "dynamics/{model}/s{seed}/step{step}/concentration/{task}.robustness.parquet",
+        "step_conditions": "dynamics/{model}/s{seed}/step{step}/concentration/{task}.conditions.parquet",
+        "step_logo": "dynamics/{model}/s{seed}/step{step}/concentration/{task}.logo.parquet",
+        "step_lanes": "dynamics/{model}/s{seed}/step{step}/lanes/{task}.parquet",
+        "step_pk": "dynamics/{model}/s{seed}/step{step}/geometry/pk.parquet",
+        "step_geometry_summary": "dynamics/{model}/s{seed}/step{step}/geometry/summary.parquet",
+        # one timeline run (rule dynamics) and one ablation run (rule scalar_ablation)
+        "timeline": "dynamics/{model}/s{seed}/timeline.parquet",
+        "tau": "dynamics/{model}/s{seed}/tau.parquet",
+        "value_gradients": "dynamics/{model}/s{seed}/value_gradients.parquet",
+        "scalar_ablation": "scalar_ablation/{model}/s{seed}/scalar_ablation.parquet",
+        "scalar_ablation_checkpoint": "scalar_ablation/{model}/s{seed}/{edit}.safetensors",
+        "scalar_ablation_manifest": "scalar_ablation/{model}/s{seed}/{edit}.manifest.json",
         "table_md": "tables/{table}.md",
         "table_csv": "tables/{table}.csv",
         "table_tex": "tables/{table}.tex",
@@ -224,3 +245,28 @@ def figure_models(wildcards):
 # `nodes`, and Slurm counts GPUs itself (the scheduler uses the same test).
 if workflow.nodes is None and "gpu" not in workflow.global_resources:
     workflow.register_resource("gpu", 1)
+
+
+# ------------------------------------------------------------------ dynamics (issue 12)
+def dynamics_inputs(wildcards):
+    """Rule dynamics: every checkpoint it reads (with manifests), the per-step results of
+    the timeline steps and the final run's own SVA results."""
+    run = {"model": wildcards.model, "seed": wildcards.seed}
+    sva = {**run, "task": "sva"}
+    steps = [STUDY.step_label(s) for s in STUDY.timeline_steps]
+    read = [STUDY.step_label(s) for s in STUDY.dynamics_checkpoint_steps]
+    return {
+        "checkpoint": PATHS["checkpoint"].format(**run),
+        "manifest": PATHS["manifest"].format(**run),
+        "step_checkpoints": [PATHS["step_checkpoint"].format(**run, step=s) for s in read],
+        "step_manifests": [PATHS["step_manifest"].format(**run, step=s) for s in read],
+        "task": PATHS["task"].format(task="sva"),
+        "val": PATHS["corpus_val"].format(corpus=STUDY.model_corpus(wildcards.model)),
+        "heads": PATHS["heads"].format(**sva),
+        "evals": [PATHS["step_eval"].format(**sva, step=s) for s in steps]
+        + [PATHS["eval"].format(**sva)],
+        "lanes": [PATHS["step_lanes"].format(**sva, step=s) for s in steps]
+        + [PATHS["lanes"].format(**sva)],
+        "geometry": [PATHS["step_geometry_summary"].format(**run, step=s) for s in steps]
+        + [PATHS["geometry_summary"].format(**run)],
+    }

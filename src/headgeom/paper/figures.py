@@ -917,3 +917,80 @@ def figure8(data: pd.DataFrame) -> Figure:
 
 
 FIGURES.update({"figure6de": (figure6de_data, figure6de), "figure8": (figure8_data, figure8)})
+
+
+# --------------------------------------------------------------------------- dynamics (issue 12)
+from matplotlib.ticker import NullLocator  # noqa: E402
+
+from headgeom.paper.tables import TIMELINE_COLUMNS  # noqa: E402
+
+#: The paper shades steps 4,096–16,384 of 65,536 (docs §13.2: where write-common's lane
+#: forms); a run of another length shades the same fractions of its training.
+BAND_FRACTIONS = (4096 / 65536, 16384 / 65536)
+
+
+def figure6abc_data(inputs: Inputs) -> pd.DataFrame:
+    """Per timeline run and checkpoint: SVA accuracy, Λ and p, own-best fraction and median
+    scaled idempotence, with run labels and the run's final step (for the shaded band)."""
+    runs = read_runs(need_kind(inputs, "runs", "figure6abc"))
+    frame = read_kind(need_kind(inputs, "timeline", "figure6abc"), TIMELINE_COLUMNS,
+                      "figure6abc")  # fmt: skip
+    frame = with_runs(frame[TIMELINE_COLUMNS], runs, "figure6abc")
+    final = frame[frame["is_final"]].set_index(["model", "seed"])["step"]
+    frame["final_step"] = [int(final[(m, s)]) for m, s in zip(frame.model, frame.seed, strict=True)]
+    frame = frame.sort_values(["order", "step"]).drop(columns=["label_repository"])
+    return frame.reset_index(drop=True)
+
+
+def figure6abc(data: pd.DataFrame) -> Figure:
+    """(a) SVA accuracy, (b) Λ (SVA, p beside each point), (c) median P(T_h) (solid) and the
+    own-best fraction (dashed) against the step on a log axis; the paper's 4,096–16,384 band
+    (the same fractions of each run's training) shaded."""
+    fig = Figure(figsize=(13.0, 4.4), layout="constrained")
+    axes = fig.subplots(1, 3, sharex=True)
+    colours = dict(zip(dict.fromkeys(data["label"]), sns.color_palette("deep"), strict=False))
+    lo, hi = BAND_FRACTIONS
+    for final in sorted(set(data["final_step"])):
+        for ax in axes:
+            ax.axvspan(lo * final, hi * final, color="#e6e6e6", zorder=0, lw=0)
+    for label, rows in data.groupby("label", sort=False):
+        c = colours[label]
+        axes[0].plot(rows["step"], 100 * rows["sva_accuracy"], "o-", color=c, label=label)
+        axes[1].plot(rows["step"], rows["lambda_score"], "o-", color=c, label=label)
+        for x, y, p in zip(rows["step"], rows["lambda_score"], rows["lambda_p"], strict=True):
+            if y == y:
+                axes[1].annotate(f"p={format_p(p)}", (x, y), textcoords="offset points",
+                                 xytext=(4, 5), fontsize=7, color=c)  # fmt: skip
+        axes[2].plot(rows["step"], rows["idempotence_median"], "o-", color=c,
+                     label=f"{label}: median P(T_h)")  # fmt: skip
+        axes[2].plot(rows["step"], rows["own_best_fraction"], "s--", color=c, mfc="white",
+                     label=f"{label}: own-best fraction")  # fmt: skip
+    titles = ("(a) SVA accuracy (evaluation split)", "(b) lane score Λ, SVA (discovery split)",
+              "(c) V–O self-alignment over training")  # fmt: skip
+    for ax, title in zip(axes, titles, strict=True):
+        ax.set_xscale("log")
+        ax.set_xlabel("training step (log scale)")
+        ax.set_title(title, fontsize=9, loc="left")
+        ax.grid(alpha=0.3)
+    steps = sorted(set(data["step"]))
+    axes[0].set_xticks(steps, [f"{s:,}" for s in steps], fontsize=7)
+    axes[0].xaxis.set_minor_locator(NullLocator())
+    axes[0].set_ylabel("accuracy (%)")
+    axes[0].set_ylim(0, 105)
+    axes[0].axhline(50, color="black", lw=0.7, ls=":")
+    for ax in axes[1:]:
+        for chance in sorted(set(data["chance"])):
+            ax.axhline(chance, color="black", lw=0.8, ls=":")
+    axes[2].plot([], [], "k:", lw=0.8, label="chance 1/H (Λ, own-best)")
+    axes[1].set_ylabel("Λ")
+    axes[1].set_ylim(0, max(0.5, float(np.nanmax(data["lambda_score"].to_numpy(float))) * 1.2))
+    axes[2].set_ylabel("fraction / P(T_h)")
+    axes[2].set_ylim(0, 1.05)
+    axes[0].legend(fontsize=8, frameon=False, loc="lower right")
+    axes[2].legend(fontsize=7, frameon=False, loc="upper left")
+    fig.suptitle("Figure 6a–c — when lanes and V self-alignment form (shaded: steps "
+                 "4,096–16,384 of 65,536, as fractions of training)", fontsize=11)  # fmt: skip
+    return fig
+
+
+FIGURES.update({"figure6abc": (figure6abc_data, figure6abc)})

@@ -239,3 +239,34 @@ CLAMP_DEFAULTS: dict[str, tuple[str, ...]] = {
 }
 #: Paper outputs whose models are clamp runs: name -> Study.clamp_runs kind.
 CLAMP_OUTPUTS = {"figure6de": "pairs", "figure8": "figure8", "clamps": "all"}
+
+
+# ----------------------------------------------------------------------------- dynamics (issue 12)
+#: Default models of the training-dynamics analyses (docs §13.2, §13.4, §14.2, §14.4: the
+#: paper's common42 and layered42) and of the scalar-part ablation (docs §14.5: identity-type
+#: writes with free readers: plain-identity42/43, fixeddiag42, value384, mlp3456), by
+#: geometry: for the timelines the corpus R models where the study names corpora, for the
+#: ablation every corpus.
+DYNAMICS_DEFAULTS: dict[str, tuple[str, ...]] = {
+    "timeline": ("write-common", "write-rotated"),
+    "ablation": ("write-common-axis", "fixeddiag", "value384", "mlp3456"),
+}
+#: The corpus of the dynamics defaults when a study names corpora (docs §13.2: corpus R).
+DYNAMICS_CORPUS = "R"
+#: Paper outputs whose runs are dynamics runs: name -> Study.dynamics_runs kind.
+DYNAMICS_OUTPUTS = {"figure6abc": "timeline", "dynamics": "timeline", "scalar_ablation": "ablation"}
+PAPER_INPUTS.update(
+    {
+        "figure6abc": {"runs": ("train_log", "dynamics_timeline"),
+                       "timeline": ("timeline", "dynamics_timeline")},
+        "dynamics": {
+            "runs": ("train_log", "dynamics_timeline"),
+            "tau": ("tau", "dynamics_timeline"),
+            "value_gradients": ("value_gradients", "dynamics_timeline"),
+        },
+        "scalar_ablation": {"runs": ("train_log", "dynamics_ablation"),
+                            "scalar_ablation": ("scalar_ablation", "dynamics_ablation")},
+    }
+)  # fmt: skip
+PAPER_TABLES = (*PAPER_TABLES, "dynamics", "scalar_ablation")
+PAPER_FIGURES = (*PAPER_FIGURES, "figure6abc")

@@ -852,3 +852,149 @@ def lane_heads(inputs: Inputs) -> Table:
 
 
 BUILDERS.update({"clamps": clamps_table, "lane_heads": lane_heads})
+
+
+# ----------------------------------------------------------------------------- dynamics (issue 12)
+TIMELINE_COLUMNS = results.TIMELINE.columns(
+    "model", "seed", "step", "is_final", "sva_accuracy", "lambda_score", "lambda_p", "chance",
+    "own_best_fraction", "idempotence_median",
+)  # fmt: skip
+TAU_COLUMNS = results.TAU.columns(
+    "model", "seed", "step", "is_final", "adjacent_cosine_mean", "adjacent_cosine_min",
+    "adjacent_cosine_max", "same_index_cosine", "different_index_cosine",
+    "same_index_internal_cosine", "different_index_internal_cosine", "lane_index", "lane_share",
+    "lane_share_max_other", "lane_share_chance",
+)  # fmt: skip
+VALUE_GRADIENT_COLUMNS = results.VALUE_GRADIENTS.columns(
+    "model", "seed", "step", "is_final", "layer", "head", "own_largest", "scalar_trace"
+)
+ABLATION_COLUMNS = results.SCALAR_ABLATION.columns(
+    "model", "seed", "task", "split", "edit", "kind", "draw", "layers", "margin_unedited",
+    "drop", "haar_seed",
+)  # fmt: skip
+#: The paper's values (docs §13.4, §14.4, §20.4–20.5) by the run's geometry, per quantity.
+DYNAMICS_PAPER = {
+    "tau_adjacent": {"write-common": "0.79–0.89", "write-rotated": "0.79–0.89"},
+    "tau_same": {"write-common": "0.45–0.63", "write-rotated": "0.04–0.05"},
+    "vgrad_init": {"write-common": "6–7%", "write-rotated": "6–7%"},
+    "vgrad_early": {"write-common": "77–78% (step 256)", "write-rotated": "77–78% (step 256)"},
+}
+
+
+def _paper(quantity: str, geometry: str) -> str:
+    return DYNAMICS_PAPER.get(quantity, {}).get(geometry, "—")
+
+
+def dynamics_table(inputs: Inputs) -> Table:
+    """τ (docs §13.4) per checkpoint and the V-gradient own-term fractions (§14.4) per
+    traced checkpoint with the per-layer sign of tr(V_hᵀO_h) at the final one, per
+    timeline run, beside the paper's values."""
+    runs = read_runs(need_kind(inputs, "runs", "dynamics"))
+    tau = with_runs(read_kind(need_kind(inputs, "tau", "dynamics"), TAU_COLUMNS, "dynamics")
+                    [TAU_COLUMNS], runs, "dynamics")  # fmt: skip
+    vg = with_runs(read_kind(need_kind(inputs, "value_gradients", "dynamics"),
+                             VALUE_GRADIENT_COLUMNS, "dynamics")[VALUE_GRADIENT_COLUMNS],
+                   runs, "dynamics")  # fmt: skip
+    geometry = runs.set_index(["model", "seed"])["geometry"]
+    rows = []
+
+    def add(run, step, section, quantity, value, text, paper="—"):
+        rows.append({"label": run.label, "model": run.model, "seed": run.seed, "step": step,
+                     "section": section, "quantity": quantity, "value": value, "text": text,
+                     "paper": paper})  # fmt: skip
+
+    for run in runs.itertuples():
+        g = geometry[(run.model, run.seed)]
+        for r in tau[(tau["model"] == run.model) & (tau["seed"] == run.seed)].itertuples():
+            step = f"{r.step}" + (" (final)" if r.is_final else "")
+            add(run, step, "§13.4", "τ adjacent-layer cosine (mean [min, max])",
+                r.adjacent_cosine_mean, f"{r.adjacent_cosine_mean:.2f} "
+                f"[{r.adjacent_cosine_min:.2f}, {r.adjacent_cosine_max:.2f}]",
+                _paper("tau_adjacent", g))  # fmt: skip
+            add(run, step, "§13.4", "τ same-index projected cosine", r.same_index_cosine,
+                fixed(r.same_index_cosine, 3), _paper("tau_same", g))  # fmt: skip
+            add(run, step, "§13.4", "τ different-index projected cosine",
+                r.different_index_cosine, fixed(r.different_index_cosine, 3))  # fmt: skip
+            add(run, step, "§13.4", "τ internal-coordinate cosine, same / different index",
+                r.same_index_internal_cosine, f"{fixed(r.same_index_internal_cosine, 3)} / "
+                f"{fixed(r.different_index_internal_cosine, 3)}")  # fmt: skip
+            add(run, step, "§13.4", f"gradient lane share, index {r.lane_index} (largest other)",
+                r.lane_share, f"{r.lane_share:.3f} ({r.lane_share_max_other:.3f}; chance "
+                f"{r.lane_share_chance:.3f})")  # fmt: skip
+        heads = vg[(vg["model"] == run.model) & (vg["seed"] == run.seed)]
+        steps = sorted(heads["step"].unique())
+        for i, step in enumerate(steps):
+            at = heads[heads["step"] == step]
+            final = bool(at["is_final"].iloc[0])
+            label = f"{step}" + (" (final)" if final else "")
+            paper = "—" if final else _paper("vgrad_init" if i == 0 else "vgrad_early", g)
+            for scope, sel in (("all heads", at), ("layers ≥ 1", at[at["layer"] >= 1])):
+                share = float(sel["own_largest"].mean())
+                add(run, label, "§14.4", f"own V-gradient term largest ({scope})", share,
+                    f"{100 * share:.0f}% of {len(sel)} (chance {100 / at['head'].nunique():.0f}%)",
+                    paper)  # fmt: skip
+            if final:
+                for layer, sel in at.groupby("layer"):
+                    positive = int((sel["scalar_trace"] > 0).sum())
+                    add(run, label, "§14.4", f"tr(V_hᵀO_h) > 0, layer {layer}",
+                        float(sel["scalar_trace"].mean()),
+                        f"{positive}/{len(sel)} heads (mean {sel['scalar_trace'].mean():+.3f})",
+                        "negative shallow, positive deep")  # fmt: skip
+    frame = pd.DataFrame(rows)
+    cells = frame[["label", "step", "section", "quantity", "text", "paper"]].set_axis(
+        ["Model", "Step", "§", "Quantity", "Value", "Paper"], axis=1
+    )
+    caption = (
+        "Training dynamics (docs §13.4, §14.4): task gradients τ (SVA evaluation split) per "
+        "checkpoint, V-gradient own-term fractions on validation tokens, and the sign of the "
+        "scalar part tr(V_hᵀO_h) per layer at the final checkpoint."
+    )
+    return Table("dynamics", frame, [Block(cells)], caption)
+
+
+def scalar_ablation_table(inputs: Inputs) -> Table:
+    """Scalar-part ablation (docs §14.5): per (model, task) the drop in evaluation mean LD
+    when s·I is removed from the own-lane value maps, against the equal-norm random control
+    (mean and range over the Haar draws), and the count of cases where the scalar drop is
+    larger (paper: 13 of 15)."""
+    runs = read_runs(need_kind(inputs, "runs", "scalar_ablation"))
+    frame = read_kind(need_kind(inputs, "scalar_ablation", "scalar_ablation"), ABLATION_COLUMNS,
+                      "scalar_ablation")  # fmt: skip
+    frame = with_runs(frame[ABLATION_COLUMNS], runs, "scalar_ablation")
+    rows = []
+    for (order, model, seed, task), grp in frame.groupby(["order", "model", "seed", "task"],
+                                                         sort=True):  # fmt: skip
+        scalar = grp[grp["kind"] == "scalar"]["drop"]
+        random = grp[grp["kind"] == "random"]["drop"]
+        rows.append({"order": order, "label": grp["label"].iloc[0], "model": model, "seed": seed,
+                     "task": task, "layers": grp["layers"].iloc[0],
+                     "margin_unedited": grp["margin_unedited"].iloc[0],
+                     "drop_scalar": float(scalar.iloc[0]), "drop_random_mean": float(random.mean()),
+                     "drop_random_min": float(random.min()), "drop_random_max": float(random.max()),
+                     "n_draws": len(random), "haar_seed": int(grp["haar_seed"].iloc[0]),
+                     "scalar_hurts_more": bool(scalar.iloc[0] > random.mean())})  # fmt: skip
+    out = pd.DataFrame(rows)
+    out = out.assign(_t=out["task"].map({t: i for i, t in enumerate(TASK_ORDER)}))
+    out = out.sort_values(["order", "_t"]).drop(columns=["_t", "order"]).reset_index(drop=True)
+    cells = _cells(out, {
+        "label": ("Model", str),
+        "task": ("Task", lambda t: TASK_TITLES.get(t, t)),
+        "layers": ("Layers", str),
+        "margin_unedited": ("Mean LD", lambda v: fixed(v, 3)),
+        "drop_scalar": ("Drop, −sI", lambda v: fixed(v, 4)),
+        "drop_random_mean": ("Drop, −sR (mean)", lambda v: fixed(v, 4)),
+        "drop_random_min": ("−sR min", lambda v: fixed(v, 4)),
+        "drop_random_max": ("−sR max", lambda v: fixed(v, 4)),
+        "scalar_hurts_more": ("Scalar larger", lambda v: "yes" if v else "no"),
+    })  # fmt: skip
+    n, k = len(out), int(out["scalar_hurts_more"].sum())
+    caption = (
+        f"Scalar-part ablation of own-lane value maps (docs §14.5, evaluation split): the "
+        f"scalar part s·I hurts more than an equal-norm Haar-random part s·R in {k} of {n} "
+        f"cases (paper: 13 of 15); {int(out['n_draws'].max()) if n else 0} draws, seed "
+        f"{int(out['haar_seed'].iloc[0]) if n else '—'}."
+    )
+    return Table("scalar_ablation", out, [Block(cells)], caption)
+
+
+BUILDERS.update({"dynamics": dynamics_table, "scalar_ablation": scalar_ablation_table})
