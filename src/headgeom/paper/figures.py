@@ -528,8 +528,9 @@ FIGURE5_EVAL = results.EVAL.columns("model", "seed", "task", "split", "margin")
 
 def figure5_data(inputs: Inputs) -> pd.DataFrame:
     """Per (model, seed, task, layer, head): e_{l,h} on the lanes' split (discovery), with
-    per panel the top head (argmax |e|), its share of E, N_eff, Λ with its p, and the base
-    (clean) logit difference on that split."""
+    per panel the ringed head (largest drop: argmax of the signed e) and e/E of it, the
+    largest-|e| head of the older view (``is_largest_abs_head``), N_eff, Λ with its p, and
+    the base (clean) logit difference on that split."""
     runs = read_runs(need_kind(inputs, "runs", "figure5"))
     lanes = read_kind(need_kind(inputs, "lanes", "figure5"), FIGURE5_LANES, "figure5")
     split = _single(lanes["split"], "the lanes' split")
@@ -541,12 +542,15 @@ def figure5_data(inputs: Inputs) -> pd.DataFrame:
     for _, rows in heads.groupby(["model", "seed", "task"], sort=False):
         e = effect_matrix(rows)
         stats = concentration(e)
-        layer, head = stats["top_head"] if stats["top_head"] is not None else (-1, -1)
+        layer, head = largest_drop(e)
+        abs_layer, abs_head = stats["top_head"] if stats["top_head"] is not None else (-1, -1)
         panels.append(
             rows.assign(
                 asinh_e=np.arcsinh(rows["e"] / ASINH_WIDTH),
                 is_top_head=(rows["layer"] == layer) & (rows["head"] == head),
-                top_head_share=stats["top_head_share"],
+                top_head_share=e[layer, head] / stats["E"] if stats["E"] else np.nan,
+                # the older view (ring on the largest |e|), kept in the source data only
+                is_largest_abs_head=(rows["layer"] == abs_layer) & (rows["head"] == abs_head),
                 N_eff=stats["N_eff"],
                 E=stats["E"],
             )
@@ -561,6 +565,15 @@ def figure5_data(inputs: Inputs) -> pd.DataFrame:
     rank = frame["task"].map({t: i for i, t in enumerate(TASK_ORDER)})
     frame = frame.assign(_t=rank).sort_values(["order", "_t", "layer", "head"])
     return frame.drop(columns=["order", "_t", "label_repository"]).reset_index(drop=True)
+
+
+def largest_drop(e: np.ndarray) -> tuple[int, int]:
+    """(layer, head) of the largest signed effect e (the largest drop of the logit
+    difference, paper Figure 5's ring); the first in row-major order on ties."""
+    if not np.isfinite(e).any():
+        raise ValueError("figure5: a panel has no finite effect")
+    layer, head = np.unravel_index(int(np.nanargmax(e)), e.shape)
+    return int(layer), int(head)
 
 
 def _attach(frame: pd.DataFrame, other: pd.DataFrame, what: str) -> pd.DataFrame:
@@ -597,7 +610,7 @@ def colourbar_ticks(vmax: float) -> list[float]:
 def figure5(data: pd.DataFrame) -> Figure:
     """Heat maps of e_{l,h}: one row of panels per model, one column per task; layer 0 at
     the bottom, head index on x; red = patch hurts (e > 0), blue = helps; one asinh colour
-    scale for all panels; the top head (largest |e|) circled."""
+    scale for all panels; the head with the largest drop (largest signed e) circled."""
     labels = list(dict.fromkeys(data["label"]))
     tasks = [t for t in TASK_ORDER if t in set(data["task"])]
     n_layer, n_head = int(data["layer"].max()) + 1, int(data["head"].max()) + 1
@@ -647,7 +660,7 @@ def figure5(data: pd.DataFrame) -> Figure:
     )
     split = _single(data["split"], "split")
     fig.suptitle(
-        f"Figure 5 — per-head patch effects e_(l,h) ({split} split); ○ largest |e|",
+        f"Figure 5 — per-head patch effects e_(l,h) ({split} split); ○ largest drop (max e)",
         fontsize=11,
     )
     return fig
