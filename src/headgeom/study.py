@@ -720,10 +720,12 @@ class Study:
         return [t for t in selections.DOCUMENT_TABLES if self.selection(t)]
 
     def output_runs(self, name: str) -> set[tuple[str, int]]:
-        """Every run a paper table or figure reads (the union of its inputs' run sets)."""
-        return {
-            run for _, runs in self.paper_inputs(name).values() if runs is not None for run in runs
-        }
+        """Every run a paper table or figure reads (the union of its inputs' run sets, and
+        its selection where it draws one from a cross-run Parquet, as Figure 4)."""
+        runs = {run for _, rs in self.paper_inputs(name).values() if rs is not None for run in rs}
+        if name in selections.PAPER_SELECTIONS:
+            runs |= set(self.selection(name))
+        return runs
 
     def sections_used(self) -> dict[str, list[str]]:
         """Per model, the paper sections whose outputs read one of its runs (Table 4)."""

@@ -273,10 +273,12 @@ def catalog_templates(wildcards):
     """Canonical JSON {path template: rule} of every output template of the workflow's
     rules under the study's results (logs and benchmarks are not artifacts), for the
     catalog."""
+    from snakemake.io import strip_wildcard_constraints
+
     found = {}
     for producer in workflow.rules:
         for template in producer.output:
-            template = str(template)
+            template = strip_wildcard_constraints(str(template))
             if template.startswith(R + "/") and template not in found:
                 found[template] = producer.name
     return json.dumps(found, sort_keys=True, separators=(",", ":"))
