@@ -1573,7 +1573,12 @@ def _interaction(key):
         from headgeom.paper.tables import path_shares
 
         frame = c.frame("clamp_paths")
-        return None if frame.empty else float(path_shares(frame)[key])
+        # the paper's 75 head–task cases: the both-orders models (learned, write-common-axis)
+        runs = {r for g in ["learned", "write-common-axis"] for r in c.runs_of(g)}
+        if frame.empty or not runs:
+            return None
+        keep = [(m, int(s)) in runs for m, s in zip(frame["model"], frame["seed"], strict=True)]
+        return float(path_shares(frame[keep])[key]) if any(keep) else None
 
     return compute
 

@@ -319,7 +319,7 @@ PAPER_INPUTS.update(
             "loss": ("loss", None),
             "exclusivity": ("exclusivity", "exclusivity"),
             "clamp_pairs": ("clamp_pairs", "clamp_pairs"),
-            "clamp_paths": ("clamp_paths", "clamp_both_orders"),
+            "clamp_paths": ("clamp_paths", "clamps"),
             "clamp_lumped": ("clamp_lumped", "clamp_lumped"),
         },
     }
