@@ -77,9 +77,7 @@ def test_every_figure_loads_in_chromium_and_a_screenshot_is_saved(report):
     broken = [p for p, size in images.items() if not size or min(size) < 100]
     assert not broken, f"figures that did not load in Chromium: {broken}"
     # categories are the paper's sections
-    assert {"§4 Setup", "§5.2 Concentration", "§5.3 Lanes", "Summary"} <= set(
-        result["categories"]
-    )
+    assert {"§4 Setup", "§5.2 Concentration", "§5.3 Lanes", "Summary"} <= set(result["categories"])
     keep = Path(os.environ.get("HEADGEOM_SCREENSHOTS", report))
     keep.mkdir(parents=True, exist_ok=True)
     chromium(f"--screenshot={keep / 'report.png'}", "--window-size=1400,1000",
