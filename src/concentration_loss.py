@@ -9,8 +9,9 @@ The loss table has one row per (model, seed): the final validation loss of the c
 manifest (x of paper Figure 4), N_eff per task on the analysis split and their geometric
 mean (y), reader type and heads per layer. The Spearman table correlates loss with the
 geometric-mean N_eff over the chosen models (all, and those with the base head count: the
-paper's six 12-head models), and N_eff with per-example-absolute N_eff over all
-(model, seed, task) rows and within each task (headgeom.analysis.concentration).
+paper's six 12-head models), and N_eff with per-example-absolute N_eff over the paper's
+(model, task) pairs (``--paper-runs``: no multiscreen control) and within each task over the
+Figure 3 models (``--figure3-runs``), plus every run (headgeom.analysis.concentration).
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--base-n-head", type=int, required=True)
     parser.add_argument("--split", default="evaluation")
     parser.add_argument("--loss-models", required=True, help="JSON list of models")
+    parser.add_argument(
+        "--paper-runs", help="JSON [[model, seed], ...] of §12.3's pooled Spearman (default: all)"
+    )
+    parser.add_argument(
+        "--figure3-runs", help="JSON [[model, seed], ...] of §12.3's per-task Spearman"
+    )
     parser.add_argument("--out-loss", required=True)
     parser.add_argument("--out-spearman", required=True)
     return parser.parse_args(argv)
@@ -50,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     summary = conc.read_summaries(args.robustness, args.split)
     losses = conc.read_losses(args.manifests)
     loss = conc.loss_table(summary, losses, models, args.base_n_head, included)
-    spearman = conc.spearman_rows(loss, summary)
+    paper_runs = json.loads(args.paper_runs) if args.paper_runs else None
+    figure3_runs = json.loads(args.figure3_runs) if args.figure3_runs else None
+    spearman = conc.spearman_rows(loss, summary, paper_runs, figure3_runs)
     metadata = {
         "analysis": "concentration_loss",
         "analysis_version": "1",

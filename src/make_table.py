@@ -10,7 +10,8 @@ import sys
 
 from headgeom.hashing import sha256_file
 from headgeom.io import write_json, write_text
-from headgeom.paper.tables import BUILDERS, grouped_inputs
+from headgeom.paper.document import TABLE_BUILDERS as BUILDERS
+from headgeom.paper.tables import grouped_inputs
 
 
 def main(argv: list[str] | None = None) -> int:

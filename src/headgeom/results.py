@@ -739,8 +739,11 @@ SPEARMAN = ResultTable(
         "analysis": "loss_vs_N_eff: validation loss vs geometric-mean N_eff over (model, seed) "
         "(docs §12.7); N_eff_vs_N_eff_abs: N_eff vs per-example-absolute N_eff (METHODS "
         "§12.3)",
-        "subset": "all: every included (model, seed) or every (model, seed, task); base_heads: "
-        "included models with the base head count; task: the (model, seed) rows of one task",
+        "subset": "loss_vs_N_eff: all (every included (model, seed)) or base_heads (included "
+        "models with the base head count). N_eff_vs_N_eff_abs: paper_pairs (every (model, seed, "
+        "task) of the base architecture, no multiscreen control: the paper's 57 pairs), "
+        "figure3 (one task, the runs of paper Figure 3), every_run (every run, pooled when "
+        "task is null, else one task; an extra view)",
         "task": "task of a per-task row; null otherwise",
         "n": "points correlated",
         "rho": "Spearman ρ (scipy.stats.spearmanr); null when n < 3 or a variable is constant",
@@ -1226,3 +1229,38 @@ SCALAR_ABLATION = ResultTable(
     "(model, seed, task, edit)",
 )
 TABLES.update({t.name: t for t in (TIMELINE, TAU, VALUE_GRADIENTS, SCALAR_ABLATION)})
+
+# --- the results catalog (src/catalog.py; issue 14) ----------------------------------------
+CATALOG = ResultTable(
+    "catalog",
+    pa.schema(
+        [
+            ("path", pa.string()),
+            ("rule", pa.string()),
+            ("template", pa.string()),
+            ("wildcards", pa.string()),
+            ("model", pa.string()),
+            ("seed", pa.int64()),
+            ("task", pa.string()),
+            ("size_bytes", pa.int64()),
+            ("sha256", pa.string()),
+            ("manifest", pa.string()),
+            ("manifest_sha256", pa.string()),
+        ]
+    ),
+    {
+        "path": "the artifact's path from the workflow's working directory: results/<study>/…",
+        "rule": "the Snakemake rule that writes it",
+        "template": "the rule's output path template it matches (wildcards in braces)",
+        "wildcards": "its wildcard values, canonical JSON ({} for a cross-run file)",
+        "model": "model wildcard; null for a cross-run file",
+        "seed": "seed wildcard; null for a cross-run file",
+        "task": "task wildcard; null when the artifact is not per task",
+        "size_bytes": "file size in bytes",
+        "sha256": "SHA-256 of the file's bytes",
+        "manifest": "the checkpoint manifest of the run it came from (per-run artifacts)",
+        "manifest_sha256": "SHA-256 of that manifest's bytes; null when it has none",
+    },
+    "artifact (file) of the study's results folder",
+)
+TABLES["catalog"] = CATALOG

@@ -509,6 +509,10 @@ class Study:
             "clamps": self.clamp_runs("all"),
             **{f"dynamics_{k}": self.dynamics_runs(k) for k in ("timeline", "ablation")},
             None: None,
+            # issue 14: one cross-run file when the DAG makes it, else nothing
+            "exclusivity": None if self.leakage_runs else [],
+            "pairs": self.pair_runs,
+            "paired_tasks": None if self.pairs else [],
         }
         return {
             kind: (result, run_sets[which])
@@ -829,6 +833,61 @@ class Study:
     def ablation_edits(self) -> list[str]:
         """Names of the edited checkpoints of one ablation run: scalar, random0, random1, ..."""
         return ["scalar"] + [f"random{i}" for i in range(self.stage("dynamics")["ablation_draws"])]
+
+    # ------------------------------------------------------------------ document (issue 14)
+    @cached_property
+    def patching_summary_runs(self) -> list[tuple[str, int]]:
+        """Runs of the paper's 19-configuration summaries (docs §6.7, §12.3): every run of the
+        base architecture (the registry leaves out the softmax-free multiscreen controls)."""
+        from headgeom.model import registry
+
+        return [
+            (m, s)
+            for m, s in self.runs
+            if registry.is_base_architecture(self.models[m]["geometry"])
+        ]
+
+    @property
+    def document_tables(self) -> list[str]:
+        """The tables rule make_document builds in one job (selections.DOCUMENT_TABLES)."""
+        return [t for t in selections.DOCUMENT_TABLES if self.selection(t)]
+
+    def output_runs(self, name: str) -> set[tuple[str, int]]:
+        """Every run a paper table or figure reads (the union of its inputs' run sets, and
+        its selection where it draws one from a cross-run Parquet, as Figure 4)."""
+        runs = {run for _, rs in self.paper_inputs(name).values() if rs is not None for run in rs}
+        if name in selections.PAPER_SELECTIONS:
+            runs |= set(self.selection(name))
+        return runs
+
+    def sections_used(self) -> dict[str, list[str]]:
+        """Per model, the paper sections whose outputs read one of its runs (Table 4)."""
+        outputs = [*self.tables, *self.figures]
+        used: dict[str, set[str]] = {m: set() for m in self.models}
+        for name in outputs:
+            if name in selections.SUMMARY_OUTPUTS or name not in selections.OUTPUT_SECTIONS:
+                continue
+            for model, _ in self.output_runs(name):
+                used[model].add(selections.OUTPUT_SECTIONS[name])
+        order = {s: i for i, s in enumerate(dict.fromkeys(selections.OUTPUT_SECTIONS.values()))}
+        return {m: sorted(sections, key=order.__getitem__) for m, sections in used.items()}
+
+    def document_context(self) -> dict[str, Any]:
+        """What the document's tables take from the config (not from Parquets): per model its
+        geometry, corpus and the sections that use it (Table 4)."""
+        return {
+            "models": {
+                m: {
+                    "geometry": spec["geometry"],
+                    "corpus": spec.get("corpus"),
+                    "seeds": [int(s) for s in spec["seeds"]],
+                    "sections": sections,
+                }
+                for (m, spec), sections in zip(
+                    self.models.items(), self.sections_used().values(), strict=True
+                )
+            }
+        }
 
 
 def _import_problems(config: Mapping) -> list[str]:

@@ -371,7 +371,8 @@ def test_c16_loss_versus_n_eff_from_the_paper_numbers(tmp_path):
     assert loss_rows.loc["base_heads", "n"] == 6
     # N_eff_abs = 2 N_eff preserves every order: ρ = 1 pooled and per task
     abs_rows = rho[rho["analysis"] == "N_eff_vs_N_eff_abs"]
-    assert np.allclose(abs_rows["rho"], 1.0) and len(abs_rows) == 4
+    # paper_pairs (pooled), figure3 (per task) and every_run (pooled and per task)
+    assert np.allclose(abs_rows["rho"], 1.0) and len(abs_rows) == 8
     loss = pq.read_table(out_loss).to_pandas().set_index("model")
     assert loss.loc["learned", "N_eff_geomean"] == pytest.approx((10.4 * 12.0 * 9.2) ** (1 / 3))
     assert not loss.loc["write-routed-a", "index_meaningful"]

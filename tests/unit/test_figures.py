@@ -267,22 +267,27 @@ def test_figure5_shares_one_asinh_colour_scale(figure5_inputs):
     assert labels == ["−2", "−1", "−0.2", "0", "0.2", "1", "2"]
 
 
-def test_figure5_circles_the_largest_magnitude_head(figure5_inputs):
+def test_figure5_circles_the_largest_drop_not_the_largest_magnitude(figure5_inputs):
     data = figure5_data(figure5_inputs)
     fig = figure5(data)
     for (row, task), ax in panels(fig).items():
         e = E5[("ab"[row], task.lower())]
-        layer, head = np.unravel_index(np.argmax(np.abs(e)), e.shape)
+        layer, head = np.unravel_index(np.argmax(e), e.shape)  # signed: the largest drop
         rings = [p for p in ax.patches if isinstance(p, Circle)]
         assert len(rings) == 2  # a black ring on a white one, both around the top head
         assert {r.center for r in rings} == {(head, layer)}  # x = head, y = layer
         assert f"top L{layer}.H{head}" in ax.get_title(loc="left")
         assert "base LD 3.25" in ax.get_title(loc="left")  # discovery margin
         assert "Λ 0.50 (p 0.012)" in ax.get_title(loc="left")
-    b_sva = data[(data["model"] == "b") & (data["task"] == "sva") & data["is_top_head"]]
-    assert (int(b_sva["layer"].iloc[0]), int(b_sva["head"].iloc[0])) == (2, 1)  # e = −2.0
-    share = b_sva["top_head_share"].iloc[0]
-    assert share == pytest.approx(2.0 / np.abs(E5[("b", "sva")]).sum())
+    b_sva = data[(data["model"] == "b") & (data["task"] == "sva")]
+    ringed = b_sva[b_sva["is_top_head"]]
+    # e = +1.2 at L0.H3 is the largest drop; e = −2.0 at L2.H1 (a patch that helps) is the
+    # largest |e|, the older view's ring, kept in the source data only
+    assert (int(ringed["layer"].iloc[0]), int(ringed["head"].iloc[0])) == (0, 3)
+    older = b_sva[b_sva["is_largest_abs_head"]]
+    assert (int(older["layer"].iloc[0]), int(older["head"].iloc[0])) == (2, 1)
+    share = ringed["top_head_share"].iloc[0]
+    assert share == pytest.approx(1.2 / np.abs(E5[("b", "sva")]).sum())
 
 
 def test_figure5_refuses_a_panel_without_its_lane_row(figure5_inputs):

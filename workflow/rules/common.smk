@@ -110,6 +110,8 @@ PATHS = {
         "figure_svg": "figures/{figure}.svg",
         "figure_csv": "figures/{figure}.csv",
         "figure_sources": "figures/{figure}.sources.json",
+        # issue 14: the results catalog
+        "catalog": "catalog.parquet",
     }.items()
 }
 
@@ -124,8 +126,10 @@ def benchmark_of(*parts):
 
 def per_run(result, runs, tasks=TASKS):
     """PATHS[result] of every run (× task where it has one), run by run; None: one file."""
-    if runs is None:
-        return [PATHS[result]]
+    if runs is None:  # one cross-run file (one per task where the template has {task})
+        return [PATHS[result].format(task=t) for t in tasks] if "{task}" in PATHS[result] else [
+            PATHS[result]
+        ]
     tasks = tasks if "{task}" in PATHS[result] else [None]
     return [PATHS[result].format(model=m, seed=s, task=t) for m, s in runs for t in tasks]
 
@@ -162,7 +166,7 @@ def paper_inputs(wildcards):
     return {kind: per_run(result, runs) for kind, (result, runs) in wanted.items()}
 
 
-def final_outputs():
+def final_outputs(catalog=True):
     """The paper tables and figures the study can make (STUDY.tables, STUDY.figures), the
     parameter counts and the §12 outputs (per run and task, paired, loss vs N_eff)."""
     tables = [
@@ -182,9 +186,15 @@ def final_outputs():
     cross_model = [PATHS["loss"], PATHS["spearman"]]
     # issue 10 (§5.1): the exclusivity Parquets (Table 1's "geometric exclusivity" inputs)
     exclusivity = [PATHS["exclusivity"]] if STUDY.leakage_runs else []
+    # issue 14: the document's tables (one job) and the catalog of every artifact
+    document = [
+        PATHS[f"table_{x}"].format(table=t)
+        for t in STUDY.document_tables
+        for x in ("md", "csv", "tex")
+    ]
     return (
         tables + figures + [PATHS["param_counts"]] + per_run_task + pairs + cross_model
-        + exclusivity
+        + exclusivity + document + ([PATHS["catalog"]] if catalog else [])
     )
 
 
@@ -270,3 +280,61 @@ def dynamics_inputs(wildcards):
         "geometry": [PATHS["step_geometry_summary"].format(**run, step=s) for s in steps]
         + [PATHS["geometry_summary"].format(**run)],
     }
+
+
+# ------------------------------------------------------------------ document (issue 14)
+def section_of(name):
+    """The report category of a paper table or figure: its paper section."""
+    from headgeom.paper.selections import OUTPUT_SECTIONS
+
+    return OUTPUT_SECTIONS.get(name, "Other")
+
+
+def report_section(wildcards):
+    """Report category function of the make_table and make_figure outputs."""
+    return section_of(wildcards.get("table", wildcards.get("figure")))
+
+
+def document_inputs(wildcards):
+    """Every Parquet of every table of rule make_document, keyed <table>__<kind>."""
+    return {
+        f"{table}__{kind}": per_run(result, runs)
+        for table in STUDY.document_tables
+        for kind, (result, runs) in STUDY.paper_inputs(table).items()
+    }
+
+
+def document_input_args(wildcards, input):
+    """`--input TABLE:KIND PATH...` for every non-empty named input of make_document."""
+    groups = []
+    for key in input.keys():
+        paths = input[key]
+        paths = [paths] if isinstance(paths, str) else list(paths)
+        if paths:
+            groups.append(f"--input {key.replace('__', ':', 1)} " + " ".join(paths))
+    return " ".join(groups)
+
+
+def catalog_templates(wildcards):
+    """Canonical JSON {path template: rule} of every output template of the workflow's
+    rules under the study's results (logs and benchmarks are not artifacts), for the
+    catalog."""
+    from snakemake.io import strip_wildcard_constraints
+
+    found = {}
+    for producer in workflow.rules:
+        for template in producer.output:
+            template = strip_wildcard_constraints(str(template))
+            if template.startswith(R + "/") and template not in found:
+                found[template] = producer.name
+    return json.dumps(found, sort_keys=True, separators=(",", ":"))
+
+
+def folder_of(name):
+    """A params function: the folder of output ``name`` (its first file)."""
+
+    def folder(wildcards, output):
+        files = output[name]
+        return str(Path(files if isinstance(files, str) else files[0]).parent)
+
+    return folder

@@ -83,6 +83,8 @@ rule concentration_loss:
         models=json_param(STUDY.concentration_models()),
         base_n_head=STUDY.stage("architecture")["n_head"],
         loss_models=json_param(STUDY.loss_models),
+        paper_runs=json_param(STUDY.patching_summary_runs),
+        figure3_runs=json_param(STUDY.selection("figure3")),
     threads: STUDY.threads("concentration_loss")
     resources:
         **STUDY.resources("concentration_loss", mem_mb=1000, runtime=10),
@@ -92,5 +94,6 @@ rule concentration_loss:
         "python src/concentration_loss.py --robustness {input.robustness} "
         "--manifests {input.manifests} --models {params.models:q} "
         "--base-n-head {params.base_n_head} --split {params.split} "
-        "--loss-models {params.loss_models:q} --out-loss {output.loss} "
+        "--loss-models {params.loss_models:q} --paper-runs {params.paper_runs:q} "
+        "--figure3-runs {params.figure3_runs:q} --out-loss {output.loss} "
         "--out-spearman {output.spearman} 2> {log}"

@@ -9,7 +9,8 @@ rule make_table:
         md=report(
             PATHS["table_md"],
             caption="../report/tables.rst",
-            category="Tables",
+            category=report_section,
+            subcategory="Tables",
             labels={"table": "{table}"},
         ),
         csv=PATHS["table_csv"],
@@ -41,7 +42,8 @@ rule make_figure:
         png=report(
             PATHS["figure_png"],
             caption="../report/figures.rst",
-            category="Figures",
+            category=report_section,
+            subcategory="Figures",
             labels={"figure": "{figure}"},
         ),
         svg=PATHS["figure_svg"],

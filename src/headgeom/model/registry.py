@@ -184,3 +184,11 @@ def build_model(model_config: Mapping[str, Any], n_vocab: int | None = None) -> 
         model_config = {**model_config, "n_vocab": int(n_vocab)}
     cfg = config_from_dict(model_config)
     return architecture(cfg.architecture).model(cfg)
+
+
+# --------------------------------------------------------------------------- issue 14
+def is_base_architecture(name: str) -> bool:
+    """A model of the study's base (GPT) architecture: False for the softmax-free
+    multiscreen controls, which the paper's 19-configuration summaries leave out (docs §6.7:
+    57 model–task pairs = 19 configurations × 3 tasks)."""
+    return geometry(name).architecture == gpt_config.ARCHITECTURE

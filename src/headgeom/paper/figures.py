@@ -313,37 +313,66 @@ def figure3_data(inputs: Inputs) -> pd.DataFrame:
     return frame[["label", "display_name", "corpus", *FIGURE3_COLUMNS]].reset_index(drop=True)
 
 
+def _configuration_labels(data: pd.DataFrame) -> dict[str, str]:
+    """model -> the label of its bar: the run label of a one-seed model, else its display
+    name (with the model key where two models share a display name)."""
+    out = {}
+    names = data.drop_duplicates("model").set_index("model")["display_name"]
+    for model, rows in data.groupby("model", sort=False):
+        if rows["seed"].nunique() == 1:
+            out[model] = str(rows["label"].iloc[0])
+        else:
+            name = names[model]
+            shared = (names == name).sum() > 1
+            out[model] = f"{name} [{model}]" if shared else str(name)
+    return out
+
+
 def figure3(data: pd.DataFrame) -> Figure:
-    """Grouped bars: tasks on x, one bar per model; error bars = bootstrap interval where
-    the data have one."""
-    labels = list(dict.fromkeys(data["label"]))
+    """Grouped bars: tasks on x, one bar per configuration (model); error bars = bootstrap
+    interval where the data have one. A model with several seeds shows the seed spread: the
+    bar is the seed mean and each seed is a dot with its own bootstrap interval."""
+    labels = _configuration_labels(data)
+    models = list(labels)
     tasks = [t for t in TASK_ORDER if t in set(data["task"])]
-    n = len(labels)
+    n = len(models)
     width = 0.8 / n
     fig = Figure(figsize=(max(7.5, 2.8 + 0.42 * n * len(tasks)), 4.6), layout="constrained")
     ax = fig.subplots()
     palette = sns.color_palette("colorblind", n)
     top = 0.0
-    for i, label in enumerate(labels):
-        rows = data[data["label"] == label].set_index("task").reindex(tasks)
+    any_seeds = False
+    for i, model in enumerate(models):
+        runs = data[data["model"] == model]
+        seeds = list(dict.fromkeys(runs["seed"]))
         x = np.arange(len(tasks)) - 0.4 + width * (i + 0.5)
-        y = rows["N_eff"].to_numpy(dtype=float)
-        ax.bar(x, y, width * 0.92, color=palette[i], label=label)
-        low = rows["N_eff_ci_low"].to_numpy(dtype=float)
-        high = rows["N_eff_ci_high"].to_numpy(dtype=float)
-        has_ci = np.isfinite(low) & np.isfinite(high)
-        if has_ci.any():
-            yerr = np.vstack([y - low, high - y])[:, has_ci]
-            ax.errorbar(
-                x[has_ci],
-                y[has_ci],
-                yerr=yerr,
-                fmt="none",
-                ecolor="black",
-                elinewidth=1.0,
-                capsize=2.5,
-            )
-        ends = np.where(has_ci, high, y)
+        by_task = runs.groupby("task")["N_eff"].mean().reindex(tasks)
+        y = by_task.to_numpy(dtype=float)
+        ax.bar(x, y, width * 0.92, color=palette[i], label=labels[model])
+        if len(seeds) == 1:
+            rows = runs.set_index("task").reindex(tasks)
+            low = rows["N_eff_ci_low"].to_numpy(dtype=float)
+            high = rows["N_eff_ci_high"].to_numpy(dtype=float)
+            has_ci = np.isfinite(low) & np.isfinite(high)
+            if has_ci.any():
+                yerr = np.vstack([y - low, high - y])[:, has_ci]
+                ax.errorbar(x[has_ci], y[has_ci], yerr=yerr, fmt="none", ecolor="black",
+                            elinewidth=1.0, capsize=2.5)  # fmt: skip
+            ends = np.where(has_ci, high, y)
+        else:  # the seed spread: one dot per seed, with its own bootstrap interval
+            any_seeds = True
+            offsets = np.linspace(-0.28, 0.28, len(seeds)) * width
+            ends = y.copy()
+            for seed, dx in zip(seeds, offsets, strict=True):
+                rows = runs[runs["seed"] == seed].set_index("task").reindex(tasks)
+                ys = rows["N_eff"].to_numpy(dtype=float)
+                low = rows["N_eff_ci_low"].to_numpy(dtype=float)
+                high = rows["N_eff_ci_high"].to_numpy(dtype=float)
+                yerr = np.vstack([ys - np.where(np.isfinite(low), low, ys),
+                                  np.where(np.isfinite(high), high, ys) - ys])  # fmt: skip
+                ax.errorbar(x + dx, ys, yerr=yerr, fmt="o", ms=3.2, color="black",
+                            ecolor="black", elinewidth=0.8, capsize=1.5, zorder=3)  # fmt: skip
+                ends = np.fmax(ends, np.where(np.isfinite(high), high, ys))
         for xi, yi, end in zip(x, y, ends, strict=True):
             if np.isfinite(yi):
                 ax.annotate(
@@ -356,6 +385,9 @@ def figure3(data: pd.DataFrame) -> Figure:
                     fontsize=7,
                 )
         top = max(top, float(np.nanmax(ends)))
+    if any_seeds:
+        ax.errorbar([], [], yerr=[], fmt="o", ms=3.2, color="black",
+                    label="seeds (bar: seed mean)")  # fmt: skip
     ax.set_xticks(np.arange(len(tasks)), [TASK_TITLES[t] for t in tasks])
     ax.set_xlim(-0.5, len(tasks) - 0.5)
     ax.set_ylim(0, 1.12 * top if top > 0 else 1)
@@ -442,7 +474,8 @@ def figure4_spearman(data: pd.DataFrame) -> dict[str, tuple[float, int]]:
 
 def figure4(data: pd.DataFrame) -> Figure:
     """Scatter: x = validation loss, y = geometric-mean N_eff; marker = reader type, open
-    markers = flagged head count; Spearman correlations in the title."""
+    markers = flagged head count; the seeds of a model joined by a line, their mean a cross;
+    Spearman correlations (over every plotted run) in the title."""
     fig = Figure(figsize=(6.8, 5.0), layout="constrained")
     ax = fig.subplots()
     for (reader, flagged), rows in data.groupby(["reader_type", "flagged"], sort=True):
@@ -459,6 +492,18 @@ def figure4(data: pd.DataFrame) -> Figure:
             label=label,
             zorder=3,
         )
+    # the seed spread: a line joins the seeds of one model, a cross marks their mean
+    spread = False
+    for _, rows in data.groupby("model", sort=False):
+        if len(rows) > 1:
+            spread = True
+            order = rows.sort_values("val_loss")
+            ax.plot(order["val_loss"], order["N_eff_geomean"], color="grey", lw=1.0, zorder=2)
+            ax.plot(rows["val_loss"].mean(), rows["N_eff_geomean"].mean(), marker="x",
+                    color="black", ms=6, mew=1.2, ls="none", zorder=4)  # fmt: skip
+    if spread:
+        ax.plot([], [], color="grey", lw=1.0, marker="x", mec="black",
+                label="seeds of one model (×: seed mean)")  # fmt: skip
     ax.margins(x=0.15, y=0.12)
     rho = figure4_spearman(data)
 
@@ -528,8 +573,9 @@ FIGURE5_EVAL = results.EVAL.columns("model", "seed", "task", "split", "margin")
 
 def figure5_data(inputs: Inputs) -> pd.DataFrame:
     """Per (model, seed, task, layer, head): e_{l,h} on the lanes' split (discovery), with
-    per panel the top head (argmax |e|), its share of E, N_eff, Λ with its p, and the base
-    (clean) logit difference on that split."""
+    per panel the ringed head (largest drop: argmax of the signed e) and e/E of it, the
+    largest-|e| head of the older view (``is_largest_abs_head``), N_eff, Λ with its p, and
+    the base (clean) logit difference on that split."""
     runs = read_runs(need_kind(inputs, "runs", "figure5"))
     lanes = read_kind(need_kind(inputs, "lanes", "figure5"), FIGURE5_LANES, "figure5")
     split = _single(lanes["split"], "the lanes' split")
@@ -541,12 +587,15 @@ def figure5_data(inputs: Inputs) -> pd.DataFrame:
     for _, rows in heads.groupby(["model", "seed", "task"], sort=False):
         e = effect_matrix(rows)
         stats = concentration(e)
-        layer, head = stats["top_head"] if stats["top_head"] is not None else (-1, -1)
+        layer, head = largest_drop(e)
+        abs_layer, abs_head = stats["top_head"] if stats["top_head"] is not None else (-1, -1)
         panels.append(
             rows.assign(
                 asinh_e=np.arcsinh(rows["e"] / ASINH_WIDTH),
                 is_top_head=(rows["layer"] == layer) & (rows["head"] == head),
-                top_head_share=stats["top_head_share"],
+                top_head_share=e[layer, head] / stats["E"] if stats["E"] else np.nan,
+                # the older view (ring on the largest |e|), kept in the source data only
+                is_largest_abs_head=(rows["layer"] == abs_layer) & (rows["head"] == abs_head),
                 N_eff=stats["N_eff"],
                 E=stats["E"],
             )
@@ -561,6 +610,15 @@ def figure5_data(inputs: Inputs) -> pd.DataFrame:
     rank = frame["task"].map({t: i for i, t in enumerate(TASK_ORDER)})
     frame = frame.assign(_t=rank).sort_values(["order", "_t", "layer", "head"])
     return frame.drop(columns=["order", "_t", "label_repository"]).reset_index(drop=True)
+
+
+def largest_drop(e: np.ndarray) -> tuple[int, int]:
+    """(layer, head) of the largest signed effect e (the largest drop of the logit
+    difference, paper Figure 5's ring); the first in row-major order on ties."""
+    if not np.isfinite(e).any():
+        raise ValueError("figure5: a panel has no finite effect")
+    layer, head = np.unravel_index(int(np.nanargmax(e)), e.shape)
+    return int(layer), int(head)
 
 
 def _attach(frame: pd.DataFrame, other: pd.DataFrame, what: str) -> pd.DataFrame:
@@ -597,7 +655,7 @@ def colourbar_ticks(vmax: float) -> list[float]:
 def figure5(data: pd.DataFrame) -> Figure:
     """Heat maps of e_{l,h}: one row of panels per model, one column per task; layer 0 at
     the bottom, head index on x; red = patch hurts (e > 0), blue = helps; one asinh colour
-    scale for all panels; the top head (largest |e|) circled."""
+    scale for all panels; the head with the largest drop (largest signed e) circled."""
     labels = list(dict.fromkeys(data["label"]))
     tasks = [t for t in TASK_ORDER if t in set(data["task"])]
     n_layer, n_head = int(data["layer"].max()) + 1, int(data["head"].max()) + 1
@@ -647,7 +705,7 @@ def figure5(data: pd.DataFrame) -> Figure:
     )
     split = _single(data["split"], "split")
     fig.suptitle(
-        f"Figure 5 — per-head patch effects e_(l,h) ({split} split); ○ largest |e|",
+        f"Figure 5 — per-head patch effects e_(l,h) ({split} split); ○ largest drop (max e)",
         fontsize=11,
     )
     return fig

@@ -48,8 +48,31 @@ PAPER_SELECTIONS: dict[str, list[list[str]]] = {
         ["all-rotated-self"],
     ],
 }
+# issue 14: Table 2's ten rows (docs §6.1: rows 1, 4, 6, 7, 3, 8, 9, 10, 11, 12, both
+# corpora, seed 42 shown) and Figure 7's eight free-reader models (rows 1–8, every seed).
+PAPER_SELECTIONS["table2"] = [
+    ["learned"],
+    ["write-common-axis"],
+    ["write-common"],
+    ["write-rotated"],
+    ["read-common"],
+    ["all-common-axis"],
+    ["all-rotated"],
+    ["all-rotated-self"],
+]
+PAPER_SELECTIONS["figure7"] = [
+    ["learned"],
+    ["write-common-axis"],
+    ["write-common"],
+    ["write-rotated"],
+]
+#: Selections drawn from every corpus (the others: corpus S where the study names corpora).
+ALL_CORPORA = {"table2", "figure7"}
+#: Selections of free-reader models only (the registry's reader kind; docs §14.1: a block
+#: reader's V read space is its write space by construction).
+FREE_READERS_ONLY = {"figure7"}
 #: Figure 5 draws one checkpoint per model (the first configured seed).
-FIRST_SEED_ONLY = {"figure5", "figure8"}
+FIRST_SEED_ONLY = {"figure5", "figure8", "table2"}
 #: The corpus the paper's selections are drawn from when a study names corpora (§12.2).
 SELECTION_CORPUS = "S"
 
@@ -60,11 +83,12 @@ def select_models(models: Mapping[str, Mapping], name: str) -> list[tuple[str, i
     of the first geometry of the slot that the study has."""
     if name not in PAPER_SELECTIONS:
         raise ValueError(f"no paper selection for {name!r}; known: {sorted(PAPER_SELECTIONS)}")
-    with_corpus = any("corpus" in spec for spec in models.values())
+    with_corpus = any("corpus" in spec for spec in models.values()) and name not in ALL_CORPORA
     eligible = {
         m: spec
         for m, spec in models.items()
-        if not with_corpus or spec.get("corpus") == SELECTION_CORPUS
+        if (not with_corpus or spec.get("corpus") == SELECTION_CORPUS)
+        and (name not in FREE_READERS_ONLY or registry.reader_kind(spec["geometry"]) == "free")
     }
     chosen = []
     for slot in PAPER_SELECTIONS[name]:
@@ -102,7 +126,7 @@ PAPER_INPUTS: dict[str, dict[str, tuple[str, str | None]]] = {
         "lanes": ("lanes", "selection"),
         "eval": ("eval", "selection"),
     },
-    "figure7": {"geometry": ("geometry_summary", "runs")},
+    "figure7": {"geometry": ("geometry_summary", "selection")},
     # issue 11 (clamps, docs §13.3, §15.3): the run sets are headgeom.study.Study.clamp_runs
     "figure6de": {"runs": ("train_log", "clamp_pairs"), "pairs": ("clamp_pairs", "clamp_pairs")},
     "figure8": {
@@ -270,3 +294,95 @@ PAPER_INPUTS.update(
 )  # fmt: skip
 PAPER_TABLES = (*PAPER_TABLES, "dynamics", "scalar_ablation")
 PAPER_FIGURES = (*PAPER_FIGURES, "figure6abc")
+
+# ----------------------------------------------------------------------------- document (issue 14)
+#: Tables built together in one job (rule make_document: one Python start for all of them),
+#: each a builder of headgeom.paper.document. Wiring a new one in: its name here, its
+#: builder in headgeom.paper.document.BUILDERS, its inputs in PAPER_INPUTS, its section in
+#: OUTPUT_SECTIONS.
+DOCUMENT_TABLES = ("table1", "table2_all_runs", "table4", "counts", "seeds", "comparison")
+PAPER_INPUTS.update(
+    {
+        "table2": {
+            "runs": ("train_log", "selection"),
+            "all_runs": ("train_log", "runs"),
+        },
+        "table2_all_runs": {
+            "runs": ("train_log", "runs"),
+            "geometry": ("geometry_summary", "runs"),
+        },
+        "table1": {
+            "runs": ("train_log", "runs"),
+            "summaries": ("summary", "runs"),
+            "robustness": ("robustness", "runs"),
+            "lanes": ("lanes", "runs"),
+            "exclusivity": ("exclusivity", "exclusivity"),
+            "clamp_pairs": ("clamp_pairs", "clamp_pairs"),
+            "clamp_lumped": ("clamp_lumped", "clamp_lumped"),
+            # issue 13 (docs §15.2) wires in: "coordinates": (<its result>, <its runs>)
+        },
+        "table4": {"runs": ("train_log", "runs")},
+        "counts": {
+            "runs": ("train_log", "runs"),
+            "summaries": ("summary", "runs"),
+            "conditions": ("conditions", "pairs"),
+            "paired": ("paired", "paired_tasks"),
+        },
+        "seeds": {
+            "runs": ("train_log", "runs"),
+            "summaries": ("summary", "runs"),
+            "lanes": ("lanes", "runs"),
+            "eval": ("eval", "runs"),
+        },
+        "comparison": {
+            "runs": ("train_log", "runs"),
+            "summaries": ("summary", "runs"),
+            "robustness": ("robustness", "runs"),
+            "conditions": ("conditions", "pairs"),
+            "logo": ("logo", "runs"),
+            "eval": ("eval", "runs"),
+            "lanes": ("lanes", "runs"),
+            "heads": ("heads", "runs"),
+            "geometry": ("geometry_summary", "runs"),
+            "paired": ("paired", "paired_tasks"),
+            "spearman": ("spearman", None),
+            "loss": ("loss", None),
+            "exclusivity": ("exclusivity", "exclusivity"),
+            "clamp_pairs": ("clamp_pairs", "clamp_pairs"),
+            "clamp_paths": ("clamp_paths", "clamps"),
+            "clamp_lumped": ("clamp_lumped", "clamp_lumped"),
+        },
+    }
+)
+#: The paper section each table and figure belongs to: the report's categories and
+#: Table 4's "sections used" (a run is used by a section when an output of it reads the run).
+OUTPUT_SECTIONS: dict[str, str] = {
+    "table1": "Summary",
+    "comparison": "Summary",
+    "table2": "§4 Setup",
+    "table2_all_runs": "§4 Setup",
+    "table4": "§4 Setup",
+    "table5": "§4 Setup",
+    "figure1": "§4 Setup",
+    "leakage": "§5.1 Exclusivity",
+    "figure2": "§5.1 Exclusivity",
+    "table3": "§5.2 Concentration",
+    "table6": "§5.2 Concentration",
+    "figure3": "§5.2 Concentration",
+    "figure4": "§5.2 Concentration",
+    "counts": "§5.2 Concentration",
+    "seeds": "§5.2 Concentration",
+    "lanes": "§5.3 Lanes",
+    "lane_heads": "§5.3 Lanes",
+    "figure5": "§5.3 Lanes",
+    "figure6de": "§5.3 Lanes",
+    "clamps": "§5.3 Lanes",
+    "figure7": "§5.4 Self-alignment",
+    "figure8": "App. B",
+    # issue 12: training dynamics (docs §13.2, §13.4 lanes; §14.2, §14.4, §14.5 self-alignment)
+    "figure6abc": "§5.3 Lanes",
+    "dynamics": "§5.3 Lanes",
+    "scalar_ablation": "§5.4 Self-alignment",
+}
+#: Outputs that summarise others; they do not make a run "used by" their section.
+SUMMARY_OUTPUTS = {"table1", "comparison", "table2_all_runs", "table4", "seeds", "table6", "table5"}
