@@ -1627,20 +1627,127 @@ for _section, _metric, _model, _text, _lo, _hi, _kind in (
         "coordinates",
     ),
     ("§20.6", "ACDC edges into attention (threshold 0.001)", "all-rotated", "22", 22, 22, "acdc"),
-    ("§20.4", "SVA accuracy by step 4,096", "write-common (R)", "~97%", 0.97, 0.97, "dynamics"),
-    (
-        "§20.5",
-        "own-best fraction at step 4,096",
-        "write-common (R)",
-        "0.56",
-        0.56,
-        0.56,
-        "dynamics",
-    ),
-    ("§20.4", "task-gradient adjacent-layer cosine", "all", "0.79–0.89", 0.79, 0.89, "gradients"),
-    ("§20.5", "scalar-part ablation larger than control", "15 cases", "13/15", 13, 13, "ablation"),
 ):
     register(_section, _metric, _model, _text, _lo, _hi, kinds=[_kind], compute=lambda c: None)
+
+
+# ----------------------------------------------------------------------------- dynamics (issue 12)
+# The paper's steps as fractions of its 65,536 training steps, matched to the run's nearest
+# checkpoint on a log scale: 4,096 = 1/16 of training, 256 = 1/256.
+PAPER_STEPS = 65536
+
+
+def _timeline_at(c: Context, fraction: float | None) -> pd.DataFrame:
+    """Timeline rows (every timeline run) at the checkpoint nearest ``fraction`` of training
+    on a log scale (None: the final checkpoint)."""
+    frame = c.frame("timeline")
+    if frame.empty:
+        return frame
+    rows = []
+    for _, run in frame.groupby(["model", "seed"]):
+        if fraction is None:
+            rows.append(run[run["is_final"]])
+            continue
+        final = int(run["step"].max())
+        steps = run.loc[run["step"] > 0, "step"]
+        target = fraction * final
+        nearest = steps.iloc[int(np.argmin(np.abs(np.log(steps / target))))]
+        rows.append(run[run["step"] == nearest])
+    return pd.concat(rows)
+
+
+def _timeline(column: str, fraction: float | None):
+    def compute(c: Context):
+        return _span(_timeline_at(c, fraction)[column].tolist())
+
+    return compute
+
+
+for _metric, _paper, _lo, _hi, _column, _fraction, _decimals in (
+    ("SVA accuracy at 1/16 of training (paper step 4,096)", "~97%", 0.97, 0.97, "sva_accuracy",
+     1 / 16, 0),
+    ("Λ SVA at 1/16 of training (paper step 4,096)", "0.127", 0.127, 0.127, "lambda_score",
+     1 / 16, 3),
+    ("own-best fraction at 1/64 of training (paper step 1,024)", "0.11", 0.11, 0.11,
+     "own_best_fraction", 1 / 64, 2),
+    ("own-best fraction at 1/16 of training (paper step 4,096)", "0.56", 0.56, 0.56,
+     "own_best_fraction", 1 / 16, 2),
+    ("own-best fraction, final", "0.64", 0.64, 0.64, "own_best_fraction", None, 2),
+    ("Λ SVA, final", "0.342", 0.342, 0.342, "lambda_score", None, 3),
+):  # fmt: skip
+    register(
+        "§20.4" if "Λ" in _metric or "accuracy" in _metric else "§20.5",
+        _metric,
+        "write-common (timeline runs)",
+        _paper,
+        _lo,
+        _hi,
+        kinds=["timeline"],
+        compute=_timeline(_column, _fraction),
+        decimals=_decimals,
+        percent=_column == "sva_accuracy",
+    )
+
+
+def _tau(column: str):
+    def compute(c: Context):
+        frame = c.frame("tau")
+        if frame.empty:
+            return None
+        return _span([float(frame[column].min()), float(frame[column].max())])
+
+    return compute
+
+
+register("§20.4", "task-gradient adjacent-layer cosine, all steps", "timeline runs", "0.79–0.89",
+         0.79, 0.89, kinds=["tau"], compute=_tau("adjacent_cosine_mean"))  # fmt: skip
+register("§20.4", "task-gradient same-index projected cosine, all steps",
+         "write-common (timeline runs)", "0.45–0.63", 0.45, 0.63, kinds=["tau"],
+         compute=_tau("same_index_cosine"))  # fmt: skip
+
+
+def _own_largest(first_step: bool):
+    """Share of heads whose own V-gradient trace is the largest, at step 0 or at the first
+    traced step after it (the paper's step 256 = 1/256 of training)."""
+
+    def compute(c: Context):
+        frame = c.frame("value_gradients")
+        if frame.empty:
+            return None
+        traced = sorted(frame.loc[~frame["is_final"], "step"].unique())
+        later = [s for s in traced if s > 0]
+        step = 0 if first_step else (later[0] if later else None)
+        rows = frame[frame["step"] == step]
+        return float(rows["own_largest"].mean()) if len(rows) else None
+
+    return compute
+
+
+register("§20.5", "V-gradient own trace largest, step 0", "timeline runs", "6–7%", 0.06, 0.07,
+         kinds=["value_gradients"], compute=_own_largest(True), percent=True)  # fmt: skip
+register("§20.5", "V-gradient own trace largest, first traced step (paper 256)", "timeline runs",
+         "77–78%", 0.77, 0.78, kinds=["value_gradients"], compute=_own_largest(False),
+         percent=True)  # fmt: skip
+
+
+def _scalar_hurts_more(c: Context):
+    """Share of (run, task) cases where removing the scalar part drops the margin more than
+    the mean of its equal-norm random controls (paper: 13 of 15)."""
+    frame = c.frame("scalar_ablation")
+    if frame.empty:
+        return None
+    cases = frame.groupby(["model", "seed", "task"])
+    more = [
+        float(g.loc[g["kind"] == "scalar", "drop"].mean())
+        > float(g.loc[g["kind"] == "random", "drop"].mean())
+        for _, g in cases
+    ]
+    return float(np.mean(more))
+
+
+register("§20.5", "scalar-part ablation hurts more than its random control (share of cases)",
+         "ablation runs", "13/15 = 0.87", 13 / 15, 13 / 15, kinds=["scalar_ablation"],
+         compute=_scalar_hurts_more, decimals=2)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- the table

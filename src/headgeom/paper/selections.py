@@ -351,6 +351,11 @@ PAPER_INPUTS.update(
             "clamp_pairs": ("clamp_pairs", "clamp_pairs"),
             "clamp_paths": ("clamp_paths", "clamps"),
             "clamp_lumped": ("clamp_lumped", "clamp_lumped"),
+            # issue 12
+            "timeline": ("timeline", "dynamics_timeline"),
+            "tau": ("tau", "dynamics_timeline"),
+            "value_gradients": ("value_gradients", "dynamics_timeline"),
+            "scalar_ablation": ("scalar_ablation", "dynamics_ablation"),
         },
     }
 )
