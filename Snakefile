@@ -32,6 +32,7 @@ include: "workflow/rules/lanes.smk"
 include: "workflow/rules/clamps.smk"
 include: "workflow/rules/geometry.smk"
 include: "workflow/rules/tables.smk"
+include: "workflow/rules/ablation.smk"  # issue 16
 
 
 rule all:

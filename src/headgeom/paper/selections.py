@@ -239,3 +239,22 @@ CLAMP_DEFAULTS: dict[str, tuple[str, ...]] = {
 }
 #: Paper outputs whose models are clamp runs: name -> Study.clamp_runs kind.
 CLAMP_OUTPUTS = {"figure6de": "pairs", "figure8": "figure8", "clamps": "all"}
+
+
+# ----------------------------------------------------------------------------- ablation (issue 16)
+#: The block ablation atlas (table and figure) and the mode-comparison table; run sets
+#: ``ablation_atlas`` and ``ablation_modes`` are headgeom.study.Study.atlas_runs / mode_runs.
+PAPER_INPUTS.update(
+    {
+        "ablation_atlas": {
+            "runs": ("train_log", "ablation_atlas"),
+            "atlas": ("ablation_atlas", "ablation_atlas"),
+        },
+        "ablation_modes": {
+            "runs": ("train_log", "ablation_modes"),
+            "modes": ("ablation_modes", None),
+        },
+    }
+)
+PAPER_TABLES = (*PAPER_TABLES, "ablation_atlas", "ablation_modes")
+PAPER_FIGURES = (*PAPER_FIGURES, "ablation_atlas")
