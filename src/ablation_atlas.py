@@ -38,11 +38,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--n-eval-windows", type=int, default=64, help="windows for the measures")
     p.add_argument("--batch-size", type=int, default=16, help="windows per forward")
     p.add_argument("--max-rows", type=int, default=1024, help="edits × inputs per forward")
+    p.add_argument("--n-retention", type=int, default=0,
+                   help="first N evaluation prompts of each task for retention (0: all)")  # fmt: skip
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--out-means", required=True, help="means artifact (.safetensors)")
     p.add_argument("--out-atlas", required=True, help="atlas Parquet")
     args = p.parse_args(argv)
+    if args.n_retention < 0:
+        p.error(f"--n-retention must be at least 0, got {args.n_retention}")
     for name in ("n_mean_windows", "n_eval_windows", "batch_size", "max_rows"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
@@ -85,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.tasks:
         task = read_task(path, ["evaluation"])
         task_sha[task.name] = task.file_sha256
-        inputs = model_inputs(task.frame, vocab)
+        inputs = model_inputs(task.frame.head(args.n_retention or None), vocab)
         tasks.append(ablation.TaskPrompts(task.name, inputs.clean_ids, inputs.correct,
                                           inputs.incorrect))  # fmt: skip
     n_edits = len(ablation.atlas_edits(model)) * -(-args.n_eval_windows // args.batch_size)
@@ -104,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         "eval_windows": f"validation windows {args.n_mean_windows}.."
         f"{args.n_mean_windows + args.n_eval_windows - 1}",
         "task_files_sha256": task_sha,
+        "retention_prompts": {t.name: len(t.clean_ids) for t in tasks},
         **baseline,
         "batch_size": args.batch_size,
         "max_rows": args.max_rows,

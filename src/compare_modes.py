@@ -7,7 +7,7 @@ Each ``--input`` gives one (run, task)'s concentration summary, heads and lanes 
 one mode (src/concentration.py and src/lanes.py on that mode's effects). Writes one row per
 (model, seed, task, mode): N_eff, E, top-head share, N_index × N_layer|index, Λ, and against
 the base mode the Spearman ρ of per-head effects and the N_eff and E ratios
-(headgeom.analysis.ablation.mode_comparison).
+(headgeom.analysis.ablation_modes.mode_comparison).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from headgeom import results
-from headgeom.analysis.ablation import mode_comparison
+from headgeom.analysis.ablation_modes import mode_comparison
 from headgeom.hashing import sha256_file
 from headgeom.io import metadata_text, read_parquet_metadata
 

@@ -925,6 +925,7 @@ from matplotlib.colors import LogNorm  # noqa: E402
 from headgeom.paper.tables import ATLAS_COLUMNS, BLOCK_ORDER  # noqa: E402
 
 ATLAS_ABLATIONS = ("zero", "mean")
+CONSTANT_PART_AREA = 320.0  # marker area (points²) of a constant part of 1
 
 
 def ablation_atlas_data(inputs: Inputs) -> pd.DataFrame:
@@ -946,8 +947,8 @@ def ablation_atlas_data(inputs: Inputs) -> pd.DataFrame:
 
 def ablation_atlas(data: pd.DataFrame) -> Figure:
     """Layers × blocks per model, zero ablation beside mean ablation: colour = KL(original ‖
-    edited) in nats (log scale, shared), circle area = the write's constant part (a full
-    cell-wide circle: a fixed bias)."""
+    edited) in nats (log scale, shared), circle area ∝ the write's constant part (the
+    largest circle, of area :data:`CONSTANT_PART_AREA`: a fixed bias)."""
     runs = list(dict.fromkeys(zip(data["model"], data["seed"], strict=True)))
     kl = data["kl"][data["kl"] > 0]
     norm = LogNorm(vmin=max(float(kl.min()), float(kl.max()) * 1e-4), vmax=float(kl.max()))
@@ -967,10 +968,9 @@ def ablation_atlas(data: pd.DataFrame) -> Figure:
             grid[part["layer"].to_numpy(), x] = part["kl"].clip(lower=norm.vmin).to_numpy()
             const[part["layer"].to_numpy(), x] = part["constant_part"].to_numpy()
             image = ax.imshow(grid, cmap="viridis", norm=norm, aspect="auto", origin="lower")
-            for (li, ci), c in np.ndenumerate(const):
-                if not np.isnan(c) and c > 0:
-                    ax.add_patch(Circle((ci, li), 0.45 * math.sqrt(c), fill=False,
-                                        edgecolor="white", linewidth=1.2))  # fmt: skip
+            li, ci = np.nonzero(np.nan_to_num(const) > 0)
+            ax.scatter(ci, li, s=CONSTANT_PART_AREA * const[li, ci], facecolors="none",
+                       edgecolors="white", linewidths=1.2)  # fmt: skip
             ax.set_xticks(range(len(columns)), columns, fontsize=7)
             ax.set_yticks(range(n_layer), [f"L{i}" for i in range(n_layer)], fontsize=7)
             label = rows["label"].iloc[0]
