@@ -38,8 +38,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--n-eval-windows", type=int, default=64, help="windows for the measures")
     p.add_argument("--batch-size", type=int, default=16, help="windows per forward")
     p.add_argument("--max-rows", type=int, default=1024, help="edits × inputs per forward")
-    p.add_argument("--n-retention", type=int, default=0,
-                   help="first N evaluation prompts of each task for retention (0: all)")  # fmt: skip
+    p.add_argument(
+        "--n-retention", type=int, default=0, help="first N evaluation prompts per task (0: all)"
+    )
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--out-means", required=True, help="means artifact (.safetensors)")
@@ -95,7 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     n_edits = len(ablation.atlas_edits(model)) * -(-args.n_eval_windows // args.batch_size)
     with tqdm(total=n_edits, desc="ablate", unit="edit", file=sys.stderr) as bar:
         atlas, baseline = ablation.block_atlas(
-            model, means, eval_windows, tasks, args.batch_size, args.max_rows,
+            model,
+            means,
+            eval_windows,
+            tasks,
+            args.batch_size,
+            args.max_rows,
             progress=bar.update,
         )
     atlas = atlas.assign(model=manifest["model_name"], seed=int(manifest["init_seed"]))
@@ -117,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     results.ABLATION_ATLAS.write(args.out_atlas, atlas, metadata)
     top = atlas[atlas["ablation"] == "zero"].nlargest(3, "kl")
-    print(f"largest zero-ablation KL: {list(zip(top['label'], top['kl'].round(3)))}",
-          file=sys.stderr)  # fmt: skip
+    largest = list(zip(top["label"], top["kl"].round(3), strict=True))
+    print(f"largest zero-ablation KL: {largest}", file=sys.stderr)
     return 0
 
 

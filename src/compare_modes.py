@@ -1,7 +1,8 @@
 """Concentration per head-patching ablation mode, side by side (issue 16, docs §10.6).
 
     python src/compare_modes.py --split evaluation --base-mode resample \\
-        --input resample SUMMARY HEADS LANES --input mean SUMMARY HEADS LANES ... --out modes.parquet
+        --input resample SUMMARY HEADS LANES --input mean SUMMARY HEADS LANES ... \
+        --out modes.parquet
 
 Each ``--input`` gives one (run, task)'s concentration summary, heads and lanes Parquets of
 one mode (src/concentration.py and src/lanes.py on that mode's effects). Writes one row per

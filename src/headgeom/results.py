@@ -504,8 +504,7 @@ SUMMARY = ResultTable(
     "summary",
     _SUMMARY_SCHEMA,
     {
-        **{k: _STAT_DESCRIPTIONS[k]
-           for k in ("E", "N_eff", "top_head_share", "N_index", "N_layer_given_index")},
+        **{k: v for k, v in _STAT_DESCRIPTIONS.items() if k in _SUMMARY_SCHEMA.names},
         "top_layer": "layer of the head with the largest |e| (first in row-major order on ties)",
         "top_head": "head index of that head",
     },
@@ -1149,8 +1148,10 @@ ABLATION_MODES = ResultTable(
         ],
     ),
     {
-        **{k: _STAT_DESCRIPTIONS[k]
-           for k in ("E", "N_eff", "top_head_share", "N_index", "N_layer_given_index")},
+        **{
+            k: _STAT_DESCRIPTIONS[k]
+            for k in ("E", "N_eff", "top_head_share", "N_index", "N_layer_given_index")
+        },
         "mode": "head-patching ablation mode: resample (reference prompt's z, the paper's), "
         "mean (the head's mean z over held-out validation positions) or zero",
         "base_mode": "the study's patching.mode, which the ratios and ρ compare against",
@@ -1167,3 +1168,4 @@ ABLATION_MODES = ResultTable(
     },
     "(model, seed, task, mode)",
 )
+TABLES.update({t.name: t for t in (ABLATION_ATLAS, ABLATION_MODES)})

@@ -704,7 +704,6 @@ class Study:
                 cfg[key] = self.models[model][key]
         return cfg
 
-
     # ------------------------------------------------------------------ ablation (issue 16)
     # patching.mode picks what a patched head's z becomes (resample | mean | zero); the
     # ablation block adds the mode comparison (ablation.modes on ablation.mode_models) and

@@ -47,7 +47,9 @@ def perturbed(model, seed):
 
 def tiny(geometry="learned", seed=0):
     torch.manual_seed(seed)
-    return perturbed(registry.build_model(zoo.derive_model_config(geometry, TINY, {}), N_VOCAB), seed)
+    return perturbed(
+        registry.build_model(zoo.derive_model_config(geometry, TINY, {}), N_VOCAB), seed
+    )
 
 
 def windows(n=6, T=12, seed=3):
@@ -63,7 +65,11 @@ def naive_logits(model, ids, skip=None, head=None):
     for layer, block in enumerate(model.blocks):
         if skip == ("head", layer):
             captured = {}
-            with model.hooks({site(layer, "attn.hook_z"): lambda z: captured.setdefault("z", z)}):
+
+            def keep(z, captured=captured):
+                captured["z"] = z
+
+            with model.hooks({site(layer, "attn.hook_z"): keep}):
                 out = block.attn(x)
             w_o = block.attn.writer.write_maps()[head]  # (D, d)
             x = x + (out - captured["z"][:, :, head] @ w_o.T)
@@ -295,3 +301,48 @@ def test_mode_comparison_by_hand():
     assert out.loc["zero", "N_eff_ratio"] == pytest.approx(1.5)
     assert out.loc["zero", "E_ratio"] == pytest.approx(1.0 / 4.5)
     assert out.loc["zero", "lambda_split"] == "discovery"
+
+
+# ----------------------------------------------------------------------------- the study
+def demo_config():
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    return yaml.safe_load((root / "config" / "config.yaml").read_text())
+
+
+def test_study_modes_runs_and_splits():
+    from headgeom.study import Study
+
+    study = Study.from_config(demo_config())
+    assert study.patch_mode == "resample"
+    assert study.comparison_modes == ["resample", "mean", "zero"]
+    assert study.mode_runs == [("learned", 42)]
+    assert len(study.atlas_runs) == 6 and ("learned", 43) not in study.atlas_runs
+    assert study.mode_splits == ["discovery", "evaluation"]  # lanes, concentration
+    assert "ablation_atlas" in study.tables and "ablation_atlas" in study.figures
+    cfg = demo_config()
+    cfg["patching"]["mode"] = "mean"
+    cfg["ablation"]["modes"] = ["resample", "mean"]
+    assert Study.from_config(cfg).comparison_modes == ["mean", "resample"]
+    cfg["ablation"]["modes"] = ["mean"]
+    none = Study.from_config(cfg)
+    assert none.extra_modes == [] and none.mode_runs == []
+    assert "ablation_modes" not in none.tables
+
+
+def test_study_refuses_bad_ablation_config():
+    from headgeom.study import Study, StudyConfigError
+
+    cfg = demo_config()
+    cfg["patching"]["mode"] = "means"
+    with pytest.raises(StudyConfigError, match=r"config patching.mode: 'means' is not allowed "
+                                               r"\(did you mean 'mean'\?\)"):  # fmt: skip
+        Study.from_config(cfg)
+    cfg = demo_config()
+    cfg["ablation"]["mode_models"] = ["lerned"]
+    wanted = r"ablation.mode_models\[0\]: unknown model 'lerned' \(did you mean 'learned'\?\)"
+    with pytest.raises(StudyConfigError, match=wanted):
+        Study.from_config(cfg)

@@ -49,6 +49,7 @@ def test_demo_config_loads_with_the_schema_defaults():
         "splits": ["discovery", "validation", "evaluation", "holdout"],
         "batch_size": 128,
         "max_rows": 4096,
+        "mode": "resample",  # issue 16: the paper's resample patching
     }
     assert study.stage("training")["checkpoint_steps"] == [0, 256, 1024, 4096, 16384]
     assert study.stage("training")["precision"] == "auto"
@@ -58,10 +59,12 @@ def test_demo_config_loads_with_the_schema_defaults():
     assert study.tables == [
         *("table2", "table3", "table5", "table6", "lanes", "leakage"),
         *("clamps", "lane_heads"),  # issue 11
+        *("ablation_atlas", "ablation_modes"),  # issue 16
     ]
     assert study.figures == [
         *("figure1", "figure2", "figure3", "figure4", "figure5", "figure6de", "figure7"),
         "figure8",
+        "ablation_atlas",  # issue 16
     ]
 
 

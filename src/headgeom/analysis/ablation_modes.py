@@ -44,7 +44,9 @@ def mode_comparison(
             raise ValueError(f"mode comparison: {model} s{seed} {task} {mode}: heads missing")
         constant = np.ptp(e) == 0 or np.ptp(e_base) == 0
         rho = float("nan") if constant else float(spearmanr(e, e_base).statistic)
-        lrow = lane.loc[(model, seed, task, mode)] if (model, seed, task, mode) in lane.index else None
+        lrow = (
+            lane.loc[(model, seed, task, mode)] if (model, seed, task, mode) in lane.index else None
+        )
         rows.append({
             "model": model, "seed": int(seed), "task": task, "mode": mode,
             "base_mode": base_mode, "split": split,

@@ -919,7 +919,7 @@ def figure8(data: pd.DataFrame) -> Figure:
 FIGURES.update({"figure6de": (figure6de_data, figure6de), "figure8": (figure8_data, figure8)})
 
 
-# --------------------------------------------------------------------------- ablation atlas (issue 16)
+# --------------------------------------------------------------------------- atlas (issue 16)
 from matplotlib.colors import LogNorm  # noqa: E402
 
 from headgeom.paper.tables import ATLAS_COLUMNS, BLOCK_ORDER  # noqa: E402

@@ -891,7 +891,7 @@ def ablation_atlas_table(inputs: Inputs) -> Table:
     atlas = read_kind(need_kind(inputs, "atlas", "ablation_atlas"), ATLAS_COLUMNS,
                       "ablation_atlas")  # fmt: skip
     frames, blocks = [], []
-    for (model, seed), group in atlas.groupby(["model", "seed"], sort=False):
+    for (_, seed), group in atlas.groupby(["model", "seed"], sort=False):
         wide = atlas_wide(group).rename(columns={"label": "block_label"})
         wide = with_runs(wide, runs, "ablation_atlas")
         frames.append(wide)
@@ -943,13 +943,20 @@ def ablation_modes_table(inputs: Inputs) -> Table:
                       "ablation_modes")  # fmt: skip
     frame = with_runs(modes, runs, "ablation_modes")
     order = {m: i for i, m in enumerate(dict.fromkeys(frame["mode"]))}
-    frame = frame.assign(
-        _t=frame["task"].map({t: i for i, t in enumerate(TASK_ORDER)}),
-        _m=frame["mode"].map(order),
-    ).sort_values(["order", "_t", "_m"]).drop(columns=["_t", "_m", "label_repository", "order"])
+    frame = (
+        frame.assign(
+            _t=frame["task"].map({t: i for i, t in enumerate(TASK_ORDER)}),
+            _m=frame["mode"].map(order),
+        )
+        .sort_values(["order", "_t", "_m"])
+        .drop(columns=["_t", "_m", "label_repository", "order"])
+    )
     cells = _cells(
-        frame.assign(_dec=list(zip(frame["N_eff"], frame["N_index"],
-                                   frame["N_layer_given_index"], strict=True))),
+        frame.assign(
+            _dec=list(
+                zip(frame["N_eff"], frame["N_index"], frame["N_layer_given_index"], strict=True)
+            )
+        ),
         {
             "label": ("Model", str),
             "task": ("Task", lambda t: TASK_TITLES.get(t, t)),
