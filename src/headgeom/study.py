@@ -231,6 +231,7 @@ class Study:
         yield partial(self._check_split, "clamps")  # issue 11
         yield lambda: self.clamp_runs("all")
         yield lambda: (self.mode_runs, self.atlas_runs)  # issue 16
+        yield self._check_ablation_windows
         yield self._check_resources
 
     # ------------------------------------------------------------------ stages and runs
@@ -747,6 +748,19 @@ class Study:
         split (Λ), in patching.splits order."""
         wanted = {self.config["concentration"]["split"], self.config["lanes"]["split"]}
         return [s for s in self.config["patching"]["splits"] if s in wanted]
+
+    def _check_ablation_windows(self) -> None:
+        """The mean and measurement windows must fit in every corpus's validation file."""
+        block, n_ctx = self.config["ablation"], self.config["architecture"]["n_ctx"]
+        wanted = block["n_mean_windows"] + block["n_eval_windows"]
+        for name, spec in self.corpora.items():
+            n_val = spec.get("n_val_tokens")
+            if n_val is not None and wanted > n_val // n_ctx:
+                raise ValueError(
+                    f"config ablation: n_mean_windows + n_eval_windows = {wanted} windows of "
+                    f"n_ctx {n_ctx}, but corpus {name} has n_val_tokens {n_val} "
+                    f"({n_val // n_ctx} windows); lower them or raise n_val_tokens"
+                )
 
     def _ablation_has_runs(self, name: str) -> bool:
         """The ablation tables and figure exist only when their runs do."""

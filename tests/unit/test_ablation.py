@@ -346,3 +346,12 @@ def test_study_refuses_bad_ablation_config():
     wanted = r"ablation.mode_models\[0\]: unknown model 'lerned' \(did you mean 'learned'\?\)"
     with pytest.raises(StudyConfigError, match=wanted):
         Study.from_config(cfg)
+
+
+def test_study_refuses_windows_beyond_the_validation_file():
+    from headgeom.study import Study, StudyConfigError
+
+    cfg = demo_config()  # 65,536 validation tokens = 1024 windows of 64
+    cfg["ablation"]["n_mean_windows"] = 1020
+    with pytest.raises(StudyConfigError, match=r"n_mean_windows \+ n_eval_windows = 1028 windows"):
+        Study.from_config(cfg)
