@@ -35,6 +35,8 @@ include: "workflow/rules/dynamics.smk"  # issue 12
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/document.smk"  # issue 14
 
+include: "workflow/rules/ablation.smk"  # issue 16
+
 
 rule all:
     default_target: True

@@ -2,12 +2,16 @@
 
     python src/patch_heads.py --checkpoint CKPT --manifest MANIFEST --task TASK.parquet \\
         --splits discovery,validation,evaluation,holdout --batch-size 128 --max-rows 4096 \\
-        --model-name learned --seed 42 --task-name sva --threads 1 --out effects.parquet
+        --model-name learned --seed 42 --task-name sva --threads 1 --out effects.parquet \
+        [--mode mean --means means.safetensors]
 
 Writes one row per (split, example, layer, head) with the clean and patched logit
 differences and the drop ``effect = clean_ld − patched_ld``
 (headgeom.analysis.patch_effects.patch_task). The checkpoint is verified against its
 manifest before anything else is read; the file metadata carries the provenance keys.
+``--mode`` (issue 16): resample (the reference prompt's z, the default), mean (the head's
+mean z from ``--means``, the artifact of src/ablation_atlas.py, whose hash is recorded) or
+zero.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ import argparse
 import sys
 
 from headgeom import results
-from headgeom.analysis.patch_effects import ENGINES, engine_paths, patch_task
+from headgeom.analysis.ablation import read_means
+from headgeom.analysis.patch_effects import ENGINES, MODES, effects_metadata, patch_task
 from headgeom.data.task_files import read_task
 from headgeom.model.checkpoint import load_verified
 from headgeom.runtime import pick_device, set_threads
@@ -49,8 +54,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="patching engine: fast (layer resumption, clean-prefix reuse, stacked heads, "
         "answer logits only; equal within 1e-5) or plain (one full forward per head)",
     )
+    parser.add_argument("--mode", choices=MODES, default="resample", help="ablation mode")
+    parser.add_argument("--means", help="means artifact (needed with --mode mean)")
     parser.add_argument("--out", required=True, help="effects Parquet")
     args = parser.parse_args(argv)
+    if args.mode == "mean" and not args.means:
+        parser.error("--mode mean needs --means (the run's means.safetensors)")
     args.splits = [s for s in args.splits.split(",") if s]
     for name, value in (("batch-size", args.batch_size), ("max-rows", args.max_rows)):
         if value < 1:
@@ -65,32 +74,16 @@ def main(argv: list[str] | None = None) -> int:
     device = pick_device(args.device)
     model = model.to(device)  # analyses run in float32 (docs §0)
     task = read_task(args.task, args.splits)
+    means = None
+    if args.mode == "mean":
+        means = read_means(args.means, manifest["checkpoint_file_sha256"])
     effects = patch_task(
-        model, vocab, task, args.splits, args.batch_size, args.max_rows, args.engine
-    )
+        model, vocab, task, args.splits, args.batch_size, args.max_rows, args.engine,
+        args.mode, None if means is None else means.z,
+    )  # fmt: skip
     effects = effects.assign(model=args.model_name, seed=args.seed, task=args.task_name)
     table = results.EFFECTS.with_type("example_id", task.schema.field("example_id").type)
-    metadata = {
-        "analysis": "patch_heads",
-        "analysis_version": "1",
-        "model": args.model_name,
-        "seed": args.seed,
-        "task": args.task_name,
-        "splits": args.splits,
-        "n_layers": model.cfg.n_layer,
-        "n_heads": model.cfg.n_head,
-        **results.provenance(
-            manifest, task_dataset_sha256=task.dataset_sha256, task_file_sha256=task.file_sha256
-        ),
-        "patch_site": "blocks.{l}.attn.hook_z, head h, all positions (docs §10.1)",
-        "batch_size": args.batch_size,
-        "max_rows": args.max_rows,
-        "engine": args.engine,
-        "engine_paths": engine_paths(model, args.engine),
-        "device": str(device),
-        "threads": args.threads,
-        "dtype": "float32 forward, float64 logit differences",
-    }
+    metadata = effects_metadata(model, manifest, task, args, device, args.mode, means)
     table.write(args.out, effects, metadata)
     print(f"wrote {len(effects)} rows to {args.out}", file=sys.stderr)
     return 0

@@ -41,6 +41,11 @@ CONFIG_ID = "config_id"
 SOURCE_FREEZE = "source_freeze"
 #: Package version; io.write_parquet adds it to every Parquet.
 CODE_VERSION = "headgeom_version"
+#: issue 16: the head-patching ablation mode (resample | mean | zero) of the effects a file
+#: derives from, and the SHA-256 of the means artifact (ablation/<m>/s<seed>/means.safetensors)
+#: that mean ablation read; carried to every file computed from those effects.
+PATCH_MODE = "patch_mode"
+ABLATION_MEANS_SHA256 = "ablation_means_sha256"
 
 PROVENANCE_KEYS = (
     CHECKPOINT_SHA256,
@@ -49,6 +54,8 @@ PROVENANCE_KEYS = (
     CONFIG_ID,
     TASK_DATASET_SHA256,
     TASK_FILE_SHA256,
+    PATCH_MODE,  # issue 16
+    ABLATION_MEANS_SHA256,  # issue 16
     SOURCE_FREEZE,
     CODE_VERSION,
 )
@@ -61,10 +68,13 @@ def provenance(
     *,
     task_dataset_sha256: str | None = None,
     task_file_sha256: str | None = None,
+    patch_mode: str | None = None,
+    ablation_means_sha256: str | None = None,
 ) -> dict[str, Any]:
     """The provenance keys of a result file: checkpoint and manifest (from a checkpoint
     ``manifest`` record, when the file derives from a checkpoint), task dataset and task
-    file hashes when given, and always the source freeze of the code writing it."""
+    file hashes, the patching mode and the means artifact's hash (issue 16) when given, and
+    always the source freeze of the code writing it."""
     out: dict[str, Any] = {}
     if manifest is not None:
         out[CHECKPOINT_SHA256] = manifest["checkpoint_file_sha256"]
@@ -76,6 +86,10 @@ def provenance(
         out[TASK_DATASET_SHA256] = task_dataset_sha256
     if task_file_sha256 is not None:
         out[TASK_FILE_SHA256] = task_file_sha256
+    if patch_mode is not None:
+        out[PATCH_MODE] = patch_mode
+    if ablation_means_sha256 is not None:
+        out[ABLATION_MEANS_SHA256] = ablation_means_sha256
     out[SOURCE_FREEZE] = source_freeze()
     return out
 
@@ -1264,3 +1278,97 @@ CATALOG = ResultTable(
     "artifact (file) of the study's results folder",
 )
 TABLES["catalog"] = CATALOG
+
+
+# ============================================================================= issue 16
+# Ablation modes and the block ablation atlas (src/ablation_atlas.py, src/compare_modes.py;
+# headgeom.analysis.ablation, docs §10.6).
+ABLATION_ATLAS = ResultTable(
+    "ablation_atlas",
+    _schema(
+        _RUN,
+        [
+            ("block", pa.string()),
+            ("layer", pa.int32()),
+            ("head", pa.int32()),
+            ("label", pa.string()),
+            ("ablation", pa.string()),
+            ("kl", pa.float64()),
+            ("top1_base", pa.float64()),
+            ("delta_top1", pa.float64()),
+            ("retention_sva", pa.float64()),
+            ("retention_quote", pa.float64()),
+            ("retention_plural", pa.float64()),
+            ("size", pa.float64()),
+            ("constant_part", pa.float64()),
+        ],
+    ),
+    {
+        "block": "written block: attn (the attention block's output hook_attn_out, b_O "
+        "included), mlp (hook_mlp_out) or head (one head's z before W_O, so W_O^h z^h)",
+        "layer": "layer l of the block, 0-based",
+        "head": "head index h for block = head; null for attn and mlp",
+        "label": "L<l>.attn, L<l>.mlp or L<l>.H<h>",
+        "ablation": "zero (the write deleted) or mean (the write replaced by its mean over the "
+        "held-out mean windows, positions t >= 1), at every position",
+        "kl": "KL(original ‖ edited) of next-token distributions, nats, averaged over every "
+        "input position of the evaluation windows of the validation file",
+        "top1_base": "top-1 next-token accuracy of the unedited model on those positions",
+        "delta_top1": "edited − unedited top-1 next-token accuracy (negative: the edit hurts)",
+        "retention_sva": "share of SVA evaluation prompts the unedited model gets right "
+        "(LD > 0) that stay right when edited; null when it gets none right",
+        "retention_quote": "the same for Quote",
+        "retention_plural": "the same for Plural",
+        "size": "RMS of the write ÷ RMS of the residual stream entering the layer (evaluation "
+        "windows, positions t >= 1)",
+        "constant_part": "‖mean write‖² ÷ mean ‖write‖² over the same positions: 1 = a fixed "
+        "bias, about 1/n for n equally frequent orthogonal writes",
+    },
+    "(block, layer, head, ablation) of one (model, seed)",
+)
+
+ABLATION_MODES = ResultTable(
+    "ablation_modes",
+    _schema(
+        _RUN_TASK,
+        [
+            ("mode", pa.string()),
+            ("base_mode", pa.string()),
+            ("split", pa.string()),
+            ("E", pa.float64()),
+            ("N_eff", pa.float64()),
+            ("top_head_share", pa.float64()),
+            ("N_index", pa.float64()),
+            ("N_layer_given_index", pa.float64()),
+            ("top_layer", pa.int32()),
+            ("top_head", pa.int32()),
+            ("lambda_score", pa.float64()),
+            ("lambda_p", pa.float64()),
+            ("lambda_split", pa.string()),
+            ("spearman_vs_base", pa.float64()),
+            ("N_eff_ratio", pa.float64()),
+            ("E_ratio", pa.float64()),
+        ],
+    ),
+    {
+        **{
+            k: _STAT_DESCRIPTIONS[k]
+            for k in ("E", "N_eff", "top_head_share", "N_index", "N_layer_given_index")
+        },
+        "mode": "head-patching ablation mode: resample (reference prompt's z, the paper's), "
+        "mean (the head's mean z over held-out validation positions) or zero",
+        "base_mode": "the study's patching.mode, which the ratios and ρ compare against",
+        "split": "split of E, N_eff, shares and ρ (config concentration.split)",
+        "top_layer": "layer of the head with the largest |e|",
+        "top_head": "head index of that head",
+        "lambda_score": "lane score Λ of the lanes split (docs §10.5); null when undefined",
+        "lambda_p": "its one-sided permutation p (uncorrected)",
+        "lambda_split": "split of Λ (config lanes.split)",
+        "spearman_vs_base": "Spearman ρ between this mode's and base_mode's per-head signed "
+        "effects e_{l,h} (L·H heads); null when either is constant",
+        "N_eff_ratio": "N_eff / N_eff of base_mode",
+        "E_ratio": "E / E of base_mode",
+    },
+    "(model, seed, task, mode)",
+)
+TABLES.update({t.name: t for t in (ABLATION_ATLAS, ABLATION_MODES)})

@@ -232,6 +232,8 @@ class Study:
         yield lambda: self.loss_models
         yield partial(self._check_split, "clamps")  # issue 11
         yield lambda: self.clamp_runs("all")
+        yield lambda: (self.mode_runs, self.atlas_runs)  # issue 16
+        yield self._check_ablation_windows
         yield self._check_resources
         yield from self._dynamics_checks()  # issue 12
 
@@ -486,7 +488,9 @@ class Study:
     @property
     def tables(self) -> list[str]:
         """The paper tables this study can make (a table whose models it lacks is left out)."""
-        return [t for t in selections.PAPER_TABLES if self.selection(t)]
+        return [
+            t for t in selections.PAPER_TABLES if self.selection(t) and self._ablation_has_runs(t)
+        ]
 
     @property
     def figures(self) -> list[str]:
@@ -494,7 +498,9 @@ class Study:
         return [
             f
             for f in selections.PAPER_FIGURES
-            if self.selection(f) and (f != "figure2" or self.leakage_runs)
+            if self.selection(f)
+            and (f != "figure2" or self.leakage_runs)
+            and self._ablation_has_runs(f)  # issue 16
         ]
 
     def paper_inputs(self, name: str) -> dict[str, tuple[str, list[tuple[str, int]] | None]]:
@@ -505,6 +511,8 @@ class Study:
             "leakage": self.leakage_runs,
             "first_seeds": self.first_seed_runs,
             **{f"clamp_{k}": self.clamp_runs(k) for k in ("pairs", "figure8", "both_orders")},
+            "ablation_atlas": self.atlas_runs,  # issue 16
+            "ablation_modes": self.mode_runs,
             "clamp_lumped": self.clamp_runs("lumped"),
             "clamps": self.clamp_runs("all"),
             **{f"dynamics_{k}": self.dynamics_runs(k) for k in ("timeline", "ablation")},
@@ -888,6 +896,68 @@ class Study:
                 )
             }
         }
+
+    # ------------------------------------------------------------------ ablation (issue 16)
+    # patching.mode picks what a patched head's z becomes (resample | mean | zero); the
+    # ablation block adds the mode comparison (ablation.modes on ablation.mode_models) and
+    # the block ablation atlas (ablation.atlas_models). Means: one artifact per run.
+    @property
+    def patch_mode(self) -> str:
+        return self.config["patching"]["mode"]
+
+    @property
+    def comparison_modes(self) -> list[str]:
+        """patching.mode first, then ablation.modes without it."""
+        extra = [m for m in self.config["ablation"]["modes"] if m != self.patch_mode]
+        return [self.patch_mode, *extra]
+
+    @property
+    def extra_modes(self) -> list[str]:
+        """The modes patched beside patching.mode for the comparison (own effects files)."""
+        return self.comparison_modes[1:]
+
+    def _first_seeds(self, key: str) -> list[tuple[str, int]]:
+        chosen = self.config["ablation"].get(key)
+        for i, model in enumerate(chosen or []):
+            if model not in self.models:
+                raise selections.unknown_model(model, self.models, f"config ablation.{key}[{i}]")
+        return [(m, s) for m, s in self.first_seed_runs if chosen is None or m in chosen]
+
+    @cached_property
+    def mode_runs(self) -> list[tuple[str, int]]:
+        """Runs of the mode comparison (first seed of each ablation.mode_models); none when
+        ablation.modes adds no mode."""
+        return self._first_seeds("mode_models") if self.extra_modes else []
+
+    @cached_property
+    def atlas_runs(self) -> list[tuple[str, int]]:
+        """Runs of the block ablation atlas (first seed of each ablation.atlas_models)."""
+        return self._first_seeds("atlas_models")
+
+    @property
+    def mode_splits(self) -> list[str]:
+        """The splits the mode comparison reads: the concentration split, then the lanes
+        split (Λ), in patching.splits order."""
+        wanted = {self.config["concentration"]["split"], self.config["lanes"]["split"]}
+        return [s for s in self.config["patching"]["splits"] if s in wanted]
+
+    def _check_ablation_windows(self) -> None:
+        """The mean and measurement windows must fit in every corpus's validation file."""
+        block, n_ctx = self.config["ablation"], self.config["architecture"]["n_ctx"]
+        wanted = block["n_mean_windows"] + block["n_eval_windows"]
+        for name, spec in self.corpora.items():
+            n_val = spec.get("n_val_tokens")
+            if n_val is not None and wanted > n_val // n_ctx:
+                raise ValueError(
+                    f"config ablation: n_mean_windows + n_eval_windows = {wanted} windows of "
+                    f"n_ctx {n_ctx}, but corpus {name} has n_val_tokens {n_val} "
+                    f"({n_val // n_ctx} windows); lower them or raise n_val_tokens"
+                )
+
+    def _ablation_has_runs(self, name: str) -> bool:
+        """The ablation tables and figure exist only when their runs do."""
+        runs = {"ablation_atlas": self.atlas_runs, "ablation_modes": self.mode_runs}
+        return bool(runs[name]) if name in runs else True
 
 
 def _import_problems(config: Mapping) -> list[str]:

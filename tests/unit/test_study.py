@@ -50,6 +50,7 @@ def test_demo_config_loads_with_the_schema_defaults():
         "splits": ["discovery", "validation", "evaluation", "holdout"],
         "batch_size": 128,
         "max_rows": 4096,
+        "mode": "resample",  # issue 16: the paper's resample patching
     }
     assert study.stage("training")["checkpoint_steps"] == [0, 8, 32, 128, 512]  # issue 12
     assert study.stage("training")["precision"] == "auto"
@@ -60,11 +61,13 @@ def test_demo_config_loads_with_the_schema_defaults():
         *("table2", "table3", "table5", "table6", "lanes", "leakage"),
         *("clamps", "lane_heads"),  # issue 11
         *("dynamics", "scalar_ablation"),  # issue 12
+        *("ablation_atlas", "ablation_modes"),  # issue 16
     ]
     assert study.figures == [
         *("figure1", "figure2", "figure3", "figure4", "figure5", "figure6de", "figure7"),
         "figure8",
         "figure6abc",  # issue 12
+        "ablation_atlas",  # issue 16
     ]
 
 

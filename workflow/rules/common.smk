@@ -33,6 +33,7 @@ wildcard_constraints:
     model="|".join(map(re.escape, STUDY.models)),
     seed=r"\d+",
     task="|".join(TASKS),
+    mode="resample|mean|zero",  # issue 16
 
 
 # ------------------------------------------------------------------ paths
@@ -102,6 +103,19 @@ PATHS = {
         "scalar_ablation": "scalar_ablation/{model}/s{seed}/scalar_ablation.parquet",
         "scalar_ablation_checkpoint": "scalar_ablation/{model}/s{seed}/{edit}.safetensors",
         "scalar_ablation_manifest": "scalar_ablation/{model}/s{seed}/{edit}.manifest.json",
+
+        # issue 16: the means artifact and block ablation atlas of one run; effects and
+        # concentration of one run, task and extra ablation mode; the mode comparison
+        "ablation_means": "ablation/{model}/s{seed}/means.safetensors",
+        "ablation_atlas": "ablation/{model}/s{seed}/atlas.parquet",
+        "effects_mode": "patching/{model}/s{seed}/{task}.{mode}.parquet",
+        "summary_mode": "concentration/{model}/s{seed}/{task}.{mode}.parquet",
+        "heads_mode": "concentration/{model}/s{seed}/{task}.{mode}.heads.parquet",
+        "robustness_mode": "concentration/{model}/s{seed}/{task}.{mode}.robustness.parquet",
+        "conditions_mode": "concentration/{model}/s{seed}/{task}.{mode}.conditions.parquet",
+        "logo_mode": "concentration/{model}/s{seed}/{task}.{mode}.logo.parquet",
+        "lanes_mode": "lanes/{model}/s{seed}/{task}.{mode}.parquet",
+        "ablation_modes": "ablation/modes.parquet",
         "table_md": "tables/{table}.md",
         "table_csv": "tables/{table}.csv",
         "table_tex": "tables/{table}.tex",
@@ -186,6 +200,9 @@ def final_outputs(catalog=True):
     cross_model = [PATHS["loss"], PATHS["spearman"]]
     # issue 10 (§5.1): the exclusivity Parquets (Table 1's "geometric exclusivity" inputs)
     exclusivity = [PATHS["exclusivity"]] if STUDY.leakage_runs else []
+    # issue 16: the atlas Parquets and the mode comparison (also read by their tables)
+    ablation = [PATHS["ablation_atlas"].format(model=m, seed=s) for m, s in STUDY.atlas_runs]
+    ablation += [PATHS["ablation_modes"]] if STUDY.mode_runs else []
     # issue 14: the document's tables (one job) and the catalog of every artifact
     document = [
         PATHS[f"table_{x}"].format(table=t)
@@ -194,7 +211,7 @@ def final_outputs(catalog=True):
     ]
     return (
         tables + figures + [PATHS["param_counts"]] + per_run_task + pairs + cross_model
-        + exclusivity + document + ([PATHS["catalog"]] if catalog else [])
+        + exclusivity + ablation + document + ([PATHS["catalog"]] if catalog else [])
     )
 
 
@@ -253,6 +270,49 @@ def figure_models(wildcards):
 # Local runs share this machine's GPUs: at most `--resources gpu=N` GPU jobs at a time (one
 # by default). Remote execution always has --jobs (the Slurm profile sets it), which sets
 # `nodes`, and Slurm counts GPUs itself (the scheduler uses the same test).
+# ------------------------------------------------------------------ ablation (issue 16)
+def patch_means(wildcards):
+    """patch_heads: the run's means artifact when patching.mode is mean."""
+    if STUDY.patch_mode != "mean":
+        return {}
+    return {"means": PATHS["ablation_means"].format(model=wildcards.model, seed=wildcards.seed)}
+
+
+def means_arg(wildcards, input):
+    return f"--means {input.means}" if "means" in input.keys() else ""
+
+
+def mode_outs(wildcards, output):
+    """patch_modes: `--out TASK MODE PATH` for each of its outputs (tasks × extra modes)."""
+    pairs = [(t, m) for t in TASKS for m in STUDY.extra_modes]
+    return " ".join(f"--out {t} {m} {path}" for (t, m), path in zip(pairs, output, strict=True))
+
+
+def mode_task_args(wildcards, input):
+    return " ".join(f"--task {t} {path}" for t, path in zip(TASKS, input.tasks, strict=True))
+
+
+def _mode_file(kind, model, seed, task, mode):
+    """A concentration or lanes file of one mode: patching.mode's are the main files."""
+    name = kind if mode == STUDY.patch_mode else f"{kind}_mode"
+    return PATHS[name].format(model=model, seed=seed, task=task, mode=mode)
+
+
+def compare_modes_inputs(wildcards):
+    """compare_modes: summary, heads and lanes of every mode-comparison run, task and mode."""
+    keys = [(m, s, t, mode) for m, s in STUDY.mode_runs for t in TASKS
+            for mode in STUDY.comparison_modes]  # fmt: skip
+    return {kind: [_mode_file(kind, *key) for key in keys] for kind in ("summary", "heads", "lanes")}
+
+
+def compare_modes_args(wildcards, input):
+    modes = [mode for _ in STUDY.mode_runs for _ in TASKS for mode in STUDY.comparison_modes]
+    return " ".join(
+        f"--input {mode} {s} {h} {l}"
+        for mode, s, h, l in zip(modes, input.summary, input.heads, input.lanes, strict=True)
+    )
+
+
 if workflow.nodes is None and "gpu" not in workflow.global_resources:
     workflow.register_resource("gpu", 1)
 

@@ -1,5 +1,6 @@
 rule patch_heads:
     input:
+        unpack(patch_means),  # issue 16: patching.mode mean reads the run's means
         checkpoint=PATHS["checkpoint"],
         manifest=PATHS["manifest"],
         task=PATHS["task"],
@@ -13,6 +14,8 @@ rule patch_heads:
         splits=",".join(STUDY.stage("patching")["splits"]),
         batch_size=STUDY.stage("patching")["batch_size"],
         max_rows=STUDY.stage("patching")["max_rows"],
+        mode=STUDY.patch_mode,
+        means=means_arg,
     threads: STUDY.threads("patch_heads")
     resources:
         **STUDY.resources("patch_heads", mem_mb=4000, runtime=60),
@@ -23,4 +26,5 @@ rule patch_heads:
         "--manifest {input.manifest} --task {input.task} --splits {params.splits} "
         "--batch-size {params.batch_size} --max-rows {params.max_rows} "
         "--model-name {wildcards.model} --threads {threads} "
-        "--seed {wildcards.seed} --task-name {wildcards.task} --out {output.effects} 2> {log}"
+        "--seed {wildcards.seed} --task-name {wildcards.task} --mode {params.mode} {params.means} "
+        "--out {output.effects} 2> {log}"

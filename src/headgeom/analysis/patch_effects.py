@@ -15,6 +15,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
+from headgeom import results
 from headgeom.analysis.effects import drops_columns
 from headgeom.analysis.patching import (
     length_batches,
@@ -26,6 +27,10 @@ from headgeom.analysis.patching import (
 from headgeom.data.task_files import TaskSplits, model_inputs
 
 ENGINES = ("fast", "plain")
+#: Ablation modes of head patching (issue 16, docs §10.1): the reference prompt's z
+#: (``resample``, the paper's, the default), the head's mean z over held-out validation
+#: positions (``mean``; the means artifact of headgeom.analysis.ablation) or zero (``zero``).
+MODES = ("resample", "mean", "zero")
 
 
 def engine_paths(model: torch.nn.Module, engine: str) -> str:
@@ -45,11 +50,15 @@ def patch_task(
     batch_size: int,
     max_rows: int,
     engine: str,
+    mode: str = "resample",
+    z_means: torch.Tensor | None = None,
 ) -> pd.DataFrame:
     """Effects rows (without model/seed/task columns) of every head on every example of
-    ``splits``, split by split; ``engine`` is ``fast`` or ``plain``."""
+    ``splits``, split by split; ``engine`` is ``fast`` or ``plain``; ``mode`` one of
+    :data:`MODES` (``mean`` needs ``z_means`` (L, H, d_head))."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    replacement = mode_replacement(model, mode, z_means)
     n_layer, n_head = model.cfg.n_layer, model.cfg.n_head
     frames = []
     for split in splits:
@@ -62,10 +71,13 @@ def patch_task(
             arrays = (inputs.clean_ids, inputs.ref_ids, inputs.correct, inputs.incorrect)
             if engine == "fast":
                 clean_ld, patched_ld = patch_all_heads_fast(
-                    model, *arrays, batch_size, bar.update, max_rows=max_rows
-                )
+                    model, *arrays, batch_size, bar.update, max_rows=max_rows,
+                    replacement=replacement,
+                )  # fmt: skip
             else:
-                clean_ld, patched_ld = patch_all_heads(model, *arrays, batch_size, bar.update)
+                clean_ld, patched_ld = patch_all_heads(
+                    model, *arrays, batch_size, bar.update, replacement
+                )
         grid = drops_columns(clean_ld, patched_ld)
         example = grid.pop("example")
         frames.append(
@@ -80,3 +92,61 @@ def patch_task(
             )
         )
     return pd.concat(frames, ignore_index=True)
+
+
+def mode_replacement(
+    model: torch.nn.Module, mode: str, z_means: torch.Tensor | None
+) -> torch.Tensor | None:
+    """The engines' ``replacement`` for an ablation mode: None (resample), the per-head
+    means (mean) or zeros (zero), shape (L, H, d_head)."""
+    if mode not in MODES:
+        raise ValueError(f"patching mode must be one of {MODES}, got {mode!r}")
+    if mode == "resample":
+        return None
+    shape = (model.cfg.n_layer, model.cfg.n_head, model.cfg.d_head)
+    if mode == "zero":
+        return torch.zeros(shape)
+    if z_means is None:
+        raise ValueError("patching mode 'mean' needs the head means (--means)")
+    return z_means
+
+
+#: What each mode replaces z^{l,h} by (the effects files' ``patch_site`` metadata).
+MODE_SITES = {
+    "resample": "blocks.{l}.attn.hook_z, head h, all positions (docs §10.1)",
+    "mean": "blocks.{l}.attn.hook_z, head h, all positions, set to the head's mean z over "
+    "held-out validation positions t >= 1 (docs §10.6)",
+    "zero": "blocks.{l}.attn.hook_z, head h, all positions, set to 0 (docs §10.6)",
+}
+
+
+def effects_metadata(model, manifest, task, args, device, mode: str = "resample", means=None):
+    """File metadata of an effects Parquet (src/patch_heads.py, src/patch_modes.py): the
+    run, task, splits, shape, provenance (with the mode and, for mean ablation, the means
+    artifact's SHA-256) and how the engine ran. ``args`` carries model_name, seed,
+    task_name, splits, batch_size, max_rows, engine and threads."""
+    return {
+        "analysis": "patch_heads",
+        "analysis_version": "1",
+        "model": args.model_name,
+        "seed": args.seed,
+        "task": args.task_name,
+        "splits": args.splits,
+        "n_layers": model.cfg.n_layer,
+        "n_heads": model.cfg.n_head,
+        **results.provenance(
+            manifest,
+            task_dataset_sha256=task.dataset_sha256,
+            task_file_sha256=task.file_sha256,
+            patch_mode=mode,
+            ablation_means_sha256=None if means is None else means.sha256,
+        ),
+        "patch_site": MODE_SITES[mode],
+        "batch_size": args.batch_size,
+        "max_rows": args.max_rows,
+        "engine": args.engine,
+        "engine_paths": engine_paths(model, args.engine),
+        "device": str(device),
+        "threads": args.threads,
+        "dtype": "float32 forward, float64 logit differences",
+    }

@@ -28,6 +28,12 @@ Engines, all with the same arguments and ``(clean_ld (N,), patched_ld (N, L, H))
   stacked heads, answer logits only (equal to the plain engine within 1e-5);
 * :func:`attribution_patch` — APPROXIMATE first-order estimate (2 forwards + 1 backward per
   batch), a pre-filter only.
+
+Ablation modes (issue 16, docs §10.1): the plain and fast engines take an optional
+``replacement`` (L, H, d_head): head (l, h)'s z is then replaced at every position by the
+fixed vector ``replacement[l, h]`` (its mean over held-out validation positions: ``mean``
+ablation; zeros: ``zero`` ablation) instead of its reference-prompt value. ``None`` (the
+default, ``resample``) is exactly today's computation.
 """
 
 from __future__ import annotations
@@ -135,6 +141,23 @@ def replace_head(head: int, z_ref: torch.Tensor) -> Callable[[torch.Tensor], tor
     return fn
 
 
+def replacement_cache(
+    model: GPT, replacement: torch.Tensor, shape: tuple[int, int]
+) -> dict[str, torch.Tensor]:
+    """What a reference forward would cache at every ``hook_z`` for an ablation mode: head
+    (l, h)'s fixed value ``replacement[l, h]`` (L, H, d_head) at every one of the ``shape``
+    = (batch, position) positions, as broadcast views (batch, position, head, d_head)."""
+    n_layer, n_head, d_head = model.cfg.n_layer, model.cfg.n_head, model.cfg.d_head
+    if tuple(replacement.shape) != (n_layer, n_head, d_head):
+        raise ValueError(
+            f"replacement has shape {tuple(replacement.shape)}; the model needs "
+            f"(n_layer, n_head, d_head) = {(n_layer, n_head, d_head)}"
+        )
+    value = replacement.to(device=_model_device(model), dtype=next(model.parameters()).dtype)
+    return {name: value[layer].expand(*shape, n_head, d_head)
+            for layer, name in enumerate(z_sites(model))}  # fmt: skip
+
+
 def add_to(delta: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
     """Hook that adds ``delta`` (same shape) to an activation, e.g. ``hook_attn_out``."""
 
@@ -165,14 +188,20 @@ def patch_batch(
     correct: torch.Tensor,
     incorrect: torch.Tensor,
     progress: Progress = None,
+    replacement: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Clean LD (B,) and patched LD (B, L, H) for one batch of equal-length prompts (B, T).
 
     One reference forward caches every head's z; then one clean forward per head, with that
     head's z replaced at all positions. ``progress(1)`` is called after each head.
+    ``replacement`` (L, H, d_head), if given, replaces the reference forward by fixed values
+    (:func:`replacement_cache`: mean or zero ablation).
     """
     names = z_sites(model)
-    _, ref_cache = model.run_with_cache(ref, names, last_only=True)
+    if replacement is None:
+        _, ref_cache = model.run_with_cache(ref, names, last_only=True)
+    else:
+        ref_cache = replacement_cache(model, replacement, tuple(clean.shape))
     clean_ld = logit_difference(model(clean, last_only=True), correct, incorrect)
     n_layer, n_head = model.cfg.n_layer, model.cfg.n_head
     patched = torch.empty(clean.shape[0], n_layer, n_head, dtype=torch.float64, device=clean.device)
@@ -194,6 +223,7 @@ def patch_all_heads(
     incorrect: Sequence[int],
     batch_size: int,
     progress: Progress = None,
+    replacement: torch.Tensor | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Single-head patching of every head on every example (docs §10.1).
 
@@ -201,10 +231,18 @@ def patch_all_heads(
     example); ``correct``/``incorrect``: model ids of the clean prompt's answers.
     Returns ``(clean_ld (N,), patched_ld (N, L, H))`` as float64, in input order; the drop is
     ``clean_ld[:, None, None] - patched_ld``. ``progress(k)`` reports k more heads done
-    (``len(length_batches(...)) · L · H`` in all).
+    (``len(length_batches(...)) · L · H`` in all). ``replacement``: see
+    :func:`patch_batch` (None: resample patching with the reference prompts).
     """
+    if replacement is None:
+        run = patch_batch
+    else:
+
+        def run(model, clean, ref, correct, incorrect, progress):
+            return patch_batch(model, clean, ref, correct, incorrect, progress, replacement)
+
     return _patch_in_batches(
-        model, clean_ids, ref_ids, correct, incorrect, batch_size, progress, patch_batch
+        model, clean_ids, ref_ids, correct, incorrect, batch_size, progress, run
     )
 
 
@@ -293,6 +331,7 @@ def patch_batch_fast(
     max_rows: int = 4096,
     progress: Progress = None,
     prefix_reuse: bool = True,
+    replacement: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`patch_batch` computed by resumption, prefix reuse and row-stacking (same
     results within fp32 round-off).
@@ -317,7 +356,9 @@ def patch_batch_fast(
     most ``max_rows`` rows per forward, so memory is bounded by
     ``max_rows · (T − p) · max(d_mlp, d_model)`` floats. ``progress(H)`` after each layer.
     ``prefix_reuse=False`` (or a model without :func:`supports_prefix_reuse`) runs blocks
-    l..L−1 on the whole sequence instead.
+    l..L−1 on the whole sequence instead. ``replacement`` (L, H, d_head), if given, stands in
+    for the reference forward (:func:`replacement_cache`: mean or zero ablation); the patch
+    then acts at every position, so nothing of the clean prefix is reused (p = 0).
     """
     ld_fn = _last_logit_difference(model)
     reuse = prefix_reuse and supports_prefix_reuse(model)
@@ -328,8 +369,11 @@ def patch_batch_fast(
     cached = resid_names + (z_names + kv_names if reuse else [])
     logits, clean_cache = model.run_with_cache(clean, cached, last_only=True)
     clean_ld = logit_difference(logits, correct, incorrect)
-    _, ref_cache = model.run_with_cache(ref, z_names, last_only=True)
     B, T = clean.shape
+    if replacement is None:
+        _, ref_cache = model.run_with_cache(ref, z_names, last_only=True)
+    else:
+        ref_cache = replacement_cache(model, replacement, (B, T))
     patched = torch.empty(B, n_layer, n_head, dtype=torch.float64, device=clean.device)
     step = max(1, int(max_rows))
     if reuse:
@@ -338,6 +382,7 @@ def patch_batch_fast(
         # harmlessly (the patch is a no-op there).
         differ = (clean != ref).any(dim=0).nonzero()
         p = min(int(differ[0]) if len(differ) else T, T - 1)
+        p = 0 if replacement is not None else p  # an ablation acts at every position
         n_ex = min(B, step)  # examples per forward, then as many heads as fit
         n_heads = max(1, step // n_ex)
         for layer in range(n_layer):
@@ -419,6 +464,7 @@ def patch_all_heads_fast(
     progress: Progress = None,
     max_rows: int = 4096,
     prefix_reuse: bool = True,
+    replacement: torch.Tensor | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`patch_all_heads` by the fast engine (:func:`patch_batch_fast`): same
     arguments, same ``(clean_ld (N,), patched_ld (N, L, H))`` and progress total, equal
@@ -430,13 +476,16 @@ def patch_all_heads_fast(
     whose architecture the registry does not declare ``fast_patching``
     (:func:`supports_fast`) runs the plain engine; one without ``prefix_reuse``
     (:func:`supports_prefix_reuse`: multiscreen) runs layer resumption without prefix reuse.
+    ``replacement``: see :func:`patch_batch_fast` (None: resample patching).
     """
     if not supports_fast(model):
-        return patch_all_heads(model, clean_ids, ref_ids, correct, incorrect, batch_size, progress)
+        return patch_all_heads(
+            model, clean_ids, ref_ids, correct, incorrect, batch_size, progress, replacement
+        )
 
     def run(model, clean, ref, correct, incorrect, progress):
         return patch_batch_fast(
-            model, clean, ref, correct, incorrect, max_rows, progress, prefix_reuse
+            model, clean, ref, correct, incorrect, max_rows, progress, prefix_reuse, replacement
         )
 
     return _patch_in_batches(

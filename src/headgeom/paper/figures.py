@@ -1052,3 +1052,72 @@ def figure6abc(data: pd.DataFrame) -> Figure:
 
 
 FIGURES.update({"figure6abc": (figure6abc_data, figure6abc)})
+
+# --------------------------------------------------------------------------- atlas (issue 16)
+from matplotlib.colors import LogNorm  # noqa: E402
+
+from headgeom.paper.tables import ATLAS_COLUMNS, BLOCK_ORDER  # noqa: E402
+
+ATLAS_ABLATIONS = ("zero", "mean")
+CONSTANT_PART_AREA = 320.0  # marker area (points²) of a constant part of 1
+
+
+def ablation_atlas_data(inputs: Inputs) -> pd.DataFrame:
+    """The atlas rows (model, seed, block, layer, head, ablation, KL, constant part, size, …)
+    with run labels and the figure's column of each block (attn, mlp, H0, H1, …)."""
+    runs = read_runs(need_kind(inputs, "runs", "ablation_atlas"))
+    atlas = read_kind(need_kind(inputs, "atlas", "ablation_atlas"), ATLAS_COLUMNS,
+                      "ablation_atlas")  # fmt: skip
+    frame = with_runs(atlas[ATLAS_COLUMNS].rename(columns={"label": "block_label"}), runs,
+                      "ablation_atlas")  # fmt: skip
+    frame["column"] = [
+        "H" + str(int(h)) if b == "head" else b
+        for b, h in zip(frame["block"], frame["head"], strict=True)
+    ]
+    frame["_b"] = frame["block"].map(BLOCK_ORDER)
+    frame = frame.sort_values(["order", "layer", "_b", "head", "ablation"], kind="stable")
+    return frame.drop(columns=["_b", "label_repository"]).reset_index(drop=True)
+
+
+def ablation_atlas(data: pd.DataFrame) -> Figure:
+    """Layers × blocks per model, zero ablation beside mean ablation: colour = KL(original ‖
+    edited) in nats (log scale, shared), circle area ∝ the write's constant part (the
+    largest circle, of area :data:`CONSTANT_PART_AREA`: a fixed bias)."""
+    runs = list(dict.fromkeys(zip(data["model"], data["seed"], strict=True)))
+    kl = data["kl"][data["kl"] > 0]
+    norm = LogNorm(vmin=max(float(kl.min()), float(kl.max()) * 1e-4), vmax=float(kl.max()))
+    fig = Figure(figsize=(9.0, 1.0 + 1.9 * len(runs)), layout="constrained")
+    axes = np.atleast_2d(fig.subplots(len(runs), 2, squeeze=False))
+    image = None
+    for row, (model, seed) in enumerate(runs):
+        rows = data[(data["model"] == model) & (data["seed"] == seed)]
+        columns = list(dict.fromkeys(rows["column"]))
+        n_layer = int(rows["layer"].max()) + 1
+        for col, ablation in enumerate(ATLAS_ABLATIONS):
+            ax = axes[row, col]
+            part = rows[rows["ablation"] == ablation]
+            grid = np.full((n_layer, len(columns)), np.nan)
+            const = np.full_like(grid, np.nan)
+            x = part["column"].map({c: i for i, c in enumerate(columns)}).to_numpy()
+            grid[part["layer"].to_numpy(), x] = part["kl"].clip(lower=norm.vmin).to_numpy()
+            const[part["layer"].to_numpy(), x] = part["constant_part"].to_numpy()
+            image = ax.imshow(grid, cmap="viridis", norm=norm, aspect="auto", origin="lower")
+            li, ci = np.nonzero(np.nan_to_num(const) > 0)
+            ax.scatter(ci, li, s=CONSTANT_PART_AREA * const[li, ci], facecolors="none",
+                       edgecolors="white", linewidths=1.2)  # fmt: skip
+            ax.set_xticks(range(len(columns)), columns, fontsize=7)
+            ax.set_yticks(range(n_layer), [f"L{i}" for i in range(n_layer)], fontsize=7)
+            label = rows["label"].iloc[0]
+            ax.set_title(f"{label} s{seed}: {ablation} ablation", fontsize=8)
+            if len(columns) > 2:
+                ax.axvline(1.5, color="white", linewidth=0.8)  # blocks | heads
+    fig.colorbar(image, ax=axes, shrink=0.6, label="KL(original ‖ edited), nats")
+    fig.suptitle(
+        "Block ablation atlas: KL on held-out validation text; circle area = constant part "
+        "‖mean w‖²/mean‖w‖²",
+        fontsize=9,
+    )
+    return fig
+
+
+FIGURES.update({"ablation_atlas": (ablation_atlas_data, ablation_atlas)})

@@ -391,3 +391,24 @@ OUTPUT_SECTIONS: dict[str, str] = {
 }
 #: Outputs that summarise others; they do not make a run "used by" their section.
 SUMMARY_OUTPUTS = {"table1", "comparison", "table2_all_runs", "table4", "seeds", "table6", "table5"}
+
+# ----------------------------------------------------------------------------- ablation (issue 16)
+#: The block ablation atlas (table and figure) and the mode-comparison table; run sets
+#: ``ablation_atlas`` and ``ablation_modes`` are headgeom.study.Study.atlas_runs / mode_runs.
+PAPER_INPUTS.update(
+    {
+        "ablation_atlas": {
+            "runs": ("train_log", "ablation_atlas"),
+            "atlas": ("ablation_atlas", "ablation_atlas"),
+        },
+        "ablation_modes": {
+            "runs": ("train_log", "ablation_modes"),
+            "modes": ("ablation_modes", None),
+        },
+    }
+)
+PAPER_TABLES = (*PAPER_TABLES, "ablation_atlas", "ablation_modes")
+PAPER_FIGURES = (*PAPER_FIGURES, "ablation_atlas")
+OUTPUT_SECTIONS.update(
+    {"ablation_atlas": "§5.2 Concentration", "ablation_modes": "§5.2 Concentration"}
+)

@@ -1,0 +1,438 @@
+"""Ablation modes and the block ablation atlas (issue 16, docs §10.6).
+
+Two views of "what a block contributes", both measured on held-out validation text:
+
+* **zero ablation** deletes a block's write into the residual stream (the attention block's
+  output ``blocks.{l}.hook_attn_out``, the MLP's ``blocks.{l}.hook_mlp_out``, or one head's
+  z ``blocks.{l}.attn.hook_z[..., h, :]`` before W_O, so its write W_O^h z^h);
+* **mean ablation** replaces that write by its mean over held-out validation positions,
+  keeping the part of the write that is the same for every token.
+
+A block whose write is (nearly) a fixed bias looks important under zero ablation and not
+under mean ablation: size is not importance. The two weight-free descriptors of a write w_t
+say how much of that there is:
+
+    size           = RMS_t(w_t) / RMS_t(x_t),   x_t the residual entering the layer
+    constant part  = ‖mean_t w_t‖² / mean_t ‖w_t‖²  ∈ [0, 1]   (1: a fixed bias)
+
+Validation windows are the non-overlapping n_ctx windows of the validation file (docs §3.4);
+the first ``n_mean`` windows give the means (positions t ≥ 1: position 0 attends only to
+itself), the next ``n_eval`` windows are where every ablation is measured, so the means are
+never estimated on the text they are judged on. The means are one artifact per run
+(:func:`write_means`, safetensors, hashed): head patching in ``mean`` mode reads the same file.
+The mode comparison (concentration per patching mode) is :mod:`headgeom.analysis.ablation_modes`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from headgeom.analysis.evaluation import length_groups
+from headgeom.hashing import canonical_json, sha256_file
+from headgeom.io import atomic_path
+from headgeom.model import registry
+from headgeom.model.gpt import site
+
+#: Ablations of the atlas, in column order.
+ABLATIONS = ("zero", "mean")
+#: Written blocks of a layer: the attention block, the MLP block, one head.
+BLOCK_KINDS = ("attn", "mlp", "head")
+MEANS_HEADER_KEY = "headgeom"
+#: The tensors of the means artifact: head z (L, H, d_head), block writes (L, D).
+MEAN_TENSORS = {"z": "z_mean", "attn": "attn_out_mean", "mlp": "mlp_out_mean"}
+#: Positions the means and descriptors average over (docs §10.6).
+POSITIONS = "t >= 1 of each validation window (position 0 excluded)"
+
+
+# ----------------------------------------------------------------------------- windows
+def split_windows(
+    val_ids: np.ndarray, n_ctx: int, n_mean: int, n_eval: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean windows (n_mean, n_ctx), evaluation windows (n_eval, n_ctx)) of model ids: the
+    first n_mean non-overlapping windows of the validation file, then the next n_eval."""
+    n_windows = len(val_ids) // n_ctx
+    if n_mean < 1 or n_eval < 1 or n_mean + n_eval > n_windows:
+        raise ValueError(
+            f"the validation file ({len(val_ids):,} tokens) has {n_windows} windows of "
+            f"{n_ctx}; ablation needs n_mean_windows ({n_mean}) + n_eval_windows ({n_eval}) "
+            "of them, each at least 1"
+        )
+    ids = torch.from_numpy(np.asarray(val_ids[: n_windows * n_ctx], dtype=np.int64))
+    ids = ids.view(n_windows, n_ctx)
+    return ids[:n_mean], ids[n_mean : n_mean + n_eval]
+
+
+def _batches(ids: torch.Tensor, batch_size: int) -> Iterator[torch.Tensor]:
+    for start in range(0, len(ids), batch_size):
+        yield ids[start : start + batch_size]
+
+
+def has_mlp(model: torch.nn.Module) -> bool:
+    """Whether the model's blocks have an MLP site (the registry's site table)."""
+    arch = registry.architecture_of(model)
+    return arch is not None and "hook_mlp_out" in arch.sites
+
+
+def _device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+# ----------------------------------------------------------------------------- means
+@torch.no_grad()
+def write_means(model, windows: torch.Tensor, batch_size: int = 64) -> dict[str, torch.Tensor]:
+    """Means over the windows' positions t ≥ 1, float64: each head's z before W_O
+    (``z_mean`` (L, H, d_head)), the attention block's output (``attn_out_mean`` (L, D))
+    and, when the model has MLPs, the MLP's output (``mlp_out_mean`` (L, D))."""
+    n_layer = model.cfg.n_layer
+    kinds = ["z", "attn"] + (["mlp"] if has_mlp(model) else [])
+    names = {"z": "attn.hook_z", "attn": "hook_attn_out", "mlp": "hook_mlp_out"}
+    sites = {(k, layer): site(layer, names[k]) for k in kinds for layer in range(n_layer)}
+    sums = {key: 0.0 for key in sites}
+    count = 0
+    for ids in _batches(windows, batch_size):
+        _, cache = model.run_with_cache(ids.to(_device(model)), list(sites.values()))
+        for key, name in sites.items():
+            sums[key] = sums[key] + cache[name][:, 1:].double().sum(dim=(0, 1)).cpu()
+        count += ids.shape[0] * (ids.shape[1] - 1)
+    if count == 0:
+        raise ValueError("no positions t ≥ 1 to average (windows of one token)")
+    return {
+        MEAN_TENSORS[k]: torch.stack([sums[(k, layer)] / count for layer in range(n_layer)])
+        for k in kinds
+    }
+
+
+def save_means(path: str | os.PathLike, means: Mapping[str, torch.Tensor], record: dict) -> str:
+    """Write the means artifact (safetensors; ``record`` in one canonical-JSON header key,
+    so equal inputs give equal bytes) and return its SHA-256."""
+    tensors = {k: v.detach().double().cpu().contiguous() for k, v in means.items()}
+    header = {MEANS_HEADER_KEY: canonical_json(record).decode("utf-8")}
+    with atomic_path(path) as tmp:
+        save_file(tensors, str(tmp), metadata=header)
+    return sha256_file(path)
+
+
+@dataclass(frozen=True)
+class Means:
+    """A means artifact read back: tensors, the record it was written with, its SHA-256."""
+
+    tensors: dict[str, torch.Tensor]
+    record: dict
+    sha256: str
+
+    @property
+    def z(self) -> torch.Tensor:
+        return self.tensors[MEAN_TENSORS["z"]]
+
+
+def read_means(path: str | os.PathLike, checkpoint_sha256: str | None = None) -> Means:
+    """Read a means artifact; refuse one computed from another checkpoint than
+    ``checkpoint_sha256`` (when given), naming the file and both hashes."""
+    import json
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: means artifact not found (rule ablation_atlas)")
+    with safe_open(str(path), framework="pt") as f:
+        record = json.loads((f.metadata() or {}).get(MEANS_HEADER_KEY, "{}"))
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    if MEAN_TENSORS["z"] not in tensors:
+        raise ValueError(f"{path}: not a means artifact (no {MEAN_TENSORS['z']} tensor)")
+    found = record.get("checkpoint_sha256")
+    if checkpoint_sha256 is not None and found != checkpoint_sha256:
+        raise ValueError(
+            f"{path}: means of checkpoint {found} but the checkpoint given is "
+            f"{checkpoint_sha256}; rerun ablation_atlas"
+        )
+    return Means(tensors, record, sha256_file(path))
+
+
+# ----------------------------------------------------------------------------- descriptors
+def _constant_from(sum_w: torch.Tensor, sum_sq: float, n: int) -> float:
+    return float((sum_w / n).pow(2).sum()) / (sum_sq / n) if sum_sq > 0 else float("nan")
+
+
+def constant_part(writes: torch.Tensor) -> float:
+    """‖mean w‖² / mean ‖w‖² of writes (N, D) (float64): 1 for a constant write, 1/n for n
+    equally frequent orthogonal writes of equal norm; NaN for an all-zero write."""
+    w = writes.double().reshape(-1, writes.shape[-1])
+    return _constant_from(w.sum(dim=0), float(w.pow(2).sum()), len(w))
+
+
+def size_ratio(writes: torch.Tensor, resid: torch.Tensor) -> float:
+    """RMS of the writes ÷ RMS of the residual entering the layer, over the same positions."""
+    num = float(writes.double().pow(2).sum(-1).mean())
+    den = float(resid.double().pow(2).sum(-1).mean())
+    return float(np.sqrt(num / den)) if den > 0 else float("nan")
+
+
+# ----------------------------------------------------------------------------- edits
+@dataclass(frozen=True)
+class Edit:
+    """One ablation: block kind (attn | mlp | head), layer, head (heads only), mode."""
+
+    kind: str
+    layer: int
+    head: int | None
+    mode: str
+
+    @property
+    def label(self) -> str:
+        return f"L{self.layer}.{'H' + str(self.head) if self.kind == 'head' else self.kind}"
+
+
+def atlas_edits(model, modes: Sequence[str] = ABLATIONS) -> list[Edit]:
+    """Every edit of the atlas, layer by layer: attention block, MLP block, each head."""
+    kinds = ["attn"] + (["mlp"] if has_mlp(model) else [])
+    out = []
+    for layer in range(model.cfg.n_layer):
+        blocks = [(k, None) for k in kinds] + [("head", h) for h in range(model.cfg.n_head)]
+        out += [Edit(k, layer, h, m) for k, h in blocks for m in modes]
+    return out
+
+
+def edit_hooks(edit: Edit, means: Mapping[str, torch.Tensor]) -> dict[str, Callable]:
+    """The site hook of an edit: zero, or the mean from ``means`` (the artifact's tensors),
+    at every position."""
+    if edit.mode not in ABLATIONS:
+        raise ValueError(f"ablation must be one of {ABLATIONS}, got {edit.mode!r}")
+    if edit.kind == "head":
+        mean = means[MEAN_TENSORS["z"]][edit.layer, edit.head]
+
+        def swap(z):
+            z = z.clone()
+            z[..., edit.head, :] = 0.0 if edit.mode == "zero" else mean.to(z)
+            return z
+
+        return {site(edit.layer, "attn.hook_z"): swap}
+    name = {"attn": "hook_attn_out", "mlp": "hook_mlp_out"}[edit.kind]
+    mean = means[MEAN_TENSORS[edit.kind]][edit.layer]
+
+    def replace(x):
+        return torch.zeros_like(x) if edit.mode == "zero" else mean.to(x).expand_as(x)
+
+    return {site(edit.layer, name): replace}
+
+
+@torch.no_grad()
+def edited_logits(model, ids: torch.Tensor, edit: Edit | None, means) -> torch.Tensor:
+    """Full next-token logits (N, T, V) of ``ids`` with ``edit`` applied (None: unedited)."""
+    with model.hooks({} if edit is None else edit_hooks(edit, means)):
+        return model(ids.to(_device(model)))
+
+
+# ----------------------------------------------------------------------------- atlas
+@dataclass(frozen=True)
+class TaskPrompts:
+    """The evaluation prompts of one task in model ids (clean prompts, answers)."""
+
+    name: str
+    clean_ids: list
+    correct: np.ndarray
+    incorrect: np.ndarray
+
+
+class _Moments:
+    """Streaming Σw, Σ‖w‖² and count of a write; Σ‖x‖² of the residual beside it."""
+
+    def __init__(self) -> None:
+        self.sum_w, self.sum_sq, self.resid_sq, self.n = 0.0, 0.0, 0.0, 0
+
+    def add(self, w: torch.Tensor, resid: torch.Tensor) -> None:
+        w, resid = w.double().flatten(0, -2), resid.double().flatten(0, -2)
+        self.sum_w = self.sum_w + w.sum(dim=0)
+        self.sum_sq += float(w.pow(2).sum())
+        self.resid_sq += float(resid.pow(2).sum())
+        self.n += len(w)
+
+    def descriptors(self) -> tuple[float, float]:
+        size = float(np.sqrt(self.sum_sq / self.resid_sq)) if self.resid_sq > 0 else float("nan")
+        return size, _constant_from(self.sum_w, self.sum_sq, self.n)
+
+
+def _add_descriptors(model, cache: Mapping[str, torch.Tensor], moments: dict) -> None:
+    """Add one batch's writes at positions t ≥ 1 to ``moments`` ((kind, layer, head) ->
+    :class:`_Moments`): attention block, MLP block, and each head's W_O^h z^h (no bias)."""
+    for layer in range(model.cfg.n_layer):
+        resid = cache[site(layer, "hook_resid_pre")][:, 1:]
+        writes = {("attn", None): cache[site(layer, "hook_attn_out")][:, 1:]}
+        if has_mlp(model):
+            writes[("mlp", None)] = cache[site(layer, "hook_mlp_out")][:, 1:]
+        z = cache[site(layer, "attn.hook_z")][:, 1:].double()  # (B, T-1, H, d)
+        maps = model.blocks[layer].attn.writer.write_maps().detach().double().to(z.device)
+        for h in range(model.cfg.n_head):
+            writes[("head", h)] = z[:, :, h] @ maps[h].T
+        for (kind, head), w in writes.items():
+            moments.setdefault((kind, layer, head), _Moments()).add(w, resid)
+
+
+def _descriptor_sites(model) -> list[str]:
+    own = ("hook_resid_pre", "attn.hook_z", "hook_attn_out")
+    own += ("hook_mlp_out",) if has_mlp(model) else ()
+    return [site(layer, n) for layer in range(model.cfg.n_layer) for n in own]
+
+
+def stacked_hooks(
+    edits: Sequence[Edit], means: Mapping[str, torch.Tensor], n: int
+) -> dict[str, Callable]:
+    """Hooks applying edit g to rows g·n … g·n + n − 1 of one forward (``n`` inputs repeated
+    once per edit, edit-major), so a chunk of edits runs as one stacked forward; each row
+    group gets exactly :func:`edit_hooks` of its edit."""
+    by_site: dict[str, list[tuple[int, Callable]]] = {}
+    for g, edit in enumerate(edits):
+        for name, fn in edit_hooks(edit, means).items():
+            by_site.setdefault(name, []).append((g, fn))
+    n_groups = len(edits)
+
+    def make(members):
+        def apply(x):
+            x = x.clone()
+            groups = x.view(n_groups, n, *x.shape[1:])  # a view: writes land in x
+            for g, fn in members:
+                groups[g] = fn(groups[g])
+            return x
+
+        return apply
+
+    return {name: make(members) for name, members in by_site.items()}
+
+
+def _chunks(items: Sequence, size: int) -> Iterator[Sequence]:
+    size = max(1, size)
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+@torch.no_grad()
+def _stacked_forward(model, ids, chunk, means, last_only=False) -> torch.Tensor:
+    """Logits of ``ids`` (n, T) under each edit of ``chunk``: (G, n, T, V), or (G, n, V)."""
+    rows = ids.repeat(len(chunk), 1)
+    with model.hooks(stacked_hooks(chunk, means, len(ids))):
+        logits = model(rows, last_only=last_only)
+    return logits.view(len(chunk), len(ids), *logits.shape[1:])
+
+
+@torch.no_grad()
+def _answer_lds(model, ids, good, bad, layer_edits, means, max_rows) -> dict[Edit, torch.Tensor]:
+    """LD (n,) of prompts ``ids`` (n, T) under every edit, by layer resumption when the
+    registry declares the blocks functions of the residual entering them (``fast_patching``;
+    then edits of layer l rerun blocks l.. from the cached clean residual and only the two
+    answer logits, ``model.answer_logits``), else by full stacked forwards."""
+    from headgeom.analysis.patching import supports_fast
+
+    out = {}
+    answers = torch.stack([good, bad], dim=1)
+    resume = supports_fast(model)
+    names = [site(layer, "hook_resid_pre") for layer in layer_edits]
+    _, cache = model.run_with_cache(ids, names, last_only=True) if resume else (None, {})
+    for layer, edits in layer_edits.items():
+        for chunk in _chunks(edits, max_rows // len(ids)):
+            G = len(chunk)
+            if resume:
+                x = cache[site(layer, "hook_resid_pre")].repeat(G, 1, 1)
+                with model.hooks(stacked_hooks(chunk, means, len(ids))):
+                    for block in model.blocks[layer:]:
+                        x = block(x)
+                lg = model.answer_logits(x, answers.repeat(G, 1)).double().view(G, len(ids), 2)
+                ld = lg[..., 0] - lg[..., 1]
+            else:
+                lg = _stacked_forward(model, ids, chunk, means, last_only=True).double()
+                pick = torch.arange(len(ids), device=ids.device)
+                ld = lg[:, pick, good] - lg[:, pick, bad]
+            out.update({edit: ld[g] for g, edit in enumerate(chunk)})
+    return out
+
+
+@torch.no_grad()
+def _retention(model, task: TaskPrompts, edits, means, max_rows: int) -> np.ndarray:
+    """(G,) share of the task's prompts right (LD > 0) unedited that stay right per edit."""
+    device = _device(model)
+    kept, right_total = np.zeros(len(edits)), 0
+    correct = torch.as_tensor(np.asarray(task.correct, dtype=np.int64), device=device)
+    incorrect = torch.as_tensor(np.asarray(task.incorrect, dtype=np.int64), device=device)
+    layer_edits: dict[int, list[Edit]] = {}
+    for edit in edits:
+        layer_edits.setdefault(edit.layer, []).append(edit)
+    for _, index in sorted(length_groups(task.clean_ids).items()):
+        for part in _chunks(index, max_rows):
+            ids = torch.as_tensor(np.stack([task.clean_ids[i] for i in part]), device=device)
+            part_t = torch.as_tensor(part, device=device)
+            good, bad = correct[part_t], incorrect[part_t]
+            pick = torch.arange(len(part), device=device)
+            base = model(ids, last_only=True).double()
+            right = (base[pick, good] - base[pick, bad]) > 0
+            right_total += int(right.sum())
+            lds = _answer_lds(model, ids, good, bad, layer_edits, means, max_rows)
+            kept += np.array([int(((lds[e] > 0) & right).sum()) for e in edits])
+    return kept / right_total if right_total else np.full(len(edits), np.nan)
+
+
+@torch.no_grad()
+def block_atlas(
+    model,
+    means: Mapping[str, torch.Tensor],
+    eval_windows: torch.Tensor,
+    tasks: Sequence[TaskPrompts],
+    batch_size: int = 16,
+    max_rows: int = 1024,
+    modes: Sequence[str] = ABLATIONS,
+    progress: Callable[[int], object] | None = None,
+) -> tuple[pd.DataFrame, dict]:
+    """One row per (block, layer, head, ablation): KL(original ‖ edited) of next-token
+    distributions averaged over every input position of ``eval_windows`` (nats), the change
+    in top-1 next-token accuracy (edited − original), task retention per task (share of
+    evaluation prompts the unedited model gets right, LD > 0, that stay right), and the
+    write's size and constant part (over input positions t ≥ 1 of the same windows).
+
+    Windows stream in batches of ``batch_size``: per batch one unedited forward (caching the
+    sites the descriptors need) and stacked forwards of the edits (:func:`stacked_hooks`, at
+    most ``max_rows`` rows each), so memory is bounded by one stacked forward's logits.
+    ``progress(k)`` after k more edits of a batch. Returns ``(rows, baseline)``, baseline
+    holding the unedited top-1 accuracy and task accuracy."""
+    edits = atlas_edits(model, modes)
+    kl_sum, top1_sum = np.zeros(len(edits)), np.zeros(len(edits))
+    base_top1, n_pos, moments = 0.0, 0, {}
+    device = _device(model)
+    for ids in _batches(eval_windows, batch_size):
+        ids = ids.to(device)
+        inputs, targets = ids[:, :-1], ids[:, 1:]
+        # the unedited run on exactly the edited runs' inputs
+        logits, cache = model.run_with_cache(inputs, _descriptor_sites(model))
+        _add_descriptors(model, cache, moments)
+        base_logp = torch.log_softmax(logits.double(), dim=-1)
+        base_p = base_logp.exp()
+        base_top1 += float((base_logp.argmax(-1) == targets).sum())
+        n_pos += targets.numel()
+        start = 0
+        for chunk in _chunks(edits, max_rows // len(ids)):
+            logp = torch.log_softmax(_stacked_forward(model, inputs, chunk, means).double(), -1)
+            g = slice(start, start + len(chunk))
+            kl_sum[g] += (base_p * (base_logp - logp)).sum(dim=(1, 2, 3)).cpu().numpy()
+            top1_sum[g] += (logp.argmax(-1) == targets).sum(dim=(1, 2)).cpu().numpy()
+            start += len(chunk)
+            if progress is not None:
+                progress(len(chunk))
+    retention = {t.name: _retention(model, t, edits, means, max_rows) for t in tasks}
+    rows = []
+    for i, edit in enumerate(edits):
+        rows.append({
+            "block": edit.kind, "layer": edit.layer, "head": edit.head, "label": edit.label,
+            "ablation": edit.mode,
+            "kl": kl_sum[i] / n_pos,
+            "top1_base": base_top1 / n_pos,
+            "delta_top1": (top1_sum[i] - base_top1) / n_pos,
+            **{f"retention_{name}": float(r[i]) for name, r in retention.items()},
+            **dict(zip(("size", "constant_part"),
+                       moments[(edit.kind, edit.layer, edit.head)].descriptors(), strict=True)),
+        })  # fmt: skip
+    baseline = {"top1_base": base_top1 / n_pos, "n_eval_positions": n_pos}
+    return pd.DataFrame(rows), baseline
