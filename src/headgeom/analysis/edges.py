@@ -121,7 +121,41 @@ def kl_from_logits(clean_logp: torch.Tensor, logits: torch.Tensor) -> torch.Tens
 def final_logits(model, x: torch.Tensor) -> torch.Tensor:
     """Full-vocabulary logits (R, V) at the final position from the residual leaving the last
     block (R, S, D): the tail of ``GPT.forward``."""
-    return model.ln_f(model.hook_resid_final(x)[:, -1]) @ model.wte.weight.T
+    return final_state(model, x) @ model.wte.weight.T
+
+
+def final_state(model, x: torch.Tensor) -> torch.Tensor:
+    """ln_f of the final-position residual (R, D) from the residual leaving the last block."""
+    return model.ln_f(model.hook_resid_final(x)[:, -1])
+
+
+@dataclass(frozen=True)
+class CleanOutput:
+    """What the KL needs of the clean distribution P of each example: ``neg_entropy``
+    Σ_v p_v log p_v (B,) and ``mean_row`` ē = Σ_v p_v w_v (B, D), w_v the unembedding rows,
+    both float64."""
+
+    neg_entropy: torch.Tensor
+    mean_row: torch.Tensor
+
+    @classmethod
+    def of(cls, model, clean_logp: torch.Tensor) -> CleanOutput:
+        p = clean_logp.exp()
+        return cls((p * clean_logp).sum(-1), p @ model.wte.weight.double())
+
+
+def final_kl(model, clean: CleanOutput, rows: torch.Tensor, x: torch.Tensor, chunk: int = 512):
+    """KL(P_clean ‖ Q) (R,) float64 from the residual ``x`` (R, S, D) leaving the last block,
+    row r against example ``rows[r]``. With h = ln_f(x_final) and logits b = W h,
+
+        KL = Σ p log p − Σ p b + logsumexp(b) = neg_entropy − ē·h + logsumexp(b),
+
+    so only logsumexp needs the (R, V) logits (float64 from the model's dtype, ``chunk`` rows
+    at a time); the identity is checked against :func:`kl_from_logits` by the naive engine."""
+    h = final_state(model, x)
+    lse = torch.cat([torch.logsumexp((h[i:i + chunk] @ model.wte.weight.T).double(), -1)
+                     for i in range(0, len(h), chunk)])  # fmt: skip
+    return clean.neg_entropy[rows] - (h.double() * clean.mean_row[rows]).sum(-1) + lse
 
 
 def writer_deltas(model, z_clean: dict, z_ref: dict, layers: range) -> list[torch.Tensor]:
@@ -170,6 +204,7 @@ def edge_kl_batch(
     L, H = model.cfg.n_layer, model.cfg.n_head
     B, T = clean.shape
     clean_logp, cc, z_clean, z_ref = _caches(model, clean, ref)
+    clean_out = CleanOutput.of(model, clean_logp)
     differ = (clean != ref).any(dim=0).nonzero()
     p = min(int(differ[0]) if len(differ) else T, T - 1)
     out = torch.zeros(B, len(edges), dtype=torch.float64, device=clean.device)
@@ -226,7 +261,7 @@ def edge_kl_batch(
             h = block.after_z(cc[site(rl, "hook_resid_pre")][eb[1], start:], z)
             h = _downstream(model, cc, rl, p, h, eb[1])
             out[eb[1], torch.as_tensor(idx[e0:e0 + E], device=clean.device)[eb[0]]] = (
-                kl_from_logits(clean_logp[eb[1]], final_logits(model, h))
+                final_kl(model, clean_out, eb[1], h)
             )
         if progress is not None:
             progress(len(sub))
@@ -274,12 +309,13 @@ def edge_kl(
 @torch.no_grad()
 def edge_kl_naive(
     model, clean_ids: Sequence, ref_ids: Sequence, edges: Edges, resume: bool = False,
-    batch_size: int = 16,
+    batch_size: int = 16, progress: Progress = None,
 ) -> np.ndarray:
     """:func:`edge_kl` one forward per edge, the way hook libraries do it: the patched X of
     reader j is computed from the cached clean residual plus δ_i and set by a hook on
     ``blocks.{l'}.attn.hook_{x}`` (head j only); then the whole model runs (``resume``
-    False) or blocks l'..L−1 from the cached clean residual (``resume`` True)."""
+    False) or blocks l'..L−1 from the cached clean residual (``resume`` True).
+    ``progress(1)`` after each edge."""
     _require(model)
     L = model.cfg.n_layer
 
@@ -305,6 +341,8 @@ def edge_kl_naive(
                 else:
                     logits = model(clean, last_only=True)
             out[:, n] = kl_from_logits(clean_logp, logits).cpu()
+            if progress is not None:
+                progress(1)
         return out
 
     return _per_batch(model, clean_ids, ref_ids, batch_size, run)
