@@ -346,3 +346,52 @@ def edge_kl_naive(
         return out
 
     return _per_batch(model, clean_ids, ref_ids, batch_size, run)
+
+
+# --------------------------------------------------------------------------- Table 7
+def edge_frame(model, clean_ids, ref_ids, batch_size: int = 16, max_rows: int = 2048):
+    """One row per edge (docs §15.1): writer, reader, X, the mean KL over the examples and
+    the edge PK between Im W_O^i and reader j's weight-space X rows (effective W_X = A_X S_hᵀ
+    for block readers; ``weightspace.write_read_pk``)."""
+    import pandas as pd
+
+    from headgeom.analysis import weightspace
+
+    edges = all_edges(model.cfg.n_layer, model.cfg.n_head)
+    kl = edge_kl(model, clean_ids, ref_ids, edges, batch_size, max_rows)
+    frame = pd.DataFrame({
+        "writer_layer": edges.writer_layer, "writer_head": edges.writer_head,
+        "reader_layer": edges.reader_layer, "reader_head": edges.reader_head,
+        "read_type": np.asarray(READ_TYPES)[edges.read_type],
+        "kl": kl.mean(axis=0), "kl_max": kl.max(axis=0),
+    })  # fmt: skip
+    pk = weightspace.write_read_pk(weightspace.head_spaces(weightspace.head_maps(model)))
+    pk = pk.rename(columns={"source_layer": "writer_layer", "source_head": "writer_head",
+                            "target_layer": "reader_layer", "target_head": "reader_head"})  # fmt: skip
+    keys = ["writer_layer", "writer_head", "reader_layer", "reader_head", "read_type"]
+    frame = frame.merge(pk[[*keys, "pk", "same_index"]], on=keys, how="left", validate="1:1")
+    if frame["pk"].isna().any():
+        raise AssertionError("an edge has no PK row")
+    return frame
+
+
+def edge_correlations(frame) -> dict:
+    """Pooled Spearman(PK, KL) over every edge and the median within-(reader, X) Spearman
+    for Q, K and V (groups whose PK or KL is constant have no ρ and are left out; their
+    number is reported)."""
+    from headgeom.analysis.stats import spearman
+
+    rho, p = spearman(frame["pk"].to_numpy(), frame["kl"].to_numpy())
+    out = {"n_edges": len(frame), "pooled_spearman": rho, "pooled_p": p,
+           "pk_min": float(frame["pk"].min()), "pk_max": float(frame["pk"].max()),
+           "zero_pk_share": float((frame["pk"] < 1e-12).mean())}  # fmt: skip
+    for X in READ_TYPES:
+        rows = frame[frame["read_type"] == X]
+        rhos = [spearman(g["pk"].to_numpy(), g["kl"].to_numpy())[0]
+                for _, g in rows.groupby(["reader_layer", "reader_head"])]  # fmt: skip
+        rhos = np.asarray(rhos, dtype=np.float64)
+        ok = np.isfinite(rhos)
+        out[f"median_within_{X}"] = float(np.median(rhos[ok])) if ok.any() else float("nan")
+        out[f"n_groups_{X}"] = int(ok.sum())
+        out[f"n_groups_undefined_{X}"] = int((~ok).sum())
+    return out
