@@ -31,6 +31,7 @@ include: "workflow/rules/exclusivity.smk"
 include: "workflow/rules/lanes.smk"
 include: "workflow/rules/clamps.smk"
 include: "workflow/rules/geometry.smk"
+include: "workflow/rules/edges.smk"  # issue 13
 include: "workflow/rules/tables.smk"
 
 

@@ -239,3 +239,34 @@ CLAMP_DEFAULTS: dict[str, tuple[str, ...]] = {
 }
 #: Paper outputs whose models are clamp runs: name -> Study.clamp_runs kind.
 CLAMP_OUTPUTS = {"figure6de": "pairs", "figure8": "figure8", "clamps": "all"}
+
+
+# ----------------------------------------------------------------------------- issue 13 (edges)
+#: Table 7 (docs §15.1): the paper's row group of each geometry (data, as the paper groups
+#: them); geometries absent here (multiscreen) have no edges. all-rotated and
+#: all-rotated-self are reported separately (their PKs are uniform by design).
+TABLE7_GROUPS: dict[str, str] = {
+    "learned": "learned",
+    "read-common": "read-common",
+    "write-common-axis": "frozen writes, free readers",
+    "write-common": "frozen writes, free readers",
+    "write-rotated": "frozen writes, free readers",
+    "write-routed-a": "frozen writes, free readers",
+    "write-routed-b": "frozen writes, free readers",
+    "write-routed-c": "frozen writes, free readers",
+    "fixeddiag": "frozen writes, free readers",
+    "value384": "frozen writes, free readers",
+    "mlp3456": "frozen writes, free readers",
+    "identity-original": "frozen writes, free readers",
+    "all-common-axis": "all-common-axis (structural)",
+    "all-rotated": "all-rotated (separate)",
+    "all-rotated-self": "all-rotated-self (separate)",
+}
+TABLE7_ORDER = tuple(dict.fromkeys(TABLE7_GROUPS.values()))
+#: ACDC (docs §15.4) runs on these geometries unless config edges.acdc_models names models.
+ACDC_DEFAULTS: tuple[str, ...] = ("all-rotated",)
+PAPER_INPUTS.update({
+    "table7": {"runs": ("train_log", "edges"), "summaries": ("edge_summary", "edges"),
+               "acdc": ("acdc", "acdc")},
+})  # fmt: skip
+PAPER_TABLES = (*PAPER_TABLES, "table7")
