@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from patching_engine import PAPER_ARCH, N_VOCAB, task_examples  # noqa: E402
+from patching_engine import N_VOCAB, PAPER_ARCH, task_examples  # noqa: E402
 
 from headgeom.analysis import edges as E  # noqa: E402
 from headgeom.model import registry, zoo  # noqa: E402
@@ -61,8 +61,10 @@ def main(argv=None) -> int:
     L, H = model.cfg.n_layer, model.cfg.n_head
     clean, ref, _, _ = task_examples("sva", args.n_examples, "validation")
     N = len(clean)
-    print(f"model 12×12, D=768, V={N_VOCAB}; {N} SVA validation examples, lengths "
-          f"{sorted({len(c) for c in clean})}; torch threads {torch.get_num_threads()}")
+    print(
+        f"model 12×12, D=768, V={N_VOCAB}; {N} SVA validation examples, lengths "
+        f"{sorted({len(c) for c in clean})}; torch threads {torch.get_num_threads()}"
+    )
     edges = E.all_edges(L, H)
     total = len(edges)
     assert total == E.edge_count(L, H) == 28_512
@@ -74,36 +76,53 @@ def main(argv=None) -> int:
     how = "measured" if len(ours_set) == total else f"measured on {len(ours_set)}, ×{H}"
 
     rng = np.random.default_rng(0)
-    sample = np.concatenate([
-        rng.choice(np.flatnonzero(edges.reader_layer == rl), args.sample_per_layer, False)
-        for rl in range(1, L)
-    ])
+    sample = np.concatenate(
+        [
+            rng.choice(np.flatnonzero(edges.reader_layer == rl), args.sample_per_layer, False)
+            for rl in range(1, L)
+        ]
+    )
     sub = edges.subset(sample)
     ours_kl = E.edge_kl(model, clean, ref, sub, batch_size=N, max_rows=args.max_rows)
     loops = {}
     for name, resume in (("full-forward loop", False), ("resuming loop", True)):
         stamps = [time.perf_counter()]  # the caches, then one stamp per edge
-        kl = E.edge_kl_naive(model, clean, ref, sub, resume, N,
-                             progress=lambda k: stamps.append(time.perf_counter()))
+        kl = E.edge_kl_naive(
+            model,
+            clean,
+            ref,
+            sub,
+            resume,
+            N,
+            progress=lambda k, t=stamps: t.append(time.perf_counter()),
+        )
         per_edge = np.diff(stamps)  # edge k's forward; the first also holds the caches:
         per_edge[0] = np.nan  # left out (its layer's other sampled edges stand for it)
         # extrapolate: mean time per edge of each reader layer × edges into that layer
-        est = sum(np.nanmean(per_edge[sub.reader_layer == rl]) * (edges.reader_layer == rl).sum()
-                  for rl in range(1, L))  # fmt: skip
+        est = sum(
+            np.nanmean(per_edge[sub.reader_layer == rl]) * (edges.reader_layer == rl).sum()
+            for rl in range(1, L)
+        )
         loops[name] = (est, float(np.abs(kl - ours_kl).max()), np.nansum(per_edge))
-    print(f"\n{'engine':<20}{'edges/s':>10}{'total s (28,512 edges)':>26}{'ratio':>8}"
-          f"{'max |ΔKL|':>12}")
+    print(
+        f"\n{'engine':<20}{'edges/s':>10}{'total s (28,512 edges)':>26}{'ratio':>8}"
+        f"{'max |ΔKL|':>12}"
+    )
     print(f"{'ours':<20}{total / ours_s:>10.1f}{ours_s:>26.1f}{1:>8.1f}{'—':>12}  ({how})")
     for name, (est, diff, spent) in loops.items():
-        print(f"{name:<20}{total / est:>10.2f}{est:>26.0f}{est / ours_s:>8.1f}{diff:>12.2e}"
-              f"  (extrapolated from {len(sub)} sampled edges, {spent:.1f} s)")
+        print(
+            f"{name:<20}{total / est:>10.2f}{est:>26.0f}{est / ours_s:>8.1f}{diff:>12.2e}"
+            f"  (extrapolated from {len(sub)} sampled edges, {spent:.1f} s)"
+        )
     kl_range = (ours_kl.min(), ours_kl.max())
     print(f"KL on the sampled edges: {kl_range[0]:.3g} … {kl_range[1]:.3g}")
     per_row = ours_s / (total * N)
     paper = (14 * 28_512 + 50_688 * 16 / 12) * 16  # 16-head model: ≈ (16/12)× the work per row
-    print(f"projected, paper's 15 models × 16 examples on this CPU: ours "
-          f"{paper * per_row / 3600:.1f} h; full-forward loop "
-          f"{paper * per_row * loops['full-forward loop'][0] / ours_s / 3600:.0f} h")
+    print(
+        f"projected, paper's 15 models × 16 examples on this CPU: ours "
+        f"{paper * per_row / 3600:.1f} h; full-forward loop "
+        f"{paper * per_row * loops['full-forward loop'][0] / ours_s / 3600:.0f} h"
+    )
     return 0
 
 

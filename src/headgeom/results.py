@@ -1077,10 +1077,16 @@ _EDGE_DESCRIPTIONS = {
 }
 EDGES = ResultTable(
     "edges",
-    _schema(_RUN_TASK_SPLIT, _EDGE, [
-        ("kl", pa.float64()), ("kl_max", pa.float64()), ("pk", pa.float64()),
-        ("same_index", pa.bool_()),
-    ]),  # fmt: skip
+    _schema(
+        _RUN_TASK_SPLIT,
+        _EDGE,
+        [
+            ("kl", pa.float64()),
+            ("kl_max", pa.float64()),
+            ("pk", pa.float64()),
+            ("same_index", pa.bool_()),
+        ],
+    ),  # fmt: skip
     {
         **_EDGE_DESCRIPTIONS,
         "kl": "mean over examples of KL(P_clean ‖ P_patched), full vocabulary, final position "
@@ -1093,14 +1099,24 @@ EDGES = ResultTable(
 )
 EDGE_SUMMARY = ResultTable(
     "edge_summary",
-    _schema(_RUN_TASK_SPLIT, [
-        ("n_examples", pa.int64()), ("n_edges", pa.int64()),
-        ("pooled_spearman", pa.float64()), ("pooled_p", pa.float64()),
-        ("median_within_Q", pa.float64()), ("median_within_K", pa.float64()),
-        ("median_within_V", pa.float64()),
-        ("n_groups_Q", pa.int64()), ("n_groups_K", pa.int64()), ("n_groups_V", pa.int64()),
-        ("pk_min", pa.float64()), ("pk_max", pa.float64()), ("zero_pk_share", pa.float64()),
-    ]),  # fmt: skip
+    _schema(
+        _RUN_TASK_SPLIT,
+        [
+            ("n_examples", pa.int64()),
+            ("n_edges", pa.int64()),
+            ("pooled_spearman", pa.float64()),
+            ("pooled_p", pa.float64()),
+            ("median_within_Q", pa.float64()),
+            ("median_within_K", pa.float64()),
+            ("median_within_V", pa.float64()),
+            ("n_groups_Q", pa.int64()),
+            ("n_groups_K", pa.int64()),
+            ("n_groups_V", pa.int64()),
+            ("pk_min", pa.float64()),
+            ("pk_max", pa.float64()),
+            ("zero_pk_share", pa.float64()),
+        ],
+    ),  # fmt: skip
     {
         "split": _EDGE_DESCRIPTIONS["split"],
         "n_examples": "examples the KL is averaged over",
@@ -1122,11 +1138,19 @@ EDGE_SUMMARY = ResultTable(
 )
 ACDC = ResultTable(
     "acdc",
-    _schema(_RUN_TASK_SPLIT, [
-        ("source_kind", pa.string()), ("source_layer", pa.int32()), ("source_head", pa.int32()),
-        ("target_kind", pa.string()), ("target_layer", pa.int32()), ("target_head", pa.int32()),
-        ("kl_if_removed", pa.float64()), ("kl_before", pa.float64()),
-    ]),  # fmt: skip
+    _schema(
+        _RUN_TASK_SPLIT,
+        [
+            ("source_kind", pa.string()),
+            ("source_layer", pa.int32()),
+            ("source_head", pa.int32()),
+            ("target_kind", pa.string()),
+            ("target_layer", pa.int32()),
+            ("target_head", pa.int32()),
+            ("kl_if_removed", pa.float64()),
+            ("kl_before", pa.float64()),
+        ],
+    ),  # fmt: skip
     {
         "split": "split of the examples (docs §15.4: 16 SVA validation examples)",
         "source_kind": "embed (token + position), head (its W_O z) or mlp (its output)",

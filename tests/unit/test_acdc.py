@@ -17,8 +17,12 @@ def test_graph_forward_is_the_model_forward():
         model = zoo_model(geometry)
         clean, ref = (torch.as_tensor(np.stack(a)) for a in random_pairs(4, (6,))[:2])
         graph = A.Graph(model, clean, ref)
-        torch.testing.assert_close(final_logits(model, graph.clean_cache["final"]),
-                                   model(clean, last_only=True), rtol=0, atol=1e-10)
+        torch.testing.assert_close(
+            final_logits(model, graph.clean_cache["final"]),
+            model(clean, last_only=True),
+            rtol=0,
+            atol=1e-10,
+        )
         assert graph.metric(frozenset(), 0) == 0.0 or abs(graph.metric(frozenset(), 0)) < 1e-12
 
 

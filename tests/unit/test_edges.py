@@ -34,7 +34,7 @@ def test_edge_counts_at_paper_shape():
     edges = E.all_edges(4, 3)
     assert len(edges) == count(4, 3) == E.edge_count(4, 3)
     assert (edges.writer_layer < edges.reader_layer).all()
-    keys = set(zip(*(a.tolist() for a in edges.arrays())))
+    keys = set(zip(*(a.tolist() for a in edges.arrays()), strict=False))
     assert len(keys) == len(edges)  # no edge twice
 
 

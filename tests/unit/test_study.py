@@ -58,6 +58,7 @@ def test_demo_config_loads_with_the_schema_defaults():
     assert study.tables == [
         *("table2", "table3", "table5", "table6", "lanes", "leakage"),
         *("clamps", "lane_heads"),  # issue 11
+        "table7",  # issue 13
     ]
     assert study.figures == [
         *("figure1", "figure2", "figure3", "figure4", "figure5", "figure6de", "figure7"),

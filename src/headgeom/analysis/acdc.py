@@ -37,15 +37,20 @@ LOGITS = ("logits", -1, -1)  # destinations: (kind, layer, head) with kind q, k,
 def graph_edges(L: int, H: int) -> list[tuple[tuple, tuple]]:
     """Every (source, destination) edge in ACDC's visiting order (reverse topological)."""
     edges = []
-    everything = [EMBED] + [s for lay in range(L) for s in
-                            [("head", lay, h) for h in range(H)] + [("mlp", lay, -1)]]  # fmt: skip
+    everything = [EMBED] + [
+        s for lay in range(L) for s in [("head", lay, h) for h in range(H)] + [("mlp", lay, -1)]
+    ]
     edges += [(s, LOGITS) for s in everything]
     for lay in reversed(range(L)):
-        into_mlp = [EMBED] + [s for m in range(lay + 1) for s in
-                              [("head", m, h) for h in range(H)] + ([("mlp", m, -1)] if m < lay else [])]  # fmt: skip
+        into_mlp = [EMBED] + [
+            s
+            for m in range(lay + 1)
+            for s in [("head", m, h) for h in range(H)] + ([("mlp", m, -1)] if m < lay else [])
+        ]
         edges += [(s, ("mlp", lay, -1)) for s in into_mlp]
-        into_head = [EMBED] + [s for m in range(lay) for s in
-                               [("head", m, h) for h in range(H)] + [("mlp", m, -1)]]  # fmt: skip
+        into_head = [EMBED] + [
+            s for m in range(lay) for s in [("head", m, h) for h in range(H)] + [("mlp", m, -1)]
+        ]
         edges += [(s, (x.lower(), lay, h)) for h in range(H) for x in READ_TYPES for s in into_head]
     return edges
 
@@ -83,8 +88,9 @@ class Graph:
         else:
             first = start
             x = self.clean_cache[("resid", start)]
-            outs.update({s: v for s, v in self.clean_out.items()
-                         if s[0] == "embed" or s[1] < start})  # fmt: skip
+            outs.update(
+                {s: v for s, v in self.clean_out.items() if s[0] == "embed" or s[1] < start}
+            )
         for lay in range(first, self.L):
             cache[("resid", lay)] = x
             block = model.blocks[lay]
@@ -92,8 +98,11 @@ class Graph:
             for h in range(self.H):
                 for X in READ_TYPES:
                     dest = (X.lower(), lay, h)
-                    inputs[dest] = x - self._diff(outs, removed, dest) if any(
-                        t == dest for _, t in removed) else None
+                    inputs[dest] = (
+                        x - self._diff(outs, removed, dest)
+                        if any(t == dest for _, t in removed)
+                        else None
+                    )
             if all(v is None for v in inputs.values()):
                 q, k, v = block.attn.reader(x)[:3]
             else:
@@ -103,18 +112,22 @@ class Graph:
                     if value is not None:
                         n = "qkv".index(kind)
                         (q, k, v)[n][:, :, h] = block.attn.reader(value)[n][:, :, h]
-            z = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                               v.transpose(1, 2), is_causal=True).transpose(1, 2)  # fmt: skip
+            z = F.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+            ).transpose(1, 2)
             maps = block.attn.writer.write_maps().to(z.dtype)  # (H, D, d)
             for h in range(self.H):
                 outs[("head", lay, h)] = z[:, :, h] @ maps[h].T
             mid = x + block.attn.writer(z)
             dest = ("mlp", lay, -1)
-            mlp_in = mid - self._diff(outs, removed, dest) if any(t == dest for _, t in removed) else mid
+            mlp_in = (
+                mid - self._diff(outs, removed, dest) if any(t == dest for _, t in removed) else mid
+            )
             outs[dest] = block.mlp(block.ln_2(mlp_in))
             x = mid + outs[dest]
-        cache["final"] = x - self._diff(outs, removed, LOGITS) if any(
-            t == LOGITS for _, t in removed) else x
+        cache["final"] = (
+            x - self._diff(outs, removed, LOGITS) if any(t == LOGITS for _, t in removed) else x
+        )
         return outs, cache
 
     @torch.no_grad()
@@ -144,8 +157,11 @@ def hooked_metric(model, clean: torch.Tensor, ref: torch.Tensor, removed) -> flo
             def z_hook(z, lay=lay, maps=maps):
                 for h in range(H):
                     outs[("head", lay, h)] = z[:, :, h] @ maps[h].to(z.dtype).T
+
             hooks[site(lay, "attn.hook_z")] = z_hook
-            hooks[site(lay, "hook_mlp_out")] = lambda m, lay=lay: outs.__setitem__(("mlp", lay, -1), m)
+            hooks[site(lay, "hook_mlp_out")] = lambda m, lay=lay: outs.__setitem__(
+                ("mlp", lay, -1), m
+            )
         return outs, hooks
 
     ref_outs, hooks = record(ref)
@@ -160,13 +176,16 @@ def hooked_metric(model, clean: torch.Tensor, ref: torch.Tensor, removed) -> flo
 
     for lay in range(L):
         block = model.blocks[lay]
+
         def pre_hook(x, lay=lay):
             resid[lay] = x
             if lay == 0:
                 outs[EMBED] = x
+
         hooks[site(lay, "hook_resid_pre")] = pre_hook
         hooks[site(lay, "hook_resid_mid")] = lambda x, lay=lay: resid.__setitem__(("mid", lay), x)
         for n, X in enumerate(READ_TYPES):
+
             def qkv_hook(t, lay=lay, n=n, X=X, block=block):
                 t = t.clone()
                 for h in range(H):
@@ -174,6 +193,7 @@ def hooked_metric(model, clean: torch.Tensor, ref: torch.Tensor, removed) -> flo
                     if not isinstance(d, float):
                         t[:, :, h] = block.attn.reader(resid[lay] - d)[n][:, :, h]
                 return t
+
             hooks[site(lay, f"attn.hook_{X.lower()}")] = qkv_hook
 
         def mlp_hook(m, lay=lay, block=block):
@@ -182,6 +202,7 @@ def hooked_metric(model, clean: torch.Tensor, ref: torch.Tensor, removed) -> flo
                 m = block.mlp(block.ln_2(resid[("mid", lay)] - d))
             outs[("mlp", lay, -1)] = m
             return m
+
         hooks[site(lay, "hook_mlp_out")] = mlp_hook
     hooks["hook_resid_final"] = lambda x: x - diff(LOGITS)
     with model.hooks(hooks):
@@ -197,13 +218,21 @@ class AcdcResult:
     final_metric: float = 0.0
 
 
-def acdc(model, clean_ids: Sequence, ref_ids: Sequence, threshold: float = 0.001,
-         n_checks: int = 8, seed: int = 0) -> AcdcResult:
+def acdc(
+    model,
+    clean_ids: Sequence,
+    ref_ids: Sequence,
+    threshold: float = 0.001,
+    n_checks: int = 8,
+    seed: int = 0,
+) -> AcdcResult:
     """ACDC with the KL metric on equal-length clean/reference prompts (one batch)."""
     _require(model)
     lengths = {len(c) for c in clean_ids} | {len(r) for r in ref_ids}
     if len(lengths) != 1:
-        raise ValueError(f"ACDC runs one batch of equal-length prompts, got lengths {sorted(lengths)}")
+        raise ValueError(
+            f"ACDC runs one batch of equal-length prompts, got lengths {sorted(lengths)}"
+        )
     device = next(model.parameters()).device
     clean = torch.as_tensor(np.stack(clean_ids), device=device)
     ref = torch.as_tensor(np.stack(ref_ids), device=device)
@@ -228,8 +257,11 @@ def acdc(model, clean_ids: Sequence, ref_ids: Sequence, threshold: float = 0.001
     alive = set()
 
     def owner_alive(d):  # the node a destination feeds still reaches the logits
-        return d == LOGITS or (("head" if d[0] in ("q", "k", "v") else "mlp"), d[1],
-                               d[2] if d[0] != "mlp" else -1) in alive  # fmt: skip
+        return (
+            d == LOGITS
+            or (("head" if d[0] in ("q", "k", "v") else "mlp"), d[1], d[2] if d[0] != "mlp" else -1)
+            in alive
+        )
 
     for s, d in kept:  # visiting order is reverse topological: destinations before sources
         if owner_alive(d):
@@ -239,11 +271,12 @@ def acdc(model, clean_ids: Sequence, ref_ids: Sequence, threshold: float = 0.001
     picks = sorted(rng.choice(len(result.decisions), min(n_checks, len(result.decisions)), False))
     decided: set = set()
     marks = []
-    for i, (s, d, _, _, drop) in enumerate(result.decisions):
+    for s, d, _, _, drop in result.decisions:
         marks.append(frozenset(decided | {(s, d)}))
         if drop:
             decided.add((s, d))
     for i in picks:
-        result.checks.append((int(i), result.decisions[i][3],
-                              hooked_metric(model, clean, ref, marks[i])))
+        result.checks.append(
+            (int(i), result.decisions[i][3], hooked_metric(model, clean, ref, marks[i]))
+        )
     return result

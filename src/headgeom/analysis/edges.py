@@ -79,8 +79,13 @@ class Edges:
         return Edges(*(np.asarray(a)[index] for a in self.arrays()))
 
     def arrays(self) -> tuple[np.ndarray, ...]:
-        return (self.writer_layer, self.writer_head, self.reader_layer, self.reader_head,
-                self.read_type)  # fmt: skip
+        return (
+            self.writer_layer,
+            self.writer_head,
+            self.reader_layer,
+            self.reader_head,
+            self.read_type,
+        )
 
 
 def edge_count(n_layer: int, n_head: int) -> int:
@@ -153,8 +158,12 @@ def final_kl(model, clean: CleanOutput, rows: torch.Tensor, x: torch.Tensor, chu
     so only logsumexp needs the (R, V) logits (float64 from the model's dtype, ``chunk`` rows
     at a time); the identity is checked against :func:`kl_from_logits` by the naive engine."""
     h = final_state(model, x)
-    lse = torch.cat([torch.logsumexp((h[i:i + chunk] @ model.wte.weight.T).double(), -1)
-                     for i in range(0, len(h), chunk)])  # fmt: skip
+    lse = torch.cat(
+        [
+            torch.logsumexp((h[i : i + chunk] @ model.wte.weight.T).double(), -1)
+            for i in range(0, len(h), chunk)
+        ]
+    )
     return clean.neg_entropy[rows] - (h.double() * clean.mean_row[rows]).sum(-1) + lse
 
 
@@ -162,17 +171,20 @@ def writer_deltas(model, z_clean: dict, z_ref: dict, layers: range) -> list[torc
     """δ of every head of ``layers``: (B, T, H, D) in the model's dtype per layer."""
     dtype = next(model.parameters()).dtype
     return [
-        head_perturbations(
-            model.blocks[lay].attn.writer.write_maps(), z_clean[lay], z_ref[lay]
-        ).to(dtype)
+        head_perturbations(model.blocks[lay].attn.writer.write_maps(), z_clean[lay], z_ref[lay]).to(
+            dtype
+        )
         for lay in layers
     ]
 
 
 def _caches(model, clean: torch.Tensor, ref: torch.Tensor):
     L = model.cfg.n_layer
-    names = [site(lay, n) for lay in range(L) for n in
-             ("hook_resid_pre", "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_z")]  # fmt: skip
+    names = [
+        site(lay, n)
+        for lay in range(L)
+        for n in ("hook_resid_pre", "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_z")
+    ]
     logits, cc = model.run_with_cache(clean, names, last_only=True)
     _, rc = model.run_with_cache(ref, [site(lay, "attn.hook_z") for lay in range(L)], True)
     z_clean = {lay: cc[site(lay, "attn.hook_z")] for lay in range(L)}
@@ -190,18 +202,23 @@ def _attend(q, k, v, past_k, past_v, last_only: bool) -> torch.Tensor:
     else:
         pos = torch.arange(P + S, device=q.device)
         mask = pos[None, :] <= pos[P:, None]
-    return F.scaled_dot_product_attention(q[:, None], keys[:, None], values[:, None],
-                                          attn_mask=mask)[:, 0]  # fmt: skip
+    return F.scaled_dot_product_attention(
+        q[:, None], keys[:, None], values[:, None], attn_mask=mask
+    )[:, 0]
 
 
 # --------------------------------------------------------------------------- fast engine
 @torch.no_grad()
 def edge_kl_batch(
-    model, clean: torch.Tensor, ref: torch.Tensor, edges: Edges, max_rows: int = 2048,
+    model,
+    clean: torch.Tensor,
+    ref: torch.Tensor,
+    edges: Edges,
+    max_rows: int = 2048,
     progress: Progress = None,
 ) -> torch.Tensor:
     """KL (B, E) float64 of every edge on one batch of equal-length examples (B, T)."""
-    L, H = model.cfg.n_layer, model.cfg.n_head
+    L, _H = model.cfg.n_layer, model.cfg.n_head
     B, T = clean.shape
     clean_logp, cc, z_clean, z_ref = _caches(model, clean, ref)
     clean_out = CleanOutput.of(model, clean_logp)
@@ -222,15 +239,21 @@ def edge_kl_batch(
         x = cc[site(rl, "hook_resid_pre")][:, p:]  # (B, S, D)
         clean_x = [cc[site(rl, f"attn.hook_{n}")] for n in "qkv"]  # (B, T, H, d)
         # the reader once per (writer, example), shared by the 3·H edges of that writer
-        writers = sorted(set(zip(sub.writer_layer.tolist(), sub.writer_head.tolist())))
+        writers = sorted(
+            set(zip(sub.writer_layer.tolist(), sub.writer_head.tolist(), strict=False))
+        )
         w_index = {w: i for i, w in enumerate(writers)}
         # row 0 is the clean x, so "unchanged" compares outputs of one and the same call
         delta = torch.stack([torch.zeros_like(x)] + [deltas[wl][:, p:, wh] for wl, wh in writers])
         patched = block.attn.reader((x[None] + delta).flatten(0, 1))[:3]
         patched = [t.unflatten(0, (len(writers) + 1, B)) for t in patched]  # (1+W, B, S, H, d)
         same_call = [t[0].permute(2, 0, 1, 3) for t in patched]  # (H, B, S, d)
-        w_of = 1 + np.array([w_index[w] for w in zip(sub.writer_layer.tolist(),
-                                                   sub.writer_head.tolist())])  # fmt: skip
+        w_of = 1 + np.array(
+            [
+                w_index[w]
+                for w in zip(sub.writer_layer.tolist(), sub.writer_head.tolist(), strict=False)
+            ]
+        )
         per = max(1, int(max_rows) // B)
         last = rl == L - 1
         for e0 in range(0, len(sub), per):
@@ -252,16 +275,18 @@ def edge_kl_batch(
                 continue
             eb = rows // B, rows % B
             q, k, v = (t.flatten(0, 1)[rows] for t in qkv)  # (R, S, d)
-            past = [cc[site(rl, f"attn.hook_{n}")][:, :p].permute(2, 0, 1, 3)[j_t]
-                    .flatten(0, 1)[rows] for n in "kv"]  # fmt: skip
+            past = [
+                cc[site(rl, f"attn.hook_{n}")][:, :p].permute(2, 0, 1, 3)[j_t].flatten(0, 1)[rows]
+                for n in "kv"
+            ]
             zj = _attend(q, k, v, past[0], past[1], last)  # (R, S', d)
             start = T - 1 if last else p
             z = z_clean[rl][eb[1], start:].clone()  # (R, S', H, d)
             z[torch.arange(len(rows)), :, j_t[eb[0]]] = zj
             h = block.after_z(cc[site(rl, "hook_resid_pre")][eb[1], start:], z)
             h = _downstream(model, cc, rl, p, h, eb[1])
-            out[eb[1], torch.as_tensor(idx[e0:e0 + E], device=clean.device)[eb[0]]] = (
-                final_kl(model, clean_out, eb[1], h)
+            out[eb[1], torch.as_tensor(idx[e0 : e0 + E], device=clean.device)[eb[0]]] = final_kl(
+                model, clean_out, eb[1], h
             )
         if progress is not None:
             progress(len(sub))
@@ -292,8 +317,13 @@ def _per_batch(model, clean_ids, ref_ids, batch_size, run) -> np.ndarray:
 
 
 def edge_kl(
-    model, clean_ids: Sequence, ref_ids: Sequence, edges: Edges | None = None,
-    batch_size: int = 16, max_rows: int = 2048, progress: Progress = None,
+    model,
+    clean_ids: Sequence,
+    ref_ids: Sequence,
+    edges: Edges | None = None,
+    batch_size: int = 16,
+    max_rows: int = 2048,
+    progress: Progress = None,
 ) -> np.ndarray:
     """KL(P_clean ‖ P_edge-patched) (N, E) float64 per example and edge (default: every edge,
     :func:`all_edges` order). ``batch_size`` bounds the examples and ``max_rows`` the
@@ -301,15 +331,25 @@ def edge_kl(
     max_rows · V at the final position). ``progress(k)``: k more edges done per batch."""
     _require(model)
     edges = all_edges(model.cfg.n_layer, model.cfg.n_head) if edges is None else edges
-    return _per_batch(model, clean_ids, ref_ids, batch_size,
-                      lambda c, r: edge_kl_batch(model, c, r, edges, max_rows, progress))  # fmt: skip
+    return _per_batch(
+        model,
+        clean_ids,
+        ref_ids,
+        batch_size,
+        lambda c, r: edge_kl_batch(model, c, r, edges, max_rows, progress),
+    )
 
 
 # --------------------------------------------------------------------------- reference
 @torch.no_grad()
 def edge_kl_naive(
-    model, clean_ids: Sequence, ref_ids: Sequence, edges: Edges, resume: bool = False,
-    batch_size: int = 16, progress: Progress = None,
+    model,
+    clean_ids: Sequence,
+    ref_ids: Sequence,
+    edges: Edges,
+    resume: bool = False,
+    batch_size: int = 16,
+    progress: Progress = None,
 ) -> np.ndarray:
     """:func:`edge_kl` one forward per edge, the way hook libraries do it: the patched X of
     reader j is computed from the cached clean residual plus δ_i and set by a hook on
@@ -323,7 +363,9 @@ def edge_kl_naive(
         clean_logp, cc, z_clean, z_ref = _caches(model, clean, ref)
         deltas = writer_deltas(model, z_clean, z_ref, range(L - 1))
         out = torch.empty(clean.shape[0], len(edges), dtype=torch.float64)
-        for n, (wl, wh, rl, rh, x) in enumerate(zip(*(a.tolist() for a in edges.arrays()))):
+        for n, (wl, wh, rl, rh, x) in enumerate(
+            zip(*(a.tolist() for a in edges.arrays()), strict=False)
+        ):
             x_in = cc[site(rl, "hook_resid_pre")]
             value = model.blocks[rl].attn.reader(x_in + deltas[wl][:, :, wh])[x][:, :, rh]
 
@@ -359,15 +401,26 @@ def edge_frame(model, clean_ids, ref_ids, batch_size: int = 16, max_rows: int = 
 
     edges = all_edges(model.cfg.n_layer, model.cfg.n_head)
     kl = edge_kl(model, clean_ids, ref_ids, edges, batch_size, max_rows)
-    frame = pd.DataFrame({
-        "writer_layer": edges.writer_layer, "writer_head": edges.writer_head,
-        "reader_layer": edges.reader_layer, "reader_head": edges.reader_head,
-        "read_type": np.asarray(READ_TYPES)[edges.read_type],
-        "kl": kl.mean(axis=0), "kl_max": kl.max(axis=0),
-    })  # fmt: skip
+    frame = pd.DataFrame(
+        {
+            "writer_layer": edges.writer_layer,
+            "writer_head": edges.writer_head,
+            "reader_layer": edges.reader_layer,
+            "reader_head": edges.reader_head,
+            "read_type": np.asarray(READ_TYPES)[edges.read_type],
+            "kl": kl.mean(axis=0),
+            "kl_max": kl.max(axis=0),
+        }
+    )
     pk = weightspace.write_read_pk(weightspace.head_spaces(weightspace.head_maps(model)))
-    pk = pk.rename(columns={"source_layer": "writer_layer", "source_head": "writer_head",
-                            "target_layer": "reader_layer", "target_head": "reader_head"})  # fmt: skip
+    pk = pk.rename(
+        columns={
+            "source_layer": "writer_layer",
+            "source_head": "writer_head",
+            "target_layer": "reader_layer",
+            "target_head": "reader_head",
+        }
+    )
     keys = ["writer_layer", "writer_head", "reader_layer", "reader_head", "read_type"]
     frame = frame.merge(pk[[*keys, "pk", "same_index"]], on=keys, how="left", validate="1:1")
     if frame["pk"].isna().any():
@@ -382,13 +435,20 @@ def edge_correlations(frame) -> dict:
     from headgeom.analysis.stats import spearman
 
     rho, p = spearman(frame["pk"].to_numpy(), frame["kl"].to_numpy())
-    out = {"n_edges": len(frame), "pooled_spearman": rho, "pooled_p": p,
-           "pk_min": float(frame["pk"].min()), "pk_max": float(frame["pk"].max()),
-           "zero_pk_share": float((frame["pk"] < 1e-12).mean())}  # fmt: skip
+    out = {
+        "n_edges": len(frame),
+        "pooled_spearman": rho,
+        "pooled_p": p,
+        "pk_min": float(frame["pk"].min()),
+        "pk_max": float(frame["pk"].max()),
+        "zero_pk_share": float((frame["pk"] < 1e-12).mean()),
+    }
     for X in READ_TYPES:
         rows = frame[frame["read_type"] == X]
-        rhos = [spearman(g["pk"].to_numpy(), g["kl"].to_numpy())[0]
-                for _, g in rows.groupby(["reader_layer", "reader_head"])]  # fmt: skip
+        rhos = [
+            spearman(g["pk"].to_numpy(), g["kl"].to_numpy())[0]
+            for _, g in rows.groupby(["reader_layer", "reader_head"])
+        ]
         rhos = np.asarray(rhos, dtype=np.float64)
         ok = np.isfinite(rhos)
         out[f"median_within_{X}"] = float(np.median(rhos[ok])) if ok.any() else float("nan")

@@ -898,14 +898,13 @@ def table7(inputs: Inputs) -> Table:
         if part.empty:
             continue
         paper = TABLE7_PAPER[group]
-        rows.append({
-            "Model group": f"{group} ({len(part)} run{'s' if len(part) > 1 else ''})",
-            **{title: f"{_span(part[col])} [{ref}]" if ref else _span(part[col])
-               for title, col, ref in zip(("Pooled", "Q (median)", "K (median)", "V (median)"),
-                                          ("pooled_spearman", "median_within_Q",
-                                           "median_within_K", "median_within_V"), paper)},
-            "PK range": f"{part['pk_min'].min():.4g}–{part['pk_max'].max():.4g}",
-        })  # fmt: skip
+        titles = ("Pooled", "Q (median)", "K (median)", "V (median)")
+        cols = ("pooled_spearman", "median_within_Q", "median_within_K", "median_within_V")
+        row = {"Model group": f"{group} ({len(part)} run{'s' if len(part) > 1 else ''})"}
+        for title, col, ref in zip(titles, cols, paper, strict=True):
+            row[title] = f"{_span(part[col])} [{ref}]" if ref else _span(part[col])
+        row["PK range"] = f"{part['pk_min'].min():.4g}–{part['pk_max'].max():.4g}"
+        rows.append(row)
     blocks = [Block(pd.DataFrame(rows))]
     acdc = _optional(inputs, "acdc", ACDC_COLUMNS)
     if len(acdc):
