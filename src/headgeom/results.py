@@ -1372,3 +1372,108 @@ ABLATION_MODES = ResultTable(
     "(model, seed, task, mode)",
 )
 TABLES.update({t.name: t for t in (ABLATION_ATLAS, ABLATION_MODES)})
+
+# --- edges (issue 13: docs §15.1, §15.4; src/edges.py, src/acdc.py) ------------------------
+_EDGE = [
+    ("writer_layer", pa.int32()), ("writer_head", pa.int32()),
+    ("reader_layer", pa.int32()), ("reader_head", pa.int32()), ("read_type", pa.string()),
+]  # fmt: skip
+_EDGE_DESCRIPTIONS = {
+    "split": "split of the examples (docs §15.1: the first 16 SVA validation examples)",
+    "writer_layer": "layer l of the writer head i",
+    "writer_head": "head index of i",
+    "reader_layer": "layer l' > l of the reader head j",
+    "reader_head": "head index of j",
+    "read_type": "X ∈ {Q, K, V}: the input of j that is patched",
+}
+EDGES = ResultTable(
+    "edges",
+    _schema(
+        _RUN_TASK_SPLIT,
+        _EDGE,
+        [
+            ("kl", pa.float64()),
+            ("kl_max", pa.float64()),
+            ("pk", pa.float64()),
+            ("same_index", pa.bool_()),
+        ],
+    ),  # fmt: skip
+    {
+        **_EDGE_DESCRIPTIONS,
+        "kl": "mean over examples of KL(P_clean ‖ P_patched), full vocabulary, final position "
+        "(nats), with only j's X-input computed from x + δ_i (docs §15.1)",
+        "kl_max": "largest per-example KL of the edge",
+        "pk": "weight-space PK(Im W_O^i, R_{X,0}^j) (docs §9.3; block readers: effective W_X)",
+        "same_index": "writer and reader have the same head index",
+    },
+    "edge (writer head → reader head's X-input), per (model, seed, task)",
+)
+EDGE_SUMMARY = ResultTable(
+    "edge_summary",
+    _schema(
+        _RUN_TASK_SPLIT,
+        [
+            ("n_examples", pa.int64()),
+            ("n_edges", pa.int64()),
+            ("pooled_spearman", pa.float64()),
+            ("pooled_p", pa.float64()),
+            ("median_within_Q", pa.float64()),
+            ("median_within_K", pa.float64()),
+            ("median_within_V", pa.float64()),
+            ("n_groups_Q", pa.int64()),
+            ("n_groups_K", pa.int64()),
+            ("n_groups_V", pa.int64()),
+            ("pk_min", pa.float64()),
+            ("pk_max", pa.float64()),
+            ("zero_pk_share", pa.float64()),
+        ],
+    ),  # fmt: skip
+    {
+        "split": _EDGE_DESCRIPTIONS["split"],
+        "n_examples": "examples the KL is averaged over",
+        "n_edges": "edges measured (3·H²·L(L−1)/2)",
+        "pooled_spearman": "Spearman ρ(PK, KL) over every edge (Table 7 'Pooled')",
+        "pooled_p": "two-sided p of the pooled ρ",
+        "median_within_Q": "median over reader heads j of Spearman ρ(PK, KL) over the Q edges "
+        "into j (groups with constant PK or KL left out)",
+        "median_within_K": "the same for K",
+        "median_within_V": "the same for V",
+        "n_groups_Q": "reader groups with a defined ρ (Q)",
+        "n_groups_K": "reader groups with a defined ρ (K)",
+        "n_groups_V": "reader groups with a defined ρ (V)",
+        "pk_min": "smallest edge PK",
+        "pk_max": "largest edge PK",
+        "zero_pk_share": "share of edges with PK < 1e-12 (structural zeros, e.g. all-common-axis)",
+    },
+    "(model, seed, task)",
+)
+ACDC = ResultTable(
+    "acdc",
+    _schema(
+        _RUN_TASK_SPLIT,
+        [
+            ("source_kind", pa.string()),
+            ("source_layer", pa.int32()),
+            ("source_head", pa.int32()),
+            ("target_kind", pa.string()),
+            ("target_layer", pa.int32()),
+            ("target_head", pa.int32()),
+            ("kl_if_removed", pa.float64()),
+            ("kl_before", pa.float64()),
+        ],
+    ),  # fmt: skip
+    {
+        "split": "split of the examples (docs §15.4: 16 SVA validation examples)",
+        "source_kind": "embed (token + position), head (its W_O z) or mlp (its output)",
+        "source_layer": "layer of the source (−1 for embed)",
+        "source_head": "head index of a head source (−1 otherwise)",
+        "target_kind": "q, k, v (a head's input), mlp (an MLP's input) or logits",
+        "target_layer": "layer of the target (−1 for logits)",
+        "target_head": "head index of a q/k/v target (−1 otherwise)",
+        "kl_if_removed": "circuit KL(P_clean ‖ P_circuit) had the edge been removed when ACDC "
+        "visited it",
+        "kl_before": "circuit KL at that moment; kept because the rise is ≥ the threshold",
+    },
+    "edge of the ACDC circuit (after pruning nodes that no longer reach the logits)",
+)
+TABLES.update({t.name: t for t in (EDGES, EDGE_SUMMARY, ACDC)})

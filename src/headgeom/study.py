@@ -516,6 +516,8 @@ class Study:
             "clamp_lumped": self.clamp_runs("lumped"),
             "clamps": self.clamp_runs("all"),
             **{f"dynamics_{k}": self.dynamics_runs(k) for k in ("timeline", "ablation")},
+            "edges": self.edge_runs,  # issue 13
+            "acdc": self.acdc_runs,
             None: None,
             # issue 14: one cross-run file when the DAG makes it, else nothing
             "exclusivity": None if self.leakage_runs else [],
@@ -967,3 +969,42 @@ def _import_problems(config: Mapping) -> list[str]:
         for m, spec in config.get("models", {}).items()
         if isinstance(spec, dict) and "geometry" not in spec and "import" not in spec
     ]
+
+
+# ------------------------------------------------------------------ edges (issue 13)
+def _edge_runs(self) -> list[tuple[str, int]]:
+    """Runs of the edge analysis (docs §15.1): config ``edges.models`` (all their seeds), or
+    every run whose architecture has Q/K/V readers with the KV-prefix forward (the
+    registry's ``prefix_reuse``: every GPT geometry) and a Table 7 group."""
+    from headgeom.model import registry
+
+    wanted = self.config.get("edges", {}).get("models")
+    for m in wanted or []:
+        if m not in self.models:
+            raise selections.unknown_model(m, self.models, "config edges.models")
+    return [
+        (m, s) for m, s in self.runs
+        if (m in wanted if wanted is not None else
+            self.models[m]["geometry"] in selections.TABLE7_GROUPS
+            and registry.architecture(registry.geometry(self.models[m]["geometry"]).architecture)
+            .prefix_reuse)
+    ]  # fmt: skip
+
+
+def _acdc_runs(self) -> list[tuple[str, int]]:
+    """Runs ACDC measures (docs §15.4): config ``edges.acdc_models``, else the edge runs of
+    the geometries in ``selections.ACDC_DEFAULTS`` (all-rotated), first seed only."""
+    wanted = self.config.get("edges", {}).get("acdc_models")
+    if wanted is not None:
+        for m in wanted:
+            if m not in self.models:
+                raise selections.unknown_model(m, self.models, "config edges.acdc_models")
+        return [(m, s) for m, s in self.first_seed_runs if m in wanted]
+    return [(m, s) for m, s in self.first_seed_runs if (m, s) in set(self.edge_runs)
+            and self.models[m]["geometry"] in selections.ACDC_DEFAULTS]  # fmt: skip
+
+
+Study.edge_runs = cached_property(_edge_runs)
+Study.edge_runs.__set_name__(Study, "edge_runs")
+Study.acdc_runs = cached_property(_acdc_runs)
+Study.acdc_runs.__set_name__(Study, "acdc_runs")

@@ -71,3 +71,22 @@ def test_scalar_ablation_counts_cases_where_the_scalar_edit_hurts_more():
     ref = reference("scalar-part ablation hurts more than its random control (share of cases)")
     assert ref.compute(FakeContext({"scalar_ablation": frame})) == pytest.approx(0.5)
     assert not ref.within(0.5) and ref.within(13 / 15)
+
+
+def test_acdc_edges_into_attention_are_counted_by_source_kind():
+    frame = pd.DataFrame(
+        {
+            "source_kind": ["embed", "mlp", "mlp", "head", "mlp"],
+            "target_kind": ["q", "v", "logits", "k", "mlp"],
+        }
+    )
+    c = FakeContext({"acdc": frame})
+    counts = {
+        r.metric: r.compute(c) for r in comparison.REFERENCES if r.metric.startswith("ACDC edges")
+    }
+    assert counts == {
+        "ACDC edges into attention (threshold 0.001)": 3,
+        "ACDC edges into attention from heads (threshold 0.001)": 1,
+        "ACDC edges into attention from mlps (threshold 0.001)": 1,
+        "ACDC edges into attention from embeds (threshold 0.001)": 1,
+    }

@@ -306,8 +306,8 @@ def test_the_comparison_computes_from_parquets_and_says_what_is_missing(tmp_path
     assert rows.loc[("N_eff SVA", "all-rotated (S)"), "run_value"] == (
         "not in this study (no such run)"
     )
-    missing = rows.loc[("Spearman(PK, KL), pooled", "learned"), "run_value"]
-    assert missing == "not in this study (no edges input)"
+    missing = rows.loc[("Spearman(PK, KL), pooled over edges", "learned"), "run_value"]
+    assert missing == "not in this study (no edge_summary input)"
     # every §20 number is listed, each once
     assert len(frame) == len(comparison.REFERENCES) > 150
     assert not frame.duplicated(["section", "metric", "model", "paper"]).any()

@@ -78,6 +78,10 @@ PATHS = {
         "paired_logo": "concentration/compare/{task}.paired_logo.parquet",
         "loss": "concentration/compare/loss.parquet",
         "spearman": "concentration/compare/spearman.parquet",
+        # issue 13 (§15.1, §15.4): one run
+        "edges": "edges/{model}/s{seed}/edges.parquet",
+        "edge_summary": "edges/{model}/s{seed}/summary.parquet",
+        "acdc": "edges/{model}/s{seed}/acdc.parquet",
         # issue 10 (§5.1): across the leakage runs
         "exclusivity": "exclusivity/summary.parquet",
         "exclusivity_pairs": "exclusivity/pairs.parquet",

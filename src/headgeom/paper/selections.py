@@ -356,6 +356,9 @@ PAPER_INPUTS.update(
             "tau": ("tau", "dynamics_timeline"),
             "value_gradients": ("value_gradients", "dynamics_timeline"),
             "scalar_ablation": ("scalar_ablation", "dynamics_ablation"),
+            # issue 13
+            "edge_summary": ("edge_summary", "edges"),
+            "acdc": ("acdc", "acdc"),
         },
     }
 )
@@ -412,3 +415,34 @@ PAPER_FIGURES = (*PAPER_FIGURES, "ablation_atlas")
 OUTPUT_SECTIONS.update(
     {"ablation_atlas": "§5.2 Concentration", "ablation_modes": "§5.2 Concentration"}
 )
+
+# ----------------------------------------------------------------------------- issue 13 (edges)
+#: Table 7 (docs §15.1): the paper's row group of each geometry (data, as the paper groups
+#: them); geometries absent here (multiscreen) have no edges. all-rotated and
+#: all-rotated-self are reported separately (their PKs are uniform by design).
+TABLE7_GROUPS: dict[str, str] = {
+    "learned": "learned",
+    "read-common": "read-common",
+    "write-common-axis": "frozen writes, free readers",
+    "write-common": "frozen writes, free readers",
+    "write-rotated": "frozen writes, free readers",
+    "write-routed-a": "frozen writes, free readers",
+    "write-routed-b": "frozen writes, free readers",
+    "write-routed-c": "frozen writes, free readers",
+    "fixeddiag": "frozen writes, free readers",
+    "value384": "frozen writes, free readers",
+    "mlp3456": "frozen writes, free readers",
+    "identity-original": "frozen writes, free readers",
+    "all-common-axis": "all-common-axis (structural)",
+    "all-rotated": "all-rotated (separate)",
+    "all-rotated-self": "all-rotated-self (separate)",
+}
+TABLE7_ORDER = tuple(dict.fromkeys(TABLE7_GROUPS.values()))
+#: ACDC (docs §15.4) runs on these geometries unless config edges.acdc_models names models.
+ACDC_DEFAULTS: tuple[str, ...] = ("all-rotated",)
+PAPER_INPUTS.update({
+    "table7": {"runs": ("train_log", "edges"), "summaries": ("edge_summary", "edges"),
+               "acdc": ("acdc", "acdc")},
+})  # fmt: skip
+PAPER_TABLES = (*PAPER_TABLES, "table7")
+OUTPUT_SECTIONS.update({"table7": "App. B"})  # issue 13

@@ -1128,3 +1128,83 @@ def ablation_modes_table(inputs: Inputs) -> Table:
 
 
 BUILDERS.update({"ablation_atlas": ablation_atlas_table, "ablation_modes": ablation_modes_table})
+
+# ----------------------------------------------------------------------------- issue 13: Table 7
+TABLE7_PAPER = {  # docs §15.1 / §20.6: pooled; Q, K, V medians
+    "learned": ("0.30–0.32", "0.46–0.47", "0.36–0.40", "0.12–0.25"),
+    "read-common": ("0.04", "0.12", "0.15", "0.22"),
+    "frozen writes, free readers": ("−0.04–0.07", "0.03–0.10", "0.05–0.14", "−0.08–0.09"),
+    "all-common-axis (structural)": ("0.76", "0.72", "0.73", "0.74"),
+    "all-rotated (separate)": ("≈ 0", "", "", ""),
+    "all-rotated-self (separate)": ("≈ 0", "", "", ""),
+}
+EDGE_SUMMARY_COLUMNS = results.EDGE_SUMMARY.columns(
+    "model", "seed", "task", "split", "n_examples", "n_edges", "pooled_spearman",
+    "median_within_Q", "median_within_K", "median_within_V", "pk_min", "pk_max",
+    "zero_pk_share",
+)  # fmt: skip
+ACDC_COLUMNS = results.ACDC.columns(
+    "model", "seed", "source_kind", "target_kind", "target_layer", "target_head"
+)
+
+
+def _span(values: pd.Series) -> str:
+    values = values.dropna()
+    if values.empty:
+        return "—"
+    lo, hi = values.min(), values.max()
+    return f"{lo:.2f}" if np.isclose(lo, hi, atol=5e-3) else f"{lo:.2f}–{hi:.2f}"
+
+
+def table7(inputs: Inputs) -> Table:
+    """Spearman(edge PK, edge KL) (paper Table 7, docs §15.1): rows grouped as the paper
+    (``selections.TABLE7_GROUPS``), each a range over its models, the paper's value beside;
+    a second block summarises the ACDC circuits (docs §15.4) by source type."""
+    from headgeom.paper import selections
+
+    runs = read_runs(need_kind(inputs, "runs", "table7"))
+    summaries = read_kind(need_kind(inputs, "summaries", "table7"), EDGE_SUMMARY_COLUMNS,
+                          "table7")  # fmt: skip
+    tidy = summaries.merge(runs[["model", "seed", "geometry"]], on=["model", "seed"])
+    tidy["group"] = tidy["geometry"].map(selections.TABLE7_GROUPS)
+    rows = []
+    for group in selections.TABLE7_ORDER:
+        part = tidy[tidy["group"] == group]
+        if part.empty:
+            continue
+        paper = TABLE7_PAPER[group]
+        titles = ("Pooled", "Q (median)", "K (median)", "V (median)")
+        cols = ("pooled_spearman", "median_within_Q", "median_within_K", "median_within_V")
+        row = {"Model group": f"{group} ({len(part)} run{'s' if len(part) > 1 else ''})"}
+        for title, col, ref in zip(titles, cols, paper, strict=True):
+            row[title] = f"{_span(part[col])} [{ref}]" if ref else _span(part[col])
+        row["PK range"] = f"{part['pk_min'].min():.4g}–{part['pk_max'].max():.4g}"
+        rows.append(row)
+    blocks = [Block(pd.DataFrame(rows))]
+    acdc = _optional(inputs, "acdc", ACDC_COLUMNS)
+    if len(acdc):
+        into = acdc[acdc["target_kind"].isin(["q", "k", "v"])]
+        arow = []
+        for (model, seed), g in into.groupby(["model", "seed"], sort=False):
+            counts = g["source_kind"].value_counts()
+            arow.append({
+                "Model group": f"ACDC {model} s{seed}: edges into attention inputs",
+                "Pooled": f"{len(g)} [22]",
+                "Q (median)": f"heads {counts.get('head', 0)} [0]",
+                "K (median)": f"MLPs {counts.get('mlp', 0)} [20]",
+                "V (median)": f"embeddings {counts.get('embed', 0)} [2]",
+                "PK range": f"{len(acdc[acdc['model'] == model])} circuit edges",
+            })  # fmt: skip
+        blocks.append(Block(pd.DataFrame(arow), "ACDC circuit (threshold 0.001, KL)"))
+    caption = (
+        "Table 7. Spearman correlation of edge PK with the edge's KL effect (first "
+        f"{int(summaries['n_examples'].iloc[0])} SVA validation examples, full-vocabulary "
+        "KL(P_clean ‖ P_patched) at the final position): pooled over all edges and the median "
+        "within reader groups (same reader head and input X); ranges over the runs of each "
+        "row, the paper's value in brackets. all-common-axis is structural (cross-index PK = 0 "
+        "by design); all-rotated and all-rotated-self (uniform PK by design) are separate."
+    )
+    return Table("table7", tidy, blocks, caption)
+
+
+BUILDERS.update({"table7": table7})

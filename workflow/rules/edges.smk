@@ -1,0 +1,57 @@
+# Edge patching vs weight-space PK (docs §15.1, Table 7) and the ACDC circuit (§15.4; issue
+# 13): one job per run of STUDY.edge_runs, one per run of STUDY.acdc_runs.
+rule edges:
+    input:
+        checkpoint=PATHS["checkpoint"],
+        manifest=PATHS["manifest"],
+        task=PATHS["task"].format(task=STUDY.stage("edges")["task"]),
+    output:
+        edges=PATHS["edges"],
+        summary=PATHS["edge_summary"],
+    log:
+        log_of("edges", "{model}-s{seed}"),
+    benchmark:
+        benchmark_of("edges", "{model}-s{seed}")
+    params:
+        split=STUDY.stage("edges")["split"],
+        n_examples=STUDY.stage("edges")["n_examples"],
+        batch_size=STUDY.stage("edges")["batch_size"],
+        max_rows=STUDY.stage("edges")["max_rows"],
+    threads: STUDY.threads("edges")
+    resources:
+        **STUDY.resources("edges", mem_mb=4000, runtime=60),
+    conda:
+        "../../envs/headgeom.yaml"
+    shell:
+        "python src/edges.py --checkpoint {input.checkpoint} --manifest {input.manifest} "
+        "--task {input.task} --split {params.split} --n-examples {params.n_examples} "
+        "--batch-size {params.batch_size} --max-rows {params.max_rows} "
+        "--threads {threads} --out-edges {output.edges} --out-summary {output.summary} "
+        "2> {log}"
+
+
+rule acdc:
+    input:
+        checkpoint=PATHS["checkpoint"],
+        manifest=PATHS["manifest"],
+        task=PATHS["task"].format(task=STUDY.stage("edges")["task"]),
+    output:
+        acdc=PATHS["acdc"],
+    log:
+        log_of("acdc", "{model}-s{seed}"),
+    benchmark:
+        benchmark_of("acdc", "{model}-s{seed}")
+    params:
+        split=STUDY.stage("edges")["split"],
+        n_examples=STUDY.stage("edges")["n_examples"],
+        threshold=STUDY.stage("edges")["acdc_threshold"],
+    threads: STUDY.threads("acdc")
+    resources:
+        **STUDY.resources("acdc", mem_mb=4000, runtime=60),
+    conda:
+        "../../envs/headgeom.yaml"
+    shell:
+        "python src/edges.py --checkpoint {input.checkpoint} --manifest {input.manifest} "
+        "--task {input.task} --split {params.split} --n-examples {params.n_examples} "
+        "--acdc-threshold {params.threshold} --threads {threads} --out-acdc {output.acdc} "
+        "2> {log}"
