@@ -64,6 +64,7 @@ DEFAULT_GEOMETRIES = (
     "all-rotated-self",
 )
 
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", choices=sorted(SHAPES), default="cpu-small")
