@@ -88,9 +88,10 @@ def autocast_for(device: torch.device, precision: str) -> contextlib.AbstractCon
     return contextlib.nullcontext()
 
 
-def training_setup(model: nn.Module, device: torch.device, compile: bool = False):
+def training_setup(model: nn.Module, device: torch.device, compile: bool | str = False):
     """(forward, AdamW, trainable params) as the training loop makes them: the run's
-    parameter groups, the fused kernel on CUDA, ``torch.compile`` when asked."""
+    parameter groups, the fused kernel on CUDA, ``torch.compile`` when asked (``compile``
+    True: the default inductor backend; a string: that backend, e.g. "eager")."""
     model.to(device).train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(
@@ -99,7 +100,10 @@ def training_setup(model: nn.Module, device: torch.device, compile: bool = False
         betas=(0.9, 0.95),
         **({"fused": True} if device.type == "cuda" else {}),
     )
-    return (torch.compile(model) if compile else model), opt, params
+    if not compile:
+        return model, opt, params
+    backend = compile if isinstance(compile, str) else "inductor"
+    return torch.compile(model, backend=backend), opt, params
 
 
 def random_batches(shape: Mapping[str, int], device: torch.device, seed: int = 0) -> Callable:
@@ -157,7 +161,7 @@ def time_training(
     device: torch.device,
     precision: str,
     *,
-    compile: bool = False,
+    compile: bool | str = False,
     warmup: int = 2,
     steps: int = 5,
 ) -> StepTiming:
