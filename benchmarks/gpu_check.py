@@ -712,8 +712,8 @@ def projection_section(ctx: Context, deadline: float) -> dict:
         best[row["geometry"]] = max(best.get(row["geometry"], 0.0), row["tokens_per_s"])
     if "learned" not in best:
         raise RuntimeError("no learned-model training rate (training section skipped?)")
-    learned_model = next(m for m in study.models if study.models[m]["geometry"] == "learned")
-    ref_flops = flops[learned_model]
+    with torch.device("meta"):  # the rates' reference: the learned model at paper size
+        ref_flops = flops_per_token(model_for("learned", PAPER_SHAPE), PAPER_SHAPE)
 
     def train_rate(model: str) -> tuple[float, str]:
         g = study.models[model]["geometry"]
