@@ -811,6 +811,17 @@ def projection_section(ctx: Context, deadline: float) -> dict:
         ctx.shared.get("leakage_examples_per_s"),
         "examples",
     )
+    # issue 12: rule patch_step patches SVA's lanes split on every timeline checkpoint
+    steps, lanes_split = study.timeline_steps, study.stage("lanes")["split"]
+    timeline = [(m, s) for m, s in study.dynamics_runs("timeline") for _ in steps]
+    analysis(
+        "patch_step",
+        timeline,
+        lambda m, t: split_size(t, lanes_split) if t == "sva" else 0,
+        ctx.shared.get("patching_examples_per_s"),
+        "examples",
+    )
+    rules[-1]["jobs"] = len(timeline)  # one task
     clamp_split = study.stage("clamps")["split"]
 
     def clamp_units(model, task):  # 5 path sources × 5 cases, ≤ 3 pairs, 5 sources × H shifts
@@ -845,7 +856,9 @@ def projection_section(ctx: Context, deadline: float) -> dict:
         if scale
         else "none (not a GPU with a known peak)",
         "not_projected": "CPU rules (tokenize_corpus, make_tasks, evaluate_clean, concentration, "
-        "lanes, exclusivity, geometry_stats, tables, figures) and edge patching (no rule yet)",
+        "lanes, exclusivity, geometry_stats, tables, figures, document), the step copies of "
+        "evaluate/geometry, dynamics (V-gradients), scalar_ablation and edge patching (no "
+        "rule yet)",
     }
 
 

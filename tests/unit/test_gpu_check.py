@@ -107,13 +107,16 @@ def test_projection_counts_the_paper_dag(dry_run):
     report, _ = dry_run
     sec = report["sections"]["projection"]
     rules = {r["rule"]: r for r in sec["rules"]}
-    assert set(rules) == {"train", "patch_heads", "leakage", "clamps"}
+    assert set(rules) == {"train", "patch_heads", "patch_step", "leakage", "clamps"}
     assert sec["runs"] == 21
     assert rules["train"]["jobs"] == 21
     assert rules["train"]["units"] == 21 * 65_536 * 32 * 512
     assert rules["patch_heads"]["jobs"] == 63
     assert rules["patch_heads"]["units"] == 63 * (300 + 240 + 240 + 32)
     assert rules["leakage"]["jobs"] == 5 * 3 and rules["leakage"]["units"] == 15 * 240
+    # issue 12: write-common and write-rotated-r (corpus R) at steps 256, 1,024, 4,096,
+    # 16,384; SVA's discovery split (300) only
+    assert rules["patch_step"]["jobs"] == 8 and rules["patch_step"]["units"] == 8 * 300
     # clamps: the 12 runs of clamps.* in paper.yaml, every task, 25 + 3 + 5 · 12 cases
     assert rules["clamps"]["jobs"] == 36 and rules["clamps"]["units"] == 36 * 240 * 88
     for r in rules.values():
