@@ -106,7 +106,7 @@ def parse_args(argv):
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     p.add_argument("--tiny", action="store_true", help="dry mode: tiny shapes, 2-3 steps")
     p.add_argument("--peak-tflops", type=float, help="device peak for MFU (default: table)")
-    p.add_argument("--budget-s", type=float, default=420.0, help="all sections together")
+    p.add_argument("--budget-s", type=float, default=400.0, help="all sections together (s)")
     p.add_argument("--sections", nargs="+", choices=list(SECTIONS), default=list(SECTIONS))
     p.add_argument("--config", default=str(ROOT / "config/paper.yaml"), help="projected study")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
