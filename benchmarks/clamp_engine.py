@@ -58,9 +58,9 @@ def task_examples(task: str, n: int):
     )
 
 
-def path_cases(model) -> list[Case]:
+def path_cases(model, sources=SOURCES) -> list[Case]:
     cases = []
-    for src in SOURCES:
+    for src in sources:
         later, mlps = clamps.later_heads(model, src[0]), clamps.mlps_from(model, src[0])
         cases += [Case(src), Case(src, later), Case(src, mlps), Case(src, later | mlps),
                   Case(src, clamps.everything(model).without(src))]  # fmt: skip
@@ -70,18 +70,20 @@ def path_cases(model) -> list[Case]:
 @torch.no_grad()
 def naive(model, clean_ids, ref_ids, correct, incorrect, cases):
     """Per equal-length batch: clean and reference caches, then one hooked full forward per
-    case. Returns (clean_ld (N,), patched (N, C))."""
+    case. Returns (clean_ld (N,), patched (N, C)); runs on the model's device."""
     L = model.cfg.n_layer
+    device = next(model.parameters()).device
     zs = [site(j, "attn.hook_z") for j in range(L)]
     mlp = [site(j, "hook_mlp_out") for j in range(L)]
     clean_ld, out = np.empty(len(clean_ids)), np.empty((len(clean_ids), len(cases)))
     for index in length_batches([len(c) for c in clean_ids], 128):
-        c = torch.as_tensor(np.stack([clean_ids[i] for i in index]))
-        r = torch.as_tensor(np.stack([ref_ids[i] for i in index]))
-        good, bad = torch.as_tensor(correct[index]), torch.as_tensor(incorrect[index])
+        c = torch.as_tensor(np.stack([clean_ids[i] for i in index]), device=device)
+        r = torch.as_tensor(np.stack([ref_ids[i] for i in index]), device=device)
+        good = torch.as_tensor(correct[index], device=device)
+        bad = torch.as_tensor(incorrect[index], device=device)
         logits, cc = model.run_with_cache(c, zs + mlp, last_only=True)
         _, rc = model.run_with_cache(r, zs, last_only=True)
-        clean_ld[index] = logit_difference(logits, good, bad).numpy()
+        clean_ld[index] = logit_difference(logits, good, bad).cpu().numpy()
         for k, case in enumerate(cases):
             fns = {}
             for j in range(L):
@@ -99,7 +101,7 @@ def naive(model, clean_ids, ref_ids, correct, incorrect, cases):
                 if j in case.clamp.mlps:
                     fns[mlp[j]] = lambda x, j=j, cc=cc: cc[mlp[j]]
             with model.hooks(fns):
-                out[index, k] = logit_difference(model(c, last_only=True), good, bad).numpy()
+                out[index, k] = logit_difference(model(c, last_only=True), good, bad).cpu().numpy()
     return clean_ld, out
 
 

@@ -155,19 +155,21 @@ def run_attribution(model, pairs, args):
 
 def run_tl(tl_model, pairs):
     """TransformerLens's mean effect e_{l,h} (mean over examples, per equal-length group,
-    weighted by group size) and its time."""
+    weighted by group size) and its time, on the TL model's device."""
     from transformer_lens.patching import get_act_patch_attn_head_out_all_pos
 
     clean, ref, correct, incorrect = pairs
+    device = tl_model.cfg.device
     lengths = np.array([len(x) for x in clean])
     total = np.zeros((tl_model.cfg.n_layers, tl_model.cfg.n_heads))
     clock = Clock().__enter__()
     for T in np.unique(lengths):
         idx = np.flatnonzero(lengths == T)
-        c = torch.as_tensor(np.stack([clean[i] for i in idx]))
-        r = torch.as_tensor(np.stack([ref[i] for i in idx]))
-        good, bad = torch.as_tensor(correct[idx]), torch.as_tensor(incorrect[idx])
-        rows = torch.arange(len(idx))
+        c = torch.as_tensor(np.stack([clean[i] for i in idx]), device=device)
+        r = torch.as_tensor(np.stack([ref[i] for i in idx]), device=device)
+        good = torch.as_tensor(correct[idx], device=device)
+        bad = torch.as_tensor(incorrect[idx], device=device)
+        rows = torch.arange(len(idx), device=device)
 
         def mean_ld(logits, rows=rows, good=good, bad=bad):
             last = logits[:, -1]
@@ -177,7 +179,7 @@ def run_tl(tl_model, pairs):
             _, ref_cache = tl_model.run_with_cache(r)
             clean_ld = float(mean_ld(tl_model(c)))
             patched = get_act_patch_attn_head_out_all_pos(tl_model, c, ref_cache, mean_ld)
-        total += len(idx) * (clean_ld - patched.double().numpy())
+        total += len(idx) * (clean_ld - patched.double().cpu().numpy())
     clock.__exit__()
     return clock, total / len(clean)
 

@@ -11,12 +11,8 @@ measured (a busy machine inflates wall time, not CPU time). Prints, per model: t
 the ratio to the learned model (goal for frozen geometries: ≥ 0.95), model FLOPs per token
 and MFU.
 
-* FLOPs per token = 6 × (trainable parameters in matmuls: every parameter but the position
-  embedding) + 4 × (frozen matmul weights: forward and input-gradient, no weight gradient)
-  + 12 · L · H · d_head · n_ctx (attention scores and mixing, forward and backward; the
-  PaLM/nanoGPT convention that does not halve for causality).
-* MFU = FLOPs per token × tokens/s over the peak of the device: ``--peak-tflops``, or the
-  table below for known GPUs (dense bf16 tensor-core peak; fp32 peak for fp32 runs).
+* FLOPs per token and MFU: ``headgeom.training.throughput`` (6 × trainable + 4 × frozen
+  matmul weights + attention, against ``--peak-tflops`` or its table of known GPUs).
 * On CPU (``--hf``, default there) the same step is timed on ``transformers``'
   GPT2LMHeadModel with the same sizes, batch, optimizer groups and loss, and the ratio of
   our learned model's tokens/s to it is printed (goal ≥ 1.0).
@@ -25,7 +21,6 @@ and MFU.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import sys
 import time
@@ -36,20 +31,24 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from headgeom.model.registry import build_model  # noqa: E402
-from headgeom.model.zoo import derive_model_config  # noqa: E402
 from headgeom.training.loop import (  # noqa: E402
     configure_matmuls,
-    optimizer_step,
     resolve_device,
     resolve_precision,
 )
+from headgeom.training.throughput import (  # noqa: E402
+    PAPER_SHAPE,
+    autocast_for,
+    flops_per_token,
+    model_for,
+    peak_tflops,
+    random_batches,
+    timed_step,
+    training_setup,
+)
 
 SHAPES = {
-    # docs §4.1 / §7.1: GPT-2 small, 32 × 512 tokens per step.
-    "paper": dict(
-        n_layer=12, n_head=12, d_model=768, d_head=64, d_mlp=3072, n_ctx=512, vocab=50257, batch=32
-    ),
+    "paper": PAPER_SHAPE,
     # Fits a CPU benchmark in minutes; the full GPT-2 vocabulary keeps the unembedding's share.
     "cpu-small": dict(
         n_layer=4, n_head=4, d_model=256, d_head=64, d_mlp=1024, n_ctx=128, vocab=50257, batch=8
@@ -64,19 +63,6 @@ DEFAULT_GEOMETRIES = (
     "all-rotated",
     "all-rotated-self",
 )
-# Dense peak TFLOP/s: (bf16 tensor core, fp32 without TF32), from the vendors' data sheets.
-PEAK_TFLOPS = {
-    "H200": (989.0, 67.0),
-    "H100 SXM": (989.0, 67.0),
-    "H100 NVL": (835.0, 60.0),
-    "H100 PCIe": (756.0, 51.0),
-    "H100": (989.0, 67.0),
-    "GH200": (989.0, 67.0),
-    "A100": (312.0, 19.5),
-    "L40S": (362.0, 91.6),
-    "A10": (125.0, 31.2),
-    "L4": (121.0, 30.3),
-}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -105,12 +91,6 @@ def shape_of(args: argparse.Namespace) -> dict[str, int]:
         if value is not None:
             shape[key] = value
     return shape
-
-
-def ours(geometry: str, shape: dict[str, int]) -> nn.Module:
-    arch = {k: shape[k] for k in ("n_layer", "n_head", "d_model", "d_head", "d_mlp", "n_ctx")}
-    torch.manual_seed(0)
-    return build_model(derive_model_config(geometry, arch), n_vocab=shape["vocab"])
 
 
 def hf_gpt2(shape: dict[str, int]) -> nn.Module:
@@ -151,29 +131,6 @@ def hf_gpt2(shape: dict[str, int]) -> nn.Module:
     return Logits(model)
 
 
-def flops_per_token(model: nn.Module, shape: dict[str, int]) -> float:
-    trainable = sum(
-        p.numel()
-        for name, p in model.named_parameters()
-        if p.requires_grad and not name.endswith(("wpe.weight", "wpe"))
-    )
-    frozen = sum(b.numel() for name, b in model.named_buffers() if name.endswith("basis"))
-    attention = 12 * shape["n_layer"] * shape["n_head"] * shape["d_head"] * shape["n_ctx"]
-    return 6.0 * trainable + 4.0 * frozen + attention
-
-
-def peak_tflops(args: argparse.Namespace, device: torch.device, precision: str) -> float | None:
-    if args.peak_tflops:
-        return args.peak_tflops
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    for key, (bf16, fp32) in PEAK_TFLOPS.items():
-        if key in name:
-            return bf16 if precision == "bf16" else fp32
-    return None
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -183,42 +140,21 @@ def main(argv: list[str] | None = None) -> int:
     configure_matmuls(device, precision)
     compare_hf = device.type == "cpu" if args.hf is None else args.hf
     tokens = shape["batch"] * shape["n_ctx"]
-    autocast = (
-        torch.autocast(device.type, dtype=torch.bfloat16)
-        if precision == "bf16"
-        else contextlib.nullcontext()
-    )
+    autocast = autocast_for(device, precision)
 
-    models: dict[str, nn.Module] = {g: ours(g, shape) for g in args.geometries}
+    models: dict[str, nn.Module] = {g: model_for(g, shape) for g in args.geometries}
     if compare_hf:
         models["GPT2LMHeadModel"] = hf_gpt2(shape)
     runs = {}
     for name, model in models.items():
-        model.to(device).train()
-        params = [p for p in model.parameters() if p.requires_grad]
-        opt = torch.optim.AdamW(
-            model.optim_groups(0.1),
-            lr=1e-4,
-            betas=(0.9, 0.95),
-            **({"fused": True} if device.type == "cuda" else {}),
-        )
-        forward = torch.compile(model) if args.compile else model
+        forward, opt, params = training_setup(model, device, args.compile)
         runs[name] = (forward, opt, params, [])
 
     # One CPU thread: the step's CPU time, which a busy machine does not inflate (wall time
     # there measures the other processes too); wall time on GPUs and with several threads.
     one_thread = device.type == "cpu" and torch.get_num_threads() == 1
     clock = time.thread_time if one_thread else time.perf_counter
-    gen = torch.Generator().manual_seed(0)
-
-    def batch() -> tuple[torch.Tensor, torch.Tensor]:
-        ids = torch.randint(0, shape["vocab"], (shape["batch"], shape["n_ctx"] + 1), generator=gen)
-        ids = ids.to(device)
-        return ids[:, :-1], ids[:, 1:]
-
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+    batch = random_batches(shape, device)
 
     print(
         f"shape {args.shape} {shape}, device {device}"
@@ -229,17 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     for r in range(args.warmup + args.rounds):
         for forward, opt, params, times in runs.values():
-            x, y = batch()
-            sync()
-            t0 = clock()
-            loss, _ = optimizer_step(forward, opt, params, x, y, 1e-4, 1.0, autocast)
-            loss.item()
-            sync()
+            seconds = timed_step(forward, opt, params, batch, device, autocast, clock)
             if r >= args.warmup:
-                times.append(clock() - t0)
+                times.append(seconds)
         print(f"round {r + 1}/{args.warmup + args.rounds} done", file=sys.stderr, flush=True)
 
-    peak = peak_tflops(args, device, precision)
+    peak, _ = peak_tflops(device, precision, args.peak_tflops)
     learned = statistics.median(runs["learned"][3]) if "learned" in runs else None
     print(
         f"{'model':<20} {'params':>12} {'ms/step':>9} {'tokens/s':>10} {'vs learned':>10} "

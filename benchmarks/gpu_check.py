@@ -1,0 +1,1206 @@
+"""One prepared device check (issue 17): training throughput and MFU, exact resume and the
+analysis engines on one GPU, under 8 minutes, with a GPU-hours projection of the paper DAG.
+
+    pip install -e '.[dev]'        # '.[dev]' adds TransformerLens (engine comparison); optional
+    python benchmarks/gpu_check.py OUT                         # one CUDA GPU, < 8 min
+    python benchmarks/gpu_check.py OUT --device cpu --tiny     # dry mode: every path, seconds
+    python benchmarks/gpu_check.py OUT --peak-tflops 989       # a GPU the peak table lacks
+
+Writes ``OUT/gpu_check.json`` (every number) and ``OUT/gpu_check.md`` (the same as tables);
+needs nothing but the repository (no network: tokenizer files come with the package). Each
+section has a hard time budget (``SECTIONS``; the sum stays under ``--budget-s``): items that
+would start after their section's budget are reported as skipped, a section that fails is
+reported with its error and the next one runs.
+
+* **training**: the paper-size model (12×12, D = 768, V = 50,257, T = 512, batch 32) in bf16
+  autocast with fused AdamW, the real step (``headgeom.training.throughput``: the step of
+  ``loop.optimizer_step``, its FLOP count and the peak table), without then with
+  ``torch.compile``: ms/step, tokens/s, MFU (6·N·tokens + attention FLOPs over the bf16 peak)
+  and peak memory; the frozen variants (write-common-axis, all-rotated-self, headblock =
+  read-common, routed = write-routed-a) as tokens/s ratios to learned (goal ≥ 0.95).
+* **resume**: the real training job (``headgeom.training.job.train_job``) in a subprocess,
+  SIGKILLed right after its resumable state at step K is written, then restarted, against an
+  uninterrupted run; with default kernels and with ``torch.use_deterministic_algorithms``:
+  whether the final checkpoints' bytes match, max |Δweight|, and the deterministic run's
+  training time relative to the default one.
+* **patching**: ``patch_all_heads_fast`` on real task examples vs TransformerLens
+  (benchmarks/patching_engine.py's peer) on the same device: s, examples/s, speed-up, max |Δe|.
+* **clamps**: ``clamps.clamp_patch`` vs the naive hooked-forward loop of
+  benchmarks/clamp_engine.py (§15.3 path cases of five sources).
+* **leakage**: ``leakage.leakage_table`` on the same examples (rate for the projection).
+* **edges**: ``headgeom.analysis.edges`` (issue 13) vs its per-edge hook loop, when the module
+  exists; "not present" otherwise.
+* **projection**: GPU-hours per rule of the whole paper DAG (config/paper.yaml through
+  ``headgeom.study.Study``): each run's steps × tokens/step at its geometry's measured rate
+  (unmeasured geometries: learned's rate × the FLOPs-per-token ratio), patching examples,
+  clamp cases × examples and leakage examples at the measured engine rates (scaled by the
+  model's FLOPs ratio to the measured one), and the same scaled to an H100 SXM by bf16 peak.
+
+Peak GPU memory (``torch.cuda.max_memory_allocated``) is reported for every measurement.
+In dry mode (``--tiny``) every shape is tiny and every count small: the numbers test the code,
+they are not measurements of anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import gc
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the engines' peers: patching_engine, clamp_engine
+
+from headgeom.training.loop import configure_matmuls  # noqa: E402
+from headgeom.training.throughput import (  # noqa: E402
+    PAPER_SHAPE,
+    PEAK_TFLOPS,
+    flops_per_token,
+    model_for,
+    peak_tflops,
+    time_training,
+)
+
+TINY_SHAPE = dict(
+    n_layer=2, n_head=3, d_model=48, d_head=16, d_mlp=96, n_ctx=64, vocab=50257, batch=2
+)
+# paper row names of the frozen variants measured beside learned (docs §6.1)
+FROZEN = {
+    "write-common-axis": "write-common-axis",
+    "all-rotated-self": "all-rotated-self",
+    "read-common": "headblock (read-common)",
+    "write-routed-a": "routed (write-routed-a)",
+}
+# name -> seconds of its budget on a GPU (dry mode: the same, it never comes close)
+SECTIONS = {
+    "training": 160,
+    "resume": 100,  # six training subprocesses, each starting CUDA
+    "patching": 45,
+    "clamps": 30,
+    "leakage": 20,
+    "edges": 25,
+    "projection": 20,
+}
+COMPILE_GUESS_S = 90  # a first compiled item starts only with this much of its budget left
+H100_BF16_TFLOPS = PEAK_TFLOPS["H100 SXM"][0]
+JSON_NAME, MD_NAME = "gpu_check.json", "gpu_check.md"
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out", help="directory for gpu_check.json and gpu_check.md")
+    p.add_argument("--device", default="cuda", help="cuda (default) or cpu")
+    p.add_argument("--tiny", action="store_true", help="dry mode: tiny shapes, 2-3 steps")
+    p.add_argument("--peak-tflops", type=float, help="device peak for MFU (default: table)")
+    p.add_argument("--budget-s", type=float, default=400.0, help="all sections together (s)")
+    p.add_argument("--sections", nargs="+", choices=list(SECTIONS), default=list(SECTIONS))
+    p.add_argument("--config", default=str(ROOT / "config/paper.yaml"), help="projected study")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    return p.parse_args(argv)
+
+
+# --------------------------------------------------------------------------- budget
+class Budget:
+    """The whole run's deadline and each section's own (the earlier of the two)."""
+
+    def __init__(self, total_s: float):
+        self.start, self.total = time.perf_counter(), total_s
+
+    def left(self) -> float:
+        return self.total - (time.perf_counter() - self.start)
+
+    def deadline(self, seconds: float) -> float:
+        return time.perf_counter() + min(seconds, self.left())
+
+
+def over(deadline: float) -> bool:
+    return time.perf_counter() >= deadline
+
+
+@dataclasses.dataclass
+class Context:
+    device: torch.device
+    tiny: bool
+    peak_tflops: float | None
+    work: Path
+    config: Path
+    shared: dict = dataclasses.field(default_factory=dict)  # results later sections reuse
+
+    @property
+    def train_shape(self) -> dict:
+        return TINY_SHAPE if self.tiny else PAPER_SHAPE
+
+    @property
+    def precision(self) -> str:
+        return "bf16" if self.device.type == "cuda" else "fp32"
+
+
+def reset_peak(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_bytes(device: torch.device) -> int | None:
+    return torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+
+
+class Clock:
+    """Wall seconds of a block, the device synchronised at both ends."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def __enter__(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.seconds = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.seconds = time.perf_counter() - self.seconds
+
+
+# --------------------------------------------------------------------------- training
+def training_section(ctx: Context, deadline: float) -> dict:
+    shape, device, precision = ctx.train_shape, ctx.device, ctx.precision
+    configure_matmuls(device, precision)
+    peak, peak_source = peak_tflops(device, precision, ctx.peak_tflops)
+    warmup, steps = (1, 2) if ctx.tiny else (3, 10)
+    # Dry mode compiles with the "eager" backend: Dynamo's tracing without inductor's
+    # code generation (a minute of C++ compilation per model on a CPU).
+    backend = "eager" if ctx.tiny else "inductor"
+    plan = [(g, False) for g in ("learned", *FROZEN)] + [(g, True) for g in ("learned", *FROZEN)]
+    rows, skipped, last = [], [], {False: 0.0, True: 0.0 if ctx.tiny else COMPILE_GUESS_S}
+    for geometry, compiled in plan:
+        if deadline - time.perf_counter() < last[compiled]:  # it would not end in time
+            skipped.append({"geometry": geometry, "compile": compiled})
+            continue
+        t0 = time.perf_counter()
+        model = model_for(geometry, shape)
+        fpt = flops_per_token(model, shape)
+        n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        t = time_training(
+            model,
+            shape,
+            device,
+            precision,
+            compile=compiled and backend,
+            warmup=warmup,
+            steps=steps,
+        )
+        tps = t.tokens_per_second
+        rows.append(
+            {
+                "geometry": geometry,
+                "label": FROZEN.get(geometry, geometry),
+                "compile": compiled,
+                "compile_backend": backend if compiled else None,
+                "n_params": n_params,
+                "ms_per_step": 1e3 * t.median_step,
+                "tokens_per_s": tps,
+                "gflop_per_token": fpt / 1e9,
+                "mfu": fpt * tps / (peak * 1e12) if peak else None,
+                "first_step_s": t.warmup_seconds[0],  # includes compilation when compiled
+                "peak_memory_bytes": t.peak_memory_bytes,
+            }
+        )
+        del model, t
+        last[compiled] = time.perf_counter() - t0
+        if compiled:
+            torch._dynamo.reset()
+        reset_peak(device)
+    for row in rows:
+        base = [r for r in rows if r["geometry"] == "learned" and r["compile"] == row["compile"]]
+        row["ratio_to_learned"] = row["tokens_per_s"] / base[0]["tokens_per_s"] if base else None
+    ctx.shared["training"] = rows
+    return {
+        "shape": shape,
+        "precision": precision,
+        "peak_tflops": peak,
+        "peak_source": peak_source,
+        "compile_backend": backend,
+        "warmup_steps": warmup,
+        "timed_steps": steps,
+        "rows": rows,
+        "skipped": skipped,
+    }
+
+
+# --------------------------------------------------------------------------- resume
+def resume_run_config(tiny: bool) -> dict:
+    if tiny:
+        model = dict(n_ctx=32, n_layer=2, n_head=2, d_model=16, d_head=8, d_mlp=32)
+        steps, batch, every, kill = 12, 4, 3, 6
+    else:
+        model = dict(n_ctx=256, n_layer=4, n_head=4, d_model=256, d_head=64, d_mlp=1024)
+        steps, batch, every, kill = 60, 16, 10, 30
+    training = dict(
+        steps=steps,
+        batch_size=batch,
+        lr_max=3e-3,
+        lr_min=3e-4,
+        warmup_steps=2,
+        eval_every=steps,
+        eval_batch_size=8,
+        checkpoint_steps=[0],
+        resume_every=every,
+    )
+    run = {
+        "model_name": "learned",
+        "seed": 1,
+        "data_seed": 1729,
+        "model": {**model, "geometry": "learned"},
+        "training": training,
+    }
+    return {"run": run, "kill_at": kill}
+
+
+def write_synthetic_corpus(d: Path, n_train: int, n_val: int, n_ids: int = 256) -> Path:
+    """Token files, vocabulary and corpus manifest laid out as src/tokenize_corpus.py writes
+    them, from a learnable Markov stream over ``n_ids`` GPT-2 ids (no tokenizer needed)."""
+    import pyarrow as pa
+
+    from headgeom import results
+    from headgeom.data.corpus import vocab_sha256, write_tokens
+    from headgeom.hashing import sha256_file
+    from headgeom.io import write_json
+
+    rng = np.random.default_rng(0)
+
+    def stream(n: int) -> np.ndarray:
+        out, jumps, noise = np.empty(n, np.int64), rng.random(n) < 0.2, rng.integers(0, n_ids, n)
+        out[0] = 0
+        for i in range(1, n):
+            out[i] = noise[i] if jumps[i] else (3 * out[i - 1] + 1) % n_ids
+        return out + 100
+
+    d.mkdir(parents=True, exist_ok=True)
+    train, val = stream(n_train), stream(n_val)
+    meta = {"config": {"source": "synthetic", "name": "gpu_check"}, "config_hash": "0" * 64}
+    hashes = {
+        "train_sha256": write_tokens(d / "train_tokens.parquet", train, {**meta, "role": "train"}),
+        "val_sha256": write_tokens(d / "val_tokens.parquet", val, {**meta, "role": "val"}),
+    }
+    vocab = np.unique(np.concatenate([train, val])).astype(np.int32)
+    table = pa.table(
+        {
+            "model_id": pa.array(np.arange(len(vocab), dtype=np.int32)),
+            "gpt2_id": pa.array(vocab),
+            "text": pa.array([f"<{i}>" for i in vocab]),
+        }
+    )
+    results.VOCAB.write(d / "vocab.parquet", table, {**meta, "vocab_size": len(vocab)})
+    files = {r: d / f"{r}_tokens.parquet" for r in ("train", "val")} | {
+        "vocab": d / "vocab.parquet"
+    }
+    manifest = {
+        "record_type": "corpus_manifest",
+        "dataset": "synthetic-gpu-check",
+        "corpus": "gpu_check",
+        **meta,
+        "tokenizer": {"name": "gpt2", "files_sha256": {}},
+        "sampling": "with_replacement",
+        "n_train_tokens": n_train,
+        "n_val_tokens": n_val,
+        **hashes,
+        "vocab_sha256": vocab_sha256(vocab),
+        "vocab_size": len(vocab),
+        "files": {role: sha256_file(path) for role, path in files.items()},
+    }
+    write_json(d / "manifest.json", manifest)
+    return d
+
+
+def resume_worker(spec_path: Path) -> int:
+    """Subprocess: one training job (train_job) as src/train.py runs it; SIGKILLed right
+    after its resumable state of step ``kill_at`` is written, when given."""
+    spec = json.loads(Path(spec_path).read_text())
+    if spec["deterministic"]:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before any cuBLAS call
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    from headgeom.runtime import set_threads
+    from headgeom.training import loop
+    from headgeom.training.config import parse_run_config
+    from headgeom.training.job import CorpusFiles, JobOutputs, train_job
+
+    set_threads(1)
+    if spec["kill_at"] is not None:
+        save = loop.save_resume_state
+
+        def save_then_die(resume, model, opt, progress, cursor=None):
+            save(resume, model, opt, progress, cursor)
+            if progress.step == spec["kill_at"]:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        loop.save_resume_state = save_then_die
+    c, out = Path(spec["corpus"]), Path(spec["out"])
+    corpus = CorpusFiles(
+        c / "train_tokens.parquet",
+        c / "val_tokens.parquet",
+        c / "vocab.parquet",
+        c / "manifest.json",
+    )
+    outputs = JobOutputs.beside(out / "model.safetensors", out / "train_log.parquet")
+    result = train_job(
+        parse_run_config(spec["run"]),
+        corpus,
+        outputs,
+        threads=1,
+        device=spec["device"],
+        progress=False,
+    )
+    record = {
+        "train_seconds": result.seconds,
+        "resumed_from": result.resumed_from,
+        "peak_memory_bytes": peak_bytes(torch.device(spec["device"])),
+    }
+    (out / "worker.json").write_text(json.dumps(record))
+    return 0
+
+
+def _run_worker(ctx, corpus: Path, out: Path, run: dict, deterministic: bool, kill_at, deadline):
+    out.mkdir(parents=True, exist_ok=True)
+    spec = {
+        "corpus": str(corpus),
+        "out": str(out),
+        "run": run,
+        "deterministic": deterministic,
+        "kill_at": kill_at,
+        "device": str(ctx.device),
+    }
+    spec_path = out / f"spec-{time.monotonic_ns()}.json"
+    spec_path.write_text(json.dumps(spec))
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]),
+    }
+    timeout = max(30.0, deadline - time.perf_counter() + 30)  # a hung job ends the section
+    try:
+        proc = subprocess.run(
+            [sys.executable, __file__, "--resume-worker", str(spec_path)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(
+            f"a training job ({'deterministic' if deterministic else 'default'} kernels, "
+            f"kill_at={kill_at}) ran past the section budget ({timeout:.0f} s left for it)"
+        ) from None
+    return proc.returncode, proc.stderr
+
+
+def _max_abs_diff(a: Path, b: Path) -> float:
+    from safetensors.torch import load_file
+
+    ta, tb = load_file(str(a)), load_file(str(b))
+    if ta.keys() != tb.keys():
+        return float("inf")
+    return max(float((ta[k].double() - tb[k].double()).abs().max()) for k in ta if ta[k].numel())
+
+
+def resume_section(ctx: Context, deadline: float) -> dict:
+    from headgeom.hashing import sha256_file
+
+    spec = resume_run_config(ctx.tiny)
+    run, kill_at = spec["run"], spec["kill_at"]
+    tr = run["training"]
+    n_train = 20_000 if ctx.tiny else 200_000
+    corpus = write_synthetic_corpus(
+        ctx.work / "resume-corpus", n_train, 4 * run["model"]["n_ctx"] * 8
+    )
+    modes, skipped, last = {}, [], 0.0
+    for mode, deterministic in (("default", False), ("deterministic", True)):
+        if deadline - time.perf_counter() < last:  # as long as the previous mode: no time
+            skipped.append(mode)
+            continue
+        t0 = time.perf_counter()
+        ref, res = ctx.work / f"resume-{mode}-ref", ctx.work / f"resume-{mode}-killed"
+        rc_ref, err_ref = _run_worker(ctx, corpus, ref, run, deterministic, None, deadline)
+        rc_kill, err_kill = _run_worker(ctx, corpus, res, run, deterministic, kill_at, deadline)
+        killed_state = (res / "resume" / "state.safetensors").exists()
+        rc_res, err_res = _run_worker(ctx, corpus, res, run, deterministic, None, deadline)
+        for rc, err, what in ((rc_ref, err_ref, "uninterrupted"), (rc_res, err_res, "restart")):
+            if rc != 0:
+                raise RuntimeError(f"{mode} {what} run failed (exit {rc}):\n{err[-2000:]}")
+        w_ref = json.loads((ref / "worker.json").read_text())
+        w_res = json.loads((res / "worker.json").read_text())
+        warnings = sorted(
+            {
+                line.strip()
+                for line in (err_ref + err_res).splitlines()
+                if "deterministic" in line and "Warning" in line
+            }
+        )
+        modes[mode] = {
+            "killed": rc_kill == -signal.SIGKILL and killed_state,
+            "kill_exit_code": rc_kill,
+            "resumed_from": w_res["resumed_from"],
+            "bytes_match": sha256_file(ref / "model.safetensors")
+            == sha256_file(res / "model.safetensors"),
+            "max_abs_weight_diff": _max_abs_diff(
+                ref / "model.safetensors", res / "model.safetensors"
+            ),
+            "train_seconds": w_ref["train_seconds"],
+            "steps_per_s": tr["steps"] / w_ref["train_seconds"],
+            "peak_memory_bytes": w_ref["peak_memory_bytes"],
+            "nondeterministic_op_warnings": warnings[:10],
+        }
+        last = time.perf_counter() - t0
+    out = {"run": run, "kill_after_state_of_step": kill_at, "modes": modes, "skipped": skipped}
+    if {"default", "deterministic"} <= set(modes):
+        d, n = modes["default"], modes["deterministic"]
+        out["deterministic_slowdown"] = n["train_seconds"] / d["train_seconds"]
+        out["default_vs_deterministic_max_abs_weight_diff"] = _max_abs_diff(
+            ctx.work / "resume-default-ref" / "model.safetensors",
+            ctx.work / "resume-deterministic-ref" / "model.safetensors",
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- analysis engines
+def analysis_model(ctx: Context):
+    """The learned model of the training shape in eval mode, fp32, on the device (shared)."""
+    if "model" not in ctx.shared:
+        ctx.shared["model"] = model_for("learned", ctx.train_shape).eval().to(ctx.device)
+    return ctx.shared["model"]
+
+
+def examples(ctx: Context, n: int) -> dict:
+    """The first ``n`` evaluation examples of every task (GPT-2 ids: V = 50,257)."""
+    import patching_engine  # benchmarks/: real task examples
+
+    from headgeom.data import tasks
+
+    key = f"examples{n}"
+    if key not in ctx.shared:
+        ctx.shared[key] = {
+            t: patching_engine.task_examples(t, n, "evaluation") for t in tasks.TASKS
+        }
+    return ctx.shared[key]
+
+
+def _has_transformer_lens() -> bool:
+    try:
+        import transformer_lens  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def patching_section(ctx: Context, deadline: float) -> dict:
+    import patching_engine  # benchmarks/: our engine's runner and the TransformerLens peer
+
+    model, device = analysis_model(ctx), ctx.device
+    data = examples(ctx, 4 if ctx.tiny else 32)
+    args = argparse.Namespace(batch_size=128, max_rows=4096)
+    patching_engine.run_ours(model, [x[:1] for x in data["sva"]], args)  # warm-up
+    rows, ours_s, tl_s, n_total, skipped = [], 0.0, 0.0, 0, []
+    tl_model, tl_note = None, None
+    if _has_transformer_lens():
+        from headgeom.model.interop import to_transformer_lens
+
+        tl_model = to_transformer_lens(model.cpu()).to(str(device))
+        model.to(device)
+    else:
+        tl_note = "transformer_lens not installed (pip install -e '.[dev]')"
+    drops_all, peak_ours, peak_tl = {}, 0, 0
+    for task, pairs in data.items():
+        if over(deadline):
+            skipped.append(task)
+            continue
+        reset_peak(device)
+        with Clock(device) as c_ours:
+            _, drops = patching_engine.run_ours(model, pairs, args)
+        peak_ours = max(peak_ours, peak_bytes(device) or 0)
+        drops_all[task] = drops
+        row = {
+            "task": task,
+            "n": len(pairs[0]),
+            "max_len": max(len(x) for x in pairs[0]),
+            "ours_s": c_ours.seconds,
+            "ours_examples_per_s": len(pairs[0]) / c_ours.seconds,
+        }
+        ours_s, n_total = ours_s + c_ours.seconds, n_total + len(pairs[0])
+        if tl_model is not None:
+            reset_peak(device)
+            with Clock(device) as c_tl:
+                _, e_tl = patching_engine.run_tl(tl_model, pairs)
+            peak_tl = max(peak_tl, peak_bytes(device) or 0)
+            row.update(
+                tl_s=c_tl.seconds,
+                speedup=c_tl.seconds / c_ours.seconds,
+                max_abs_delta_e=float(np.abs(drops.mean(axis=0) - e_tl).max()),
+            )
+            tl_s += c_tl.seconds
+        rows.append(row)
+    del tl_model
+    reset_peak(device)
+    ctx.shared["drops"] = drops_all
+    ctx.shared["patching_examples_per_s"] = n_total / ours_s if ours_s else None
+    return {
+        "rows": rows,
+        "examples_per_s": ctx.shared["patching_examples_per_s"],
+        "speedup_vs_transformer_lens": tl_s / ours_s if tl_s and ours_s else None,
+        "transformer_lens": tl_note or "compared",
+        "peak_memory_bytes": {"ours": peak_ours or None, "transformer_lens": peak_tl or None},
+        "skipped": skipped,
+    }
+
+
+def clamp_sources(model) -> list[tuple[int, int]]:
+    import clamp_engine  # benchmarks/: the clamp engine's naive peer
+
+    L, H = model.cfg.n_layer, model.cfg.n_head
+    if (L, H) == (12, 12):
+        return clamp_engine.SOURCES
+    return sorted({(i % max(L - 1, 1), (2 * i + 1) % H) for i in range(5)})  # 5 or fewer
+
+
+def clamps_section(ctx: Context, deadline: float) -> dict:
+    import clamp_engine
+
+    from headgeom.analysis import clamps
+
+    model, device = analysis_model(ctx), ctx.device
+    data = examples(ctx, 4 if ctx.tiny else 16)
+    cases = clamp_engine.path_cases(model, clamp_sources(model))
+    rows, fast_s, slow_s, units, skipped, peak = [], 0.0, 0.0, 0, [], {"engine": 0, "naive": 0}
+    for task, pairs in data.items():
+        if over(deadline):
+            skipped.append(task)
+            continue
+        reset_peak(device)
+        with Clock(device) as fast:
+            ld, got = clamps.clamp_patch(model, *pairs, cases)
+        peak["engine"] = max(peak["engine"], peak_bytes(device) or 0)
+        reset_peak(device)
+        with Clock(device) as slow:
+            ld_n, want = clamp_engine.naive(model, *pairs, cases)
+        peak["naive"] = max(peak["naive"], peak_bytes(device) or 0)
+        d_got, d_want = ld[:, None] - got, ld_n[:, None] - want
+        n = len(pairs[0])
+        rows.append(
+            {
+                "task": task,
+                "n": n,
+                "cases": len(cases),
+                "engine_s": fast.seconds,
+                "naive_s": slow.seconds,
+                "speedup": slow.seconds / fast.seconds,
+                "max_abs_delta_drop": float(np.abs(d_got - d_want).max()),
+            }
+        )
+        fast_s, slow_s, units = fast.seconds + fast_s, slow.seconds + slow_s, units + n * len(cases)
+    ctx.shared["clamp_case_examples_per_s"] = units / fast_s if fast_s else None
+    return {
+        "sources": [list(s) for s in clamp_sources(model)],
+        "rows": rows,
+        "case_examples_per_s": ctx.shared["clamp_case_examples_per_s"],
+        "speedup_vs_naive": slow_s / fast_s if fast_s else None,
+        "peak_memory_bytes": {k: v or None for k, v in peak.items()},
+        "skipped": skipped,
+    }
+
+
+def leakage_section(ctx: Context, deadline: float) -> dict:
+    import patching_engine
+
+    from headgeom.analysis.leakage import leakage_table
+    from headgeom.analysis.stats import effects_from_drops
+    from headgeom.data.task_files import PatchInputs
+
+    model, device = analysis_model(ctx), ctx.device
+    data = examples(ctx, 4 if ctx.tiny else 32)
+    drops = ctx.shared.get("drops", {})
+    args = argparse.Namespace(batch_size=128, max_rows=4096)
+    rows, seconds, n_total, skipped = [], 0.0, 0, []
+    reset_peak(device)
+    for task, pairs in data.items():
+        if over(deadline):
+            skipped.append(task)
+            continue
+        d = drops[task] if task in drops else patching_engine.run_ours(model, pairs, args)[1]
+        inputs = PatchInputs(pairs[0], pairs[1], np.array(pairs[2]), np.array(pairs[3]))
+        with Clock(device) as clock:
+            with contextlib.redirect_stderr(open(os.devnull, "w")):  # noqa: SIM115  (tqdm)
+                leakage_table(model, inputs, effects_from_drops(d), 64, device, "(gpu_check)")
+        rows.append(
+            {
+                "task": task,
+                "n": len(pairs[0]),
+                "seconds": clock.seconds,
+                "examples_per_s": len(pairs[0]) / clock.seconds,
+            }
+        )
+        seconds, n_total = seconds + clock.seconds, n_total + len(pairs[0])
+    ctx.shared["leakage_examples_per_s"] = n_total / seconds if seconds else None
+    return {
+        "rows": rows,
+        "examples_per_s": ctx.shared["leakage_examples_per_s"],
+        "peak_memory_bytes": peak_bytes(device),
+        "skipped": skipped,
+    }
+
+
+def edges_section(ctx: Context, deadline: float) -> dict:
+    try:
+        from headgeom.analysis import edges
+    except ImportError as err:
+        return {"status": "not present", "reason": f"headgeom.analysis.edges: {err}"}
+    model, device = analysis_model(ctx), ctx.device
+    clean, ref = examples(ctx, 4)["sva"][:2]
+    k = 2 if ctx.tiny else 4
+    every = edges.all_edges(model.cfg.n_layer, model.cfg.n_head)
+    n_fast, n_naive = (
+        min(len(every), 256 if ctx.tiny else 4096),
+        min(len(every), 8 if ctx.tiny else 24),
+    )
+    sub = every.subset(np.arange(n_fast))
+    reset_peak(device)
+    with Clock(device) as fast:
+        kl = edges.edge_kl(model, clean[:k], ref[:k], sub)
+    peak_fast = peak_bytes(device)
+    reset_peak(device)
+    with Clock(device) as slow:
+        kl_naive = edges.edge_kl_naive(model, clean[:k], ref[:k], every.subset(np.arange(n_naive)))
+    edges_per_s, naive_per_s = n_fast / fast.seconds, n_naive / slow.seconds
+    return {
+        "examples": k,
+        "edges_total": len(every),
+        "edges_timed": n_fast,
+        "edges_per_s": edges_per_s,
+        "naive_edges_timed": n_naive,
+        "naive_edges_per_s": naive_per_s,
+        "speedup_vs_naive": edges_per_s / naive_per_s,
+        "max_abs_delta_kl": float(np.abs(kl[:, :n_naive] - kl_naive).max()),
+        "all_edges_projected_s": len(every) / edges_per_s,
+        "peak_memory_bytes": {"engine": peak_fast, "naive": peak_bytes(device)},
+    }
+
+
+# --------------------------------------------------------------------------- projection
+def _geometry_flops(study, ctx: Context) -> dict[str, float]:
+    """Training FLOPs per token of every model of the study, built on the meta device."""
+    from headgeom.model import registry
+
+    out = {}
+    for model in study.models:
+        cfg = study.model_config(model)
+        with torch.device("meta"):
+            m = registry.build_model(cfg, n_vocab=PAPER_SHAPE["vocab"])
+        shape = {k: getattr(m.cfg, k) for k in ("n_layer", "n_head", "d_head", "n_ctx")}
+        out[model] = flops_per_token(m, shape)
+    return out
+
+
+def projection_section(ctx: Context, deadline: float) -> dict:
+    import yaml
+
+    from headgeom.data.tasks import TASKS, resolve_task_config
+    from headgeom.study import Study
+
+    study = Study.from_config(yaml.safe_load(Path(ctx.config).read_text()))
+    flops = _geometry_flops(study, ctx)
+    train_rows = ctx.shared.get("training") or []
+    best = {}
+    for row in train_rows:  # each geometry's best rate (compiled or not)
+        best[row["geometry"]] = max(best.get(row["geometry"], 0.0), row["tokens_per_s"])
+    if "learned" not in best:
+        raise RuntimeError("no learned-model training rate (training section skipped?)")
+    with torch.device("meta"):  # the rates' reference: the learned model at paper size
+        ref_flops = flops_per_token(model_for("learned", PAPER_SHAPE), PAPER_SHAPE)
+
+    def train_rate(model: str) -> tuple[float, str]:
+        g = study.models[model]["geometry"]
+        if g in best:
+            return best[g], "measured"
+        return best["learned"] * ref_flops / flops[model], "learned × FLOPs ratio"
+
+    def split_size(task: str, split: str) -> int:
+        return resolve_task_config(task, study.task_config(task))["splits"][split]
+
+    training = study.stage("training")
+    rules = []
+    seconds, basis = 0.0, set()
+    for model, _seed in study.runs:
+        rate, how = train_rate(model)
+        tokens = training["steps"] * training["batch_size"] * study.model_config(model)["n_ctx"]
+        seconds += tokens / rate
+        basis.add(how)
+    rules.append(
+        {
+            "rule": "train",
+            "jobs": len(study.runs),
+            "unit": "tokens",
+            "units": sum(
+                training["steps"] * training["batch_size"] * study.model_config(m)["n_ctx"]
+                for m, _ in study.runs
+            ),
+            "rate": best["learned"],
+            "seconds": seconds,
+            "basis": ", ".join(sorted(basis)),
+        }
+    )
+
+    def analysis(rule, runs, units_of, rate, unit):
+        if not rate:
+            rules.append(
+                {
+                    "rule": rule,
+                    "jobs": len(runs) * len(TASKS),
+                    "unit": unit,
+                    "units": None,
+                    "rate": None,
+                    "seconds": None,
+                    "basis": "not measured",
+                }
+            )
+            return
+        units = total = 0.0
+        for model, _ in runs:
+            for task in TASKS:
+                u = units_of(model, task)
+                units += u
+                total += u / rate * flops[model] / ref_flops  # cost ∝ the model's FLOPs
+        rules.append(
+            {
+                "rule": rule,
+                "jobs": len(runs) * len(TASKS),
+                "unit": unit,
+                "units": units,
+                "rate": rate,
+                "seconds": total,
+                "basis": "measured × FLOPs ratio",
+            }
+        )
+
+    splits = study.stage("patching")["splits"]
+    analysis(
+        "patch_heads",
+        study.runs,
+        lambda m, t: sum(split_size(t, s) for s in splits),
+        ctx.shared.get("patching_examples_per_s"),
+        "examples",
+    )
+    leak_split = study.stage("leakage")["split"]
+    analysis(
+        "leakage",
+        study.leakage_runs,
+        lambda m, t: split_size(t, leak_split),
+        ctx.shared.get("leakage_examples_per_s"),
+        "examples",
+    )
+    # issue 12: rule patch_step patches SVA's lanes split on every timeline checkpoint
+    steps, lanes_split = study.timeline_steps, study.stage("lanes")["split"]
+    timeline = [(m, s) for m, s in study.dynamics_runs("timeline") for _ in steps]
+    analysis(
+        "patch_step",
+        timeline,
+        lambda m, t: split_size(t, lanes_split) if t == "sva" else 0,
+        ctx.shared.get("patching_examples_per_s"),
+        "examples",
+    )
+    rules[-1]["jobs"] = len(timeline)  # one task
+    clamp_split = study.stage("clamps")["split"]
+
+    def clamp_units(model, task):  # 5 path sources × 5 cases, ≤ 3 pairs, 5 sources × H shifts
+        n_head = study.model_config(model)["n_head"]
+        return split_size(task, clamp_split) * (25 + 3 + 5 * n_head)
+
+    analysis(
+        "clamps",
+        study.clamp_runs("all"),
+        clamp_units,
+        ctx.shared.get("clamp_case_examples_per_s"),
+        "case × examples",
+    )
+    peak, _ = peak_tflops(ctx.device, ctx.precision, ctx.peak_tflops)
+    scale = peak / H100_BF16_TFLOPS if peak and ctx.device.type == "cuda" else None
+    for row in rules:
+        row["gpu_hours"] = row["seconds"] / 3600 if row["seconds"] is not None else None
+        row["h100_gpu_hours"] = row["gpu_hours"] * scale if scale and row["gpu_hours"] else None
+    total = sum(r["gpu_hours"] for r in rules if r["gpu_hours"] is not None)
+    return {
+        "config": str(
+            Path(ctx.config).relative_to(ROOT)
+            if Path(ctx.config).is_relative_to(ROOT)
+            else ctx.config
+        ),
+        "study": study.name,
+        "runs": len(study.runs),
+        "rules": rules,
+        "total_gpu_hours": total,
+        "total_h100_gpu_hours": total * scale if scale else None,
+        "h100_scaling": f"× {scale:.3f} (device bf16 peak / H100 SXM {H100_BF16_TFLOPS:g})"
+        if scale
+        else "none (not a GPU with a known peak)",
+        "not_projected": "CPU rules (tokenize_corpus, make_tasks, evaluate_clean, concentration, "
+        "lanes, exclusivity, geometry_stats, tables, figures, document), the step copies of "
+        "evaluate/geometry, dynamics (V-gradients), scalar_ablation and edge patching (no "
+        "rule yet)",
+    }
+
+
+SECTION_FUNCTIONS = {
+    "training": training_section,
+    "resume": resume_section,
+    "patching": patching_section,
+    "clamps": clamps_section,
+    "leakage": leakage_section,
+    "edges": edges_section,
+    "projection": projection_section,
+}
+
+
+# --------------------------------------------------------------------------- report
+def environment(device: torch.device) -> dict:
+    env = {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "device": str(device),
+        "cpu_threads": torch.get_num_threads(),
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        env.update(
+            device_name=props.name,
+            device_memory_bytes=props.total_memory,
+            cuda=torch.version.cuda,
+            capability=f"{props.major}.{props.minor}",
+        )
+    return env
+
+
+def _f(x, fmt: str = ".3g", unit: str = "") -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    return f"{x:{fmt}}{unit}"
+
+
+def _mib(x) -> str:
+    return _f(x / 2**20 if x else None, ",.0f", " MiB")
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(r) + " |" for r in rows),
+    ]
+
+
+def markdown(report: dict) -> str:
+    env, s = report["environment"], report["sections"]
+    name = env.get("device_name", env["device"])
+    lines = [f"# GPU check: {name}", ""]
+    if report["dry_mode"]:
+        lines += [
+            "**CPU DRY MODE (`--tiny`): tiny shapes, 2–3 steps. These numbers test the "
+            "script; they are not measurements of a GPU.**",
+            "",
+        ]
+    lines += [
+        f"torch {env['torch']}, python {env['python']}, {report['total_seconds']:.1f} s "
+        f"in all (budget {report['budget_s']:.0f} s).",
+        "",
+    ]
+    lines += _table(
+        ["section", "status", "seconds"],
+        [[k, v["status"], _f(v.get("seconds"), ".1f")] for k, v in s.items()],
+    )
+    for key, sec in s.items():
+        lines += ["", f"## {key}", ""]
+        if sec["status"] not in ("ok", "partial"):
+            lines.append(f"{sec['status']}: {sec.get('reason', sec.get('error', ''))}".strip())
+            continue
+        lines += SECTION_MD[key](sec)
+        if sec.get("skipped"):
+            lines += ["", f"Skipped (over the section budget): {sec['skipped']}"]
+    return "\n".join(lines) + "\n"
+
+
+def _md_training(sec) -> list[str]:
+    rows = [
+        [
+            r["label"],
+            r["compile_backend"] or "no",
+            f"{r['n_params']:,}",
+            _f(r["ms_per_step"], ".1f"),
+            _f(r["tokens_per_s"], ",.0f"),
+            _f(r["ratio_to_learned"], ".3f"),
+            _f(r["gflop_per_token"], ".3f"),
+            _f(r["mfu"], ".1%"),
+            _f(r["first_step_s"], ".1f"),
+            _mib(r["peak_memory_bytes"]),
+        ]
+        for r in sec["rows"]
+    ]
+    head = [
+        f"shape {sec['shape']}, {sec['precision']}, peak "
+        f"{_f(sec['peak_tflops'], 'g', ' TFLOP/s')} ({sec['peak_source']}); median of "
+        f"{sec['timed_steps']} steps after {sec['warmup_steps']} warm-up",
+        "",
+    ]
+    return head + _table(
+        [
+            "model",
+            "compile",
+            "params",
+            "ms/step",
+            "tokens/s",
+            "vs learned",
+            "GFLOP/tok",
+            "MFU",
+            "1st step s",
+            "peak mem",
+        ],
+        rows,
+    )
+
+
+def _md_resume(sec) -> list[str]:
+    rows = [
+        [
+            m,
+            _f(r["killed"]),
+            str(r["resumed_from"]),
+            _f(r["bytes_match"]),
+            _f(r["max_abs_weight_diff"], ".2e"),
+            _f(r["steps_per_s"], ".2f"),
+            _mib(r["peak_memory_bytes"]),
+            str(len(r["nondeterministic_op_warnings"])),
+        ]
+        for m, r in sec["modes"].items()
+    ]
+    out = [
+        f"run: {sec['run']['model']}, {sec['run']['training']['steps']} steps; SIGKILL "
+        f"after the state of step {sec['kill_after_state_of_step']}, then restart",
+        "",
+    ]
+    out += _table(
+        [
+            "kernels",
+            "killed",
+            "resumed from",
+            "bytes match",
+            "max abs dweight",
+            "steps/s",
+            "peak mem",
+            "nondet. warnings",
+        ],
+        rows,
+    )
+    if "deterministic_slowdown" in sec:
+        out += [
+            "",
+            f"torch.use_deterministic_algorithms: training time × "
+            f"{sec['deterministic_slowdown']:.3f}; max |Δweight| default vs deterministic "
+            f"{sec['default_vs_deterministic_max_abs_weight_diff']:.2e}",
+        ]
+    return out
+
+
+def _md_patching(sec) -> list[str]:
+    rows = [
+        [
+            r["task"],
+            str(r["n"]),
+            str(r["max_len"]),
+            _f(r["ours_s"], ".2f"),
+            _f(r.get("tl_s"), ".2f"),
+            _f(r.get("speedup"), ".1f", "×"),
+            _f(r.get("max_abs_delta_e"), ".1e"),
+        ]
+        for r in sec["rows"]
+    ]
+    mem = sec["peak_memory_bytes"]
+    return _table(["task", "n", "T", "ours s", "TL s", "speed-up", "max abs de"], rows) + [
+        "",
+        f"ours {_f(sec['examples_per_s'], '.2f')} examples/s; vs TransformerLens "
+        f"{_f(sec['speedup_vs_transformer_lens'], '.1f', '×')} ({sec['transformer_lens']}); "
+        f"peak memory ours {_mib(mem['ours'])}, TL {_mib(mem['transformer_lens'])}",
+    ]
+
+
+def _md_clamps(sec) -> list[str]:
+    rows = [
+        [
+            r["task"],
+            str(r["n"]),
+            str(r["cases"]),
+            _f(r["engine_s"], ".2f"),
+            _f(r["naive_s"], ".2f"),
+            _f(r["speedup"], ".1f", "×"),
+            _f(r["max_abs_delta_drop"], ".1e"),
+        ]
+        for r in sec["rows"]
+    ]
+    mem = sec["peak_memory_bytes"]
+    return _table(["task", "n", "cases", "engine s", "naive s", "speed-up", "max abs dd"], rows) + [
+        "",
+        f"engine {_f(sec['case_examples_per_s'], ',.1f')} case·examples/s, "
+        f"{_f(sec['speedup_vs_naive'], '.1f', '×')} the naive loop; peak memory engine "
+        f"{_mib(mem['engine'])}, naive {_mib(mem['naive'])}",
+    ]
+
+
+def _md_leakage(sec) -> list[str]:
+    rows = [
+        [r["task"], str(r["n"]), _f(r["seconds"], ".2f"), _f(r["examples_per_s"], ".2f")]
+        for r in sec["rows"]
+    ]
+    return _table(["task", "n", "s", "examples/s"], rows) + [
+        "",
+        f"{_f(sec['examples_per_s'], '.2f')} examples/s, peak memory "
+        f"{_mib(sec['peak_memory_bytes'])}",
+    ]
+
+
+def _md_edges(sec) -> list[str]:
+    return [
+        f"{sec['edges_timed']:,} of {sec['edges_total']:,} edges × {sec['examples']} "
+        f"examples: {sec['edges_per_s']:,.1f} edges/s; naive per-edge loop "
+        f"{sec['naive_edges_per_s']:,.2f} edges/s ({sec['speedup_vs_naive']:.1f}×); max |ΔKL| "
+        f"{sec['max_abs_delta_kl']:.1e}; all edges ≈ {sec['all_edges_projected_s']:,.0f} s"
+    ]
+
+
+def projection_table(sec) -> list[str]:
+    rows = [
+        [
+            r["rule"],
+            str(r["jobs"]),
+            _f(r["units"], ",.0f"),
+            r["unit"],
+            _f(r["rate"], ",.1f"),
+            _f(r["gpu_hours"], ",.2f"),
+            _f(r["h100_gpu_hours"], ",.2f"),
+            r["basis"],
+        ]
+        for r in sec["rules"]
+    ]
+    rows.append(
+        [
+            "**total**",
+            "",
+            "",
+            "",
+            "",
+            _f(sec["total_gpu_hours"], ",.2f"),
+            _f(sec["total_h100_gpu_hours"], ",.2f"),
+            "",
+        ]
+    )
+    return _table(
+        ["rule", "jobs", "work", "unit", "rate /s", "device-hours", "H100-hours", "basis"], rows
+    )
+
+
+def _md_projection(sec) -> list[str]:
+    return (
+        [
+            f"{sec['config']} (study {sec['study']}, {sec['runs']} runs); H100 scaling "
+            f"{sec['h100_scaling']}",
+            "",
+        ]
+        + projection_table(sec)
+        + ["", f"Not projected: {sec['not_projected']}."]
+    )
+
+
+SECTION_MD = {
+    "training": _md_training,
+    "resume": _md_resume,
+    "patching": _md_patching,
+    "clamps": _md_clamps,
+    "leakage": _md_leakage,
+    "edges": _md_edges,
+    "projection": _md_projection,
+}
+
+
+# --------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--resume-worker"]:
+        return resume_worker(Path(argv[1]))
+    args = parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: torch sees no CUDA device (dry mode: --device cpu --tiny)")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    budget = Budget(args.budget_s)
+    sections: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory(prefix="gpu_check_") as work:
+        ctx = Context(device, args.tiny, args.peak_tflops, Path(work), Path(args.config))
+        for name, seconds in SECTIONS.items():
+            if name not in args.sections:
+                sections[name] = {"status": "skipped", "reason": "not in --sections"}
+                continue
+            if budget.left() < 5:
+                sections[name] = {"status": "skipped", "reason": "the run's budget is spent"}
+                continue
+            deadline = budget.deadline(seconds)
+            t0 = time.perf_counter()
+            print(f"[gpu_check] {name} (budget {seconds} s) ...", file=sys.stderr, flush=True)
+            try:
+                result = SECTION_FUNCTIONS[name](ctx, deadline)
+                result.setdefault("status", "partial" if result.get("skipped") else "ok")
+            except Exception as err:  # a failed section is reported; the next one runs
+                result = {
+                    "status": "error",
+                    "error": f"{type(err).__name__}: {err}",
+                    "traceback": traceback.format_exc()[-4000:],
+                }
+            result["seconds"] = time.perf_counter() - t0
+            result["budget_s"] = seconds
+            sections[name] = result
+            print(
+                f"[gpu_check] {name}: {result['status']} in {result['seconds']:.1f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+        ctx.shared.clear()
+    report = {
+        "dry_mode": args.tiny,
+        "environment": environment(device),
+        "budget_s": args.budget_s,
+        "total_seconds": time.perf_counter() - budget.start,
+        "sections": sections,
+    }
+    (out / JSON_NAME).write_text(json.dumps(report, indent=2, default=str) + "\n")
+    text = markdown(report)
+    (out / MD_NAME).write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
