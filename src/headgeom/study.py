@@ -297,7 +297,7 @@ class Study:
             "seed": int(seed),
             "data_seed": self.config["data_seed"],
             "model": self.model_config(model),
-            "training": self.config["training"],
+            "training": self.training_of(model),
         }
         if self.repository_name(model, seed):
             cfg["repository_name"] = self.repository_name(model, seed)
@@ -305,6 +305,17 @@ class Study:
             if key in spec:
                 cfg[key] = spec[key]
         return cfg
+
+    def steps_of(self, model: str) -> int:
+        """Training length of ``model``: its own ``steps`` (config models.<m>.steps), else
+        training.steps."""
+        return int(self.models[model].get("steps", self.config["training"]["steps"]))
+
+    def training_of(self, model: str) -> dict:
+        """The training block of ``model``'s run config: training with its own length."""
+        training = self.config["training"]
+        own = self.steps_of(model)
+        return training if own == training["steps"] else {**training, "steps": own}
 
     def param_count_runs(self) -> list[dict]:
         """Every run with the model section of its run config (rule param_counts)."""
@@ -397,8 +408,8 @@ class Study:
                 f"{sorted(self.corpora)}"
             )
         training, n_ctx = self.config["training"], self.config["architecture"]["n_ctx"]
-        needed = training["steps"] * training["batch_size"] * n_ctx + 1  # +1: the last target
         for model in self.models:
+            needed = self.steps_of(model) * training["batch_size"] * n_ctx + 1  # +1: last target
             name = self.model_corpus(model)
             if name not in self.corpora:
                 raise ValueError(
@@ -411,7 +422,7 @@ class Study:
                 raise ValueError(
                     f"config corpus {name} is read once but holds {spec['n_train_tokens']:,} "
                     f"tokens; model {model} consumes {needed:,} "
-                    "(training.steps × batch_size × n_ctx + 1)"
+                    "(steps × batch_size × n_ctx + 1)"
                 )
 
     # ------------------------------------------------------------------ analyses
@@ -734,6 +745,17 @@ class Study:
         checkpoint is model.safetensors); the schema's default list is cut silently."""
         given = self._given_checkpoint_steps
         steps = self.config["training"]["steps"]
+        trained = [m for m in self.models if not self.is_imported(m)]
+        for model in trained:
+            own = self.steps_of(model)
+            extra = [c for c in self.config["training"]["checkpoint_steps"]
+                     if min(own, steps) <= c < max(own, steps)]  # fmt: skip
+            if extra:
+                # every run writes the same intermediate checkpoints (train's outputs)
+                raise ValueError(
+                    f"config models.{model}.steps {own}: checkpoint steps {extra} lie between it "
+                    f"and training.steps {steps}; every run must write the same checkpoints"
+                )
         late = sorted(s for s in (given or []) if s >= steps)
         if late:
             raise ValueError(

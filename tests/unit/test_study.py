@@ -417,3 +417,34 @@ def test_default_checkpoint_steps_past_the_end_are_cut_not_refused():
     config["training"]["steps"] = 300  # the default list [0, 256, 1024, ...] runs past it
     study = Study.from_config(config)
     assert study.checkpoint_steps == [0, 256]
+
+
+# ----------------------------------------------------------------------------- per-model steps
+def test_a_model_can_train_longer_than_training_steps(micro):
+    micro["training"]["checkpoint_steps"] = [0]
+    first, *_ = micro["models"]
+    micro["models"][first]["steps"] = 3 * micro["training"]["steps"]
+    study = Study.from_config(micro)
+    own = study.train_config(first, micro["models"][first]["seeds"][0])["training"]
+    assert own["steps"] == 3 * micro["training"]["steps"]
+    assert {k: v for k, v in own.items() if k != "steps"} == {
+        k: v for k, v in study.config["training"].items() if k != "steps"
+    }
+    others = [m for m in study.models if m != first]
+    for model in others:  # the others keep training.steps, the very same dict
+        assert (
+            study.train_config(model, study.models[model]["seeds"][0])["training"]
+            is (study.config["training"])
+        )
+
+
+def test_a_models_steps_may_not_add_checkpoints_the_others_lack(micro):
+    steps = micro["training"]["steps"]
+    micro["training"]["checkpoint_steps"] = [0, steps + 1]
+    first, *_ = micro["models"]
+    micro["models"][first]["steps"] = steps + 5
+    lines = problems(micro)
+    assert any(
+        f"config models.{first}.steps {steps + 5}: checkpoint steps [{steps + 1}]" in line
+        for line in lines
+    ), lines
