@@ -87,5 +87,7 @@ def test_batched_patches_equal_naive_hooked_forwards(geometry):
     for name, want in (("after_wo", naive["after_wo"]), ("before_wo", naive["before_wo"]),
                        ("before_wo_rotated", naive_rot["before_wo"])):  # fmt: skip
         np.testing.assert_allclose(fast[name][0], want, rtol=0, atol=1e-6)
-        assert np.abs(want).max() > 1e-3  # not vacuous
+        # float64 models: the two routes agree far below 1e-6; effects not vacuous
+        np.testing.assert_allclose(fast[name][0], want, rtol=0, atol=1e-9)
+        assert np.abs(want).max() > (1e-5 if geometry == "multiscreen" else 1e-3)
     assert registry.architecture_of(model) is not None

@@ -210,7 +210,10 @@ def direction_drops_naive(
     H, d, D = model.cfg.n_head, model.cfg.d_head, model.cfg.d_model
     bases = identity_bases(H, d) if bases is None else np.asarray(bases)
     a_site, z_site = site(layer, "hook_attn_out"), site(layer, "attn.hook_z")
-    out = {"after_wo": np.empty((len(clean_ids), D)), "before_wo": np.empty((len(clean_ids), H * d))}
+    out = {
+        "after_wo": np.empty((len(clean_ids), D)),
+        "before_wo": np.empty((len(clean_ids), H * d)),
+    }
     device = _model_device(model)
     for i in range(len(clean_ids)):
         clean = torch.as_tensor(np.asarray(clean_ids[i])[None], device=device)
@@ -221,7 +224,7 @@ def direction_drops_naive(
         _, rc = model.run_with_cache(ref, [a_site, z_site], last_only=True)
         for c in range(D):
 
-            def set_c(t, c=c):
+            def set_c(t, c=c, rc=rc):
                 t = t.clone()
                 t[:, -1, c] = rc[a_site][:, -1, c]
                 return t
@@ -233,7 +236,7 @@ def direction_drops_naive(
             h, k = divmod(j, d)
             r = torch.as_tensor(bases[h, :, k], device=device)
 
-            def move(t, h=h, r=r):
+            def move(t, h=h, r=r, rc=rc):
                 t = t.clone()
                 dz = rc[z_site][:, -1, h] - t[:, -1, h]
                 t[:, -1, h] += (dz @ r.to(t.dtype))[:, None] * r.to(t.dtype)
@@ -281,11 +284,12 @@ def matched_random_sets(
     q = deciles(magnitude)
     need = np.bincount(q[np.asarray(chosen)], minlength=N_DECILES)
     members = [np.flatnonzero(q == b) for b in range(N_DECILES)]
-    sets = np.empty((n_sets, len(chosen)), dtype=np.int64)
-    for s in range(n_sets):
-        sets[s] = np.concatenate(
-            [rng.choice(members[b], need[b], replace=False) for b in range(N_DECILES) if need[b]]
-        )
+    parts = []
+    for b in range(N_DECILES):
+        if need[b]:  # the first need[b] of a uniform random order of the decile, per set
+            order = np.argsort(rng.random((n_sets, len(members[b]))), axis=1)
+            parts.append(members[b][order[:, : need[b]]])
+    sets = np.concatenate(parts, axis=1)
     return sets
 
 
@@ -303,7 +307,8 @@ def site_summary(
     chosen = top_directions(e_val, k)
     selected = share(e_eval, chosen)
     sets = matched_random_sets(magnitude_val.mean(0), chosen, n_sets, np.random.default_rng(seed))
-    null = np.array([share(e_eval, s) for s in sets])
+    positive = e_eval[e_eval > 0].sum()
+    null = e_eval[sets].sum(1) / positive if positive > 0 else np.full(n_sets, np.nan)
     return {
         "n_directions": int(e_val.size),
         "k": int(k),
@@ -320,3 +325,44 @@ def site_summary(
         "beats_every_random_set": bool(np.all(selected > null)),
         "n_random_sets": int(n_sets),
     }
+
+
+# --------------------------------------------------------------------------- one run
+def best_head(e: np.ndarray) -> tuple[int, int]:
+    """The top head by signed evaluation effect e (L, H), ties by (layer, head)."""
+    flat = np.asarray(e, dtype=np.float64).reshape(-1)
+    i = int(np.lexsort((np.arange(flat.size), -flat))[0])
+    return i // e.shape[1], i % e.shape[1]
+
+
+def coordinate_rows(
+    model,
+    e: np.ndarray,
+    validation,
+    evaluation,
+    n_sets: int = 1000,
+    null_seed: int = 1502,
+    rotation_seed: int = 1503,
+    batch_size: int = 64,
+    max_rows: int = 4096,
+) -> list[dict]:
+    """The rows of one task (docs §15.2): ``e`` (L, H) its evaluation effects, ``validation``
+    and ``evaluation`` ``ModelInputs`` of the two splits. One row per site."""
+    layer, head = best_head(e)
+    rot = head_rotations(model.cfg.n_head, model.cfg.d_head, rotation_seed)
+
+    def drops(inputs):
+        return direction_drops(model, inputs.clean_ids, inputs.ref_ids, inputs.correct,
+                               inputs.incorrect, layer, rot, batch_size, max_rows)  # fmt: skip
+
+    val, ev = drops(validation), drops(evaluation)
+    rows = []
+    for name in SITES:
+        summary = site_summary(val[name][0], ev[name][0], val[name][1], n_sets, null_seed)
+        rows.append({
+            "site": name, "best_layer": layer, "best_head": head,
+            "best_effect": float(e[layer, head]), "n_validation": len(val[name][0]),
+            "n_evaluation": len(ev[name][0]), **summary, "null_seed": null_seed,
+            "rotation_seed": rotation_seed,
+        })  # fmt: skip
+    return rows
