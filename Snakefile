@@ -33,6 +33,7 @@ include: "workflow/rules/clamps.smk"
 include: "workflow/rules/geometry.smk"
 include: "workflow/rules/dynamics.smk"  # issue 12
 include: "workflow/rules/edges.smk"  # issue 13
+include: "workflow/rules/coordinates.smk"  # issue 13 (§15.2)
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/document.smk"  # issue 14
 include: "workflow/rules/ablation.smk"  # issue 16

@@ -1477,3 +1477,67 @@ ACDC = ResultTable(
     "edge of the ACDC circuit (after pruning nodes that no longer reach the logits)",
 )
 TABLES.update({t.name: t for t in (EDGES, EDGE_SUMMARY, ACDC)})
+
+
+# --- coordinate concentration (issue 13, docs §15.2; src/coordinates.py) ---------------------
+COORDINATES = ResultTable(
+    "coordinates",
+    _schema(
+        _RUN_TASK,
+        [
+            ("site", pa.string()),
+            ("best_layer", pa.int64()),
+            ("best_head", pa.int64()),
+            ("best_effect", pa.float64()),
+            ("n_validation", pa.int64()),
+            ("n_evaluation", pa.int64()),
+            ("n_directions", pa.int64()),
+            ("k", pa.int64()),
+            ("share_evaluation", pa.float64()),
+            ("share_in_sample", pa.float64()),
+            ("share_evaluation_in_sample", pa.float64()),
+            ("positive_sum_evaluation", pa.float64()),
+            ("total_evaluation", pa.float64()),
+            ("top_directions", pa.string()),
+            ("null_mean", pa.float64()),
+            ("null_p95", pa.float64()),
+            ("null_max", pa.float64()),
+            ("null_fraction_at_least", pa.float64()),
+            ("beats_every_random_set", pa.bool_()),
+            ("n_random_sets", pa.int64()),
+            ("null_seed", pa.int64()),
+            ("rotation_seed", pa.int64()),
+        ],
+    ),  # fmt: skip
+    {
+        "site": "after_wo: one residual coordinate c of layer l*'s attention output (after W_O, "
+        "before the residual add) set to its reference value; before_wo: coordinate k of head "
+        "h's z (H·d directions); before_wo_rotated: direction R_h e_k of head h's z, R_h a "
+        "Haar-random orthogonal d×d matrix per head (docs §15.2)",
+        "best_layer": "l*: layer of the task's top head by signed evaluation effect",
+        "best_head": "that head",
+        "best_effect": "its evaluation effect e (mean logit-difference drop)",
+        "n_validation": "validation examples (directions are selected on them)",
+        "n_evaluation": "evaluation examples (the share is reported on them)",
+        "n_directions": "directions of the site: D (after_wo) or H·d (before_wo*)",
+        "k": "size of the selected set (10)",
+        "share_evaluation": "Σ of the evaluation mean drops of the k directions with the largest "
+        "validation mean drop / Σ of all positive evaluation mean drops (the reported share)",
+        "share_in_sample": "top-k share on validation: the k largest validation drops / Σ positive",
+        "share_evaluation_in_sample": "top-k share on evaluation selected on evaluation",
+        "positive_sum_evaluation": "Σ of the positive evaluation mean drops (the denominator)",
+        "total_evaluation": "Σ of all evaluation mean drops (signed)",
+        "top_directions": "the k selected directions, comma-separated (c, or j = h·d + k)",
+        "null_mean": "mean evaluation share of the magnitude-decile-matched random sets",
+        "null_p95": "its 95th percentile",
+        "null_max": "its largest value",
+        "null_fraction_at_least": "fraction of random sets whose share ≥ share_evaluation",
+        "beats_every_random_set": "share_evaluation > every random set's share",
+        "n_random_sets": "random sets of k directions, each with the selected set's count per "
+        "decile of mean |patch difference| on validation, drawn from the whole decile",
+        "null_seed": "seed of numpy Generator(PCG64) drawing the random sets",
+        "rotation_seed": "seed of the Generator drawing the Haar rotations (before_wo_rotated)",
+    },
+    "run, task and site",
+)
+TABLES.update({COORDINATES.name: COORDINATES})

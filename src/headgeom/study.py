@@ -529,6 +529,7 @@ class Study:
             **{f"dynamics_{k}": self.dynamics_runs(k) for k in ("timeline", "ablation")},
             "edges": self.edge_runs,  # issue 13
             "acdc": self.acdc_runs,
+            "coordinates": self.coordinate_runs,  # issue 13 (§15.2)
             None: None,
             # issue 14: one cross-run file when the DAG makes it, else nothing
             "exclusivity": None if self.leakage_runs else [],
@@ -1030,3 +1031,25 @@ Study.edge_runs = cached_property(_edge_runs)
 Study.edge_runs.__set_name__(Study, "edge_runs")
 Study.acdc_runs = cached_property(_acdc_runs)
 Study.acdc_runs.__set_name__(Study, "acdc_runs")
+
+
+# ------------------------------------------------------------------ coordinates (issue 13, §15.2)
+def _coordinate_runs(self) -> list[tuple[str, int]]:
+    """Runs of the coordinate-concentration analysis (docs §15.2): config
+    ``coordinates.models`` (all their seeds), or every run of a geometry in
+    ``selections.COORDINATE_DEFAULTS`` (the write-common-axis variants, learned, and the
+    pre-W_O comparison's read-common and all-common-axis)."""
+    wanted = self.config.get("coordinates", {}).get("models")
+    for m in wanted or []:
+        if m not in self.models:
+            raise selections.unknown_model(m, self.models, "config coordinates.models")
+    runs = self.first_seed_runs if self.stage("coordinates")["first_seeds"] else self.runs
+    return [
+        (m, s) for m, s in runs
+        if (m in wanted if wanted is not None
+            else self.models[m]["geometry"] in selections.COORDINATE_DEFAULTS)
+    ]  # fmt: skip
+
+
+Study.coordinate_runs = cached_property(_coordinate_runs)
+Study.coordinate_runs.__set_name__(Study, "coordinate_runs")

@@ -63,6 +63,7 @@ def test_demo_config_loads_with_the_schema_defaults():
         *("dynamics", "scalar_ablation"),  # issue 12
         *("ablation_atlas", "ablation_modes"),  # issue 16
         "table7",  # issue 13
+        "coordinates",  # issue 13 (§15.2)
     ]
     assert study.figures == [
         *("figure1", "figure2", "figure3", "figure4", "figure5", "figure6de", "figure7"),

@@ -82,6 +82,8 @@ PATHS = {
         "edges": "edges/{model}/s{seed}/edges.parquet",
         "edge_summary": "edges/{model}/s{seed}/summary.parquet",
         "acdc": "edges/{model}/s{seed}/acdc.parquet",
+        # issue 13 (§15.2): one run, every task
+        "coordinates": "coordinates/{model}/s{seed}/coordinates.parquet",
         # issue 10 (§5.1): across the leakage runs
         "exclusivity": "exclusivity/summary.parquet",
         "exclusivity_pairs": "exclusivity/pairs.parquet",
@@ -261,6 +263,13 @@ def input_kinds(wildcards, input):
 def clamp_heads(wildcards):
     """The clamps rule: the heads Parquet of every task of the run, in TASKS order."""
     return [PATHS["heads"].format(model=wildcards.model, seed=wildcards.seed, task=t) for t in TASKS]
+
+
+# issue 13 (§15.2)
+def coordinate_heads(wildcards):
+    """The heads Parquet of every task of coordinates.tasks, in that order."""
+    return [PATHS["heads"].format(model=wildcards.model, seed=wildcards.seed, task=t)
+            for t in STUDY.stage("coordinates")["tasks"]]
 
 
 def figure_models(wildcards):

@@ -1655,14 +1655,47 @@ for _source, _paper in ((None, "22"), ("head", "0"), ("mlp", "20"), ("embed", "2
              "(threshold 0.001)", "all-rotated", _paper, float(_paper), kinds=["acdc"],
              compute=_acdc_into_attention(_source), split="validation")  # fmt: skip
 
-# Coordinate concentration (§15.2) is not in the workspace yet: listed so the comparison
-# shows every reference number.
-for _metric, _model, _text, _lo, _hi in (
-    ("top-10 coordinate share after W_O, SVA", "write-common-axis variants", "45–83%", 0.45, 0.83),
-    ("top-10 coordinate share after W_O, SVA", "learned", "10–13%", 0.10, 0.13),
-):
-    register("§20.6", _metric, _model, _text, _lo, _hi, kinds=["coordinates"],
-             compute=lambda c: None)  # fmt: skip
+
+# Coordinate concentration (§15.2, issue 13): top-10 shares of the SVA best layer, evaluation
+# split (directions selected on validation), a range over the runs of a model group.
+def _coordinate_share(groups: Sequence[str], site: str, task: str = "sva"):
+    def compute(c: Context):
+        from headgeom.paper.selections import COORDINATE_GROUPS
+
+        frame = c.frame("coordinates")
+        if frame.empty:
+            return None
+        geometries = [g for g, group in COORDINATE_GROUPS.items() if group in groups]
+        runs = {r for g in geometries for r in c.runs_of(g)}
+        keep = [
+            (m, int(s)) in runs and t == task and x == site
+            for m, s, t, x in zip(
+                frame["model"], frame["seed"], frame["task"], frame["site"], strict=True
+            )
+        ]
+        rows = frame[keep]
+        return _span(rows["share_evaluation"].tolist()) if len(rows) else None
+
+    return compute
+
+
+for _metric, _groups, _site, _text, _lo, _hi in (
+    ("top-10 coordinate share after W_O, SVA", ["write-common-axis variants"], "after_wo",
+     "45–83%", 0.45, 0.83),
+    ("top-10 coordinate share after W_O, SVA", ["learned"], "after_wo", "10–13%", 0.10, 0.13),
+    ("top-10 direction share before W_O, SVA", ["read-common"], "before_wo", "52%", 0.52, None),
+    ("top-10 direction share before W_O, SVA", ["all-common-axis"], "before_wo", "52%", 0.52,
+     None),
+    ("top-10 direction share before W_O, SVA", ["learned"], "before_wo", "36%", 0.36, None),
+    ("top-10 direction share before W_O, Haar-rotated, SVA", ["read-common"],
+     "before_wo_rotated", "60%", 0.60, None),
+    ("top-10 direction share before W_O, Haar-rotated, SVA", ["all-common-axis"],
+     "before_wo_rotated", "46%", 0.46, None),
+    ("top-10 direction share before W_O, Haar-rotated, SVA", ["learned"],
+     "before_wo_rotated", "35%", 0.35, None),
+):  # fmt: skip
+    register("§20.6", _metric, _groups[0], _text, _lo, _hi, kinds=["coordinates"],
+             compute=_coordinate_share(_groups, _site), percent=True)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- dynamics (issue 12)

@@ -573,8 +573,28 @@ def _alignment_finding(inputs: Inputs) -> str:
     return "; ".join(parts) or "—"
 
 
-def _coordinate_finding(inputs: Inputs) -> str:  # issue 13 fills this in
-    return f"{len(inputs['coordinates'])} coordinate-concentration inputs"
+def _coordinate_finding(inputs: Inputs) -> str:  # issue 13 (docs §15.2)
+    from headgeom import results
+    from headgeom.paper.selections import COORDINATE_GROUPS
+
+    cols = results.COORDINATES.columns("model", "seed", "task", "site", "share_evaluation")
+    frame = read_kind(inputs["coordinates"], cols, "table1")
+    runs = read_runs(need_kind(inputs, "runs", "table1"))
+    frame = frame.merge(runs[["model", "seed", "geometry"]], on=["model", "seed"])
+    frame["group"] = frame["geometry"].map(COORDINATE_GROUPS).fillna(frame["geometry"])
+    sva = frame[frame["task"] == "sva"]
+    parts = []
+    for site, title in (("after_wo", "after W_O"), ("before_wo", "before W_O"),
+                        ("before_wo_rotated", "before W_O rotated")):  # fmt: skip
+        rows = sva[sva["site"] == site]
+        shown = [
+            f"{g} {_range_text(100 * r['share_evaluation'], '{:.0f}%')}"
+            for g, r in rows.groupby("group", sort=False)
+        ]
+        if shown:
+            parts.append(f"{title}: " + ", ".join(shown))
+    return ("SVA top-10 coordinate share (evaluation, selected on validation): "
+            + "; ".join(parts)) if parts else "—"  # fmt: skip
 
 
 TABLE1_ROWS += [

@@ -319,7 +319,7 @@ PAPER_INPUTS.update(
             "exclusivity": ("exclusivity", "exclusivity"),
             "clamp_pairs": ("clamp_pairs", "clamp_pairs"),
             "clamp_lumped": ("clamp_lumped", "clamp_lumped"),
-            # issue 13 (docs §15.2) wires in: "coordinates": (<its result>, <its runs>)
+            "coordinates": ("coordinates", "coordinates"),  # issue 13 (docs §15.2)
         },
         "table4": {"runs": ("train_log", "runs")},
         "counts": {
@@ -359,6 +359,7 @@ PAPER_INPUTS.update(
             # issue 13
             "edge_summary": ("edge_summary", "edges"),
             "acdc": ("acdc", "acdc"),
+            "coordinates": ("coordinates", "coordinates"),  # issue 13 (§15.2)
         },
     }
 )
@@ -446,3 +447,28 @@ PAPER_INPUTS.update({
 })  # fmt: skip
 PAPER_TABLES = (*PAPER_TABLES, "table7")
 OUTPUT_SECTIONS.update({"table7": "App. B"})  # issue 13
+
+
+# ----------------------------------------------------------------------------- issue 13 (§15.2)
+#: Coordinate concentration (docs §15.2): its default geometries (the 7 write-common-axis
+#: variants and the learned models after W_O; read-common and all-common-axis join the
+#: pre-W_O comparison) and the paper's model group of each.
+COORDINATE_GROUPS: dict[str, str] = {
+    "write-common-axis": "write-common-axis variants",
+    "fixeddiag": "write-common-axis variants",
+    "value384": "write-common-axis variants",
+    "mlp3456": "write-common-axis variants",
+    "identity-original": "write-common-axis variants",
+    "multiscreen-identity": "write-common-axis variants",
+    "learned": "learned",
+    "multiscreen-learned": "learned",
+    "read-common": "read-common",
+    "all-common-axis": "all-common-axis",
+}
+COORDINATE_DEFAULTS = tuple(COORDINATE_GROUPS)
+PAPER_INPUTS.update({
+    "coordinates": {"runs": ("train_log", "coordinates"),
+                    "coordinates": ("coordinates", "coordinates")},
+})  # fmt: skip
+PAPER_TABLES = (*PAPER_TABLES, "coordinates")
+OUTPUT_SECTIONS.update({"coordinates": "App. B"})

@@ -1,0 +1,368 @@
+"""Coordinate concentration (docs §15.2, paper App. B.2): single-direction patches at the
+best head's layer l* and the final input position.
+
+Two sites, one direction at a time, the rest of the forward clean:
+
+* **after W_O** (``after_wo``): residual coordinate c ∈ 0..D−1 of layer l*'s attention
+  output (site ``blocks.{l*}.hook_attn_out``: Σ_h W_O^h z^h + b_O, before the residual add)
+  is replaced by its value on the reference prompt, a_c ← a_c^ref;
+* **before W_O** (``before_wo``): internal direction r_{h,k} of head h (coordinate k of its
+  z, site ``blocks.{l*}.attn.hook_z``), z_h ← z_h + r r^T (z_h^ref − z_h); with r = e_k this
+  replaces coordinate k by its reference value. H·d directions (768 at paper shape).
+  ``before_wo_rotated``: the same with r_{h,k} = R_h e_k, R_h one Haar-random d×d
+  orthogonal matrix per head (the within-head rotation control, recorded seed).
+
+The effect of a direction is the mean drop of the logit difference LD_clean − LD_patched.
+The **top-10 share** is Σ of the drops of the 10 selected directions / Σ of all positive
+drops (a share of single-direction effects, not a joint intervention). Directions are
+selected on the validation split (largest mean drop) and the share is reported on the
+evaluation split [CHOICE, docs §15.2]; the in-sample share is validation on validation.
+The null: 1,000 random sets of 10 directions of the same site matched to the selected set
+by decile of mean |patch difference| (|a_c^ref − a_c| after W_O, |r^T(z^ref − z)| before),
+deciles on validation, drawn with a recorded seed.
+
+Batching: a patch acts at the final position only, so positions < T−1 stay clean in every
+layer; all directions of one site are rows (direction-major, row g·B + b) of one forward
+resumed at l* on the final position, attending to the cached clean keys/values of the
+prefix (``Block.after_attn``, ``Block.forward_suffix``). Architectures without the
+KV-prefix forward (multiscreen) resume at l* on the whole sequence with the patched
+attention output set by a hook. :func:`direction_drops_naive` is the reference: one full
+hooked forward per direction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from headgeom.analysis.patching import (
+    _check_pairs,
+    _model_device,
+    _stack,
+    length_batches,
+    logit_difference,
+    supports_prefix_reuse,
+)
+from headgeom.model.gpt import site
+
+SITES = ("after_wo", "before_wo", "before_wo_rotated")
+TOP_K = 10
+N_DECILES = 10
+
+
+# --------------------------------------------------------------------------- directions
+def haar_orthogonal(n: int, rng: np.random.Generator) -> np.ndarray:
+    """A Haar-random n×n orthogonal matrix: QR of a standard Gaussian matrix with the signs
+    of R's diagonal moved into Q (Mezzadri 2007), float64."""
+    q, r = np.linalg.qr(rng.standard_normal((n, n)))
+    return q * np.sign(np.diag(r))[None, :]
+
+
+def head_rotations(n_head: int, d_head: int, seed: int) -> np.ndarray:
+    """(H, d, d): one Haar matrix R_h per head, in head order, from Generator(PCG64(seed))."""
+    rng = np.random.default_rng(seed)
+    return np.stack([haar_orthogonal(d_head, rng) for _ in range(n_head)])
+
+
+def identity_bases(n_head: int, d_head: int) -> np.ndarray:
+    return np.broadcast_to(np.eye(d_head), (n_head, d_head, d_head)).copy()
+
+
+def direction_attn_out(writer, z: torch.Tensor, z_ref: torch.Tensor, bases: torch.Tensor):
+    """Layer attention output at the final position (G, B, D) for every internal direction
+    j = h·d + k (G = H·d): head h's z moves by r r^T (z_ref − z), r = bases[h, :, k].
+    ``z``/``z_ref`` (B, H, d) are the final position's; ``bases`` (H, d, d) columns are the
+    directions. Also returns the magnitudes |r^T (z_ref − z)| (G, B)."""
+    H, d = z.shape[1], z.shape[2]
+    r = bases.permute(0, 2, 1).reshape(H * d, d).to(z.dtype)  # row j = direction (h, k)
+    heads = torch.arange(H, device=z.device).repeat_interleave(d)
+    dz = (z_ref - z)[:, heads]  # (B, G, d)
+    coef = torch.einsum("bgd,gd->gb", dz, r)  # (G, B)
+    rows = z.expand(H * d, *z.shape).clone()  # (G, B, H, d)
+    rows[torch.arange(H * d), :, heads] += coef[..., None] * r[:, None, :]
+    return writer(rows), coef.abs()
+
+
+def coordinate_attn_out(a: torch.Tensor, a_ref: torch.Tensor):
+    """Attention output (G, B, D) for every residual coordinate c (G = D): a with
+    coordinate c set to a_ref's; and the magnitudes |a_ref_c − a_c| (G, B)."""
+    D = a.shape[1]
+    eye = torch.eye(D, dtype=a.dtype, device=a.device)
+    rows = a[None] + eye[:, None, :] * (a_ref - a)[None]
+    return rows, (a_ref - a).abs().T
+
+
+# --------------------------------------------------------------------------- engine
+@dataclass
+class _Batch:
+    clean_ld: torch.Tensor  # (B,)
+    cache: dict
+    a: torch.Tensor  # (B, D) final-position attention output, clean
+    a_ref: torch.Tensor
+    z: torch.Tensor  # (B, H, d)
+    z_ref: torch.Tensor
+
+
+def _caches(model, layer: int, clean, ref, correct, incorrect, reuse: bool) -> _Batch:
+    L = model.cfg.n_layer
+    names = [site(layer, n) for n in ("hook_resid_pre", "hook_attn_out", "attn.hook_z")]
+    if reuse:
+        names += [site(m, f"attn.hook_{x}") for m in range(layer + 1, L) for x in "kv"]
+    logits, cc = model.run_with_cache(clean, names, last_only=True)
+    _, rc = model.run_with_cache(ref, names[1:3], last_only=True)
+    a, z = (cc[site(layer, n)][:, -1] for n in ("hook_attn_out", "attn.hook_z"))
+    a_ref, z_ref = (rc[site(layer, n)][:, -1] for n in ("hook_attn_out", "attn.hook_z"))
+    return _Batch(logit_difference(logits, correct, incorrect), cc, a, a_ref, z, z_ref)
+
+
+def _resume_ld(model, layer, batch: _Batch, attn_out, correct, incorrect, reuse, clean):
+    """LD (G·B,) with layer ``layer``'s final-position attention output set to ``attn_out``
+    (G, B, D); row g·B + b continues example b."""
+    G, B = attn_out.shape[:2]
+    L = model.cfg.n_layer
+    cc = batch.cache
+    ids = torch.stack([correct, incorrect], 1).repeat(G, 1)
+    if reuse:
+        x = cc[site(layer, "hook_resid_pre")][:, -1:].expand(G, B, 1, -1).flatten(0, 1)
+        x = model.blocks[layer].after_attn(x, attn_out.flatten(0, 1)[:, None])
+        T = cc[site(layer, "hook_resid_pre")].shape[1]
+        for m in range(layer + 1, L):
+            past_k = cc[site(m, "attn.hook_k")][:, : T - 1]
+            past_v = cc[site(m, "attn.hook_v")][:, : T - 1]
+            x, _, _ = model.blocks[m].forward_suffix(x, past_k, past_v, last_only=True)
+    else:
+        new = attn_out.flatten(0, 1)
+
+        def swap(t):
+            t = t.clone()
+            t[:, -1] = new.to(t.dtype)
+            return t
+
+        x = cc[site(layer, "hook_resid_pre")].expand(G, *clean.shape, -1).flatten(0, 1)
+        with model.hooks({site(layer, "hook_attn_out"): swap}):
+            for block in model.blocks[layer:]:
+                x = block(x)
+    logits = model.answer_logits(x, ids).double()
+    return logits[:, 0] - logits[:, 1]
+
+
+@torch.no_grad()
+def direction_drops(
+    model,
+    clean_ids: Sequence,
+    ref_ids: Sequence,
+    correct: Sequence[int],
+    incorrect: Sequence[int],
+    layer: int,
+    rotations: np.ndarray | None = None,
+    batch_size: int = 64,
+    max_rows: int = 4096,
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """site -> (drops (N, G), magnitudes (N, G)) float64 for every direction of every site
+    of :data:`SITES` at ``layer`` (``before_wo_rotated`` only when ``rotations`` (H, d, d)
+    is given). ``max_rows`` bounds the direction × example rows of one forward."""
+    lengths = _check_pairs(clean_ids, ref_ids, correct, incorrect)
+    device = _model_device(model)
+    dtype = next(model.parameters()).dtype
+    reuse = supports_prefix_reuse(model)
+    H, d = model.cfg.n_head, model.cfg.d_head
+    bases = {"before_wo": torch.as_tensor(identity_bases(H, d), device=device)}
+    if rotations is not None:
+        bases["before_wo_rotated"] = torch.as_tensor(np.asarray(rotations), device=device)
+    writer = model.blocks[layer].attn.writer
+    correct_t = torch.as_tensor(np.asarray(correct, dtype=np.int64), device=device)
+    incorrect_t = torch.as_tensor(np.asarray(incorrect, dtype=np.int64), device=device)
+    out: dict[str, list] = {}
+    N = len(lengths)
+    for index in length_batches(lengths, batch_size):
+        clean, ref = _stack(clean_ids, index, device), _stack(ref_ids, index, device)
+        good, bad = correct_t[index], incorrect_t[index]
+        batch = _caches(model, layer, clean, ref, good, bad, reuse)
+        B = len(index)
+        sites = {"after_wo": coordinate_attn_out(batch.a, batch.a_ref)}
+        for name, basis in bases.items():
+            sites[name] = direction_attn_out(writer, batch.z, batch.z_ref, basis.to(dtype))
+        per = max(1, int(max_rows) // B)
+        for name, (attn_out, magnitude) in sites.items():
+            G = attn_out.shape[0]
+            if name not in out:
+                out[name] = [np.empty((N, G)), np.empty((N, G))]
+            ld = torch.cat([
+                _resume_ld(model, layer, batch, attn_out[g : g + per], good, bad, reuse, clean)
+                for g in range(0, G, per)
+            ]).view(G, B)  # fmt: skip
+            out[name][0][index] = (batch.clean_ld[None] - ld).T.cpu().numpy()
+            out[name][1][index] = magnitude.T.double().cpu().numpy()
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+@torch.no_grad()
+def direction_drops_naive(
+    model, clean_ids, ref_ids, correct, incorrect, layer: int, bases: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
+    """The reference: one full hooked forward per direction and example. ``after_wo``:
+    a hook on ``hook_attn_out`` sets coordinate c at the final position to the reference
+    run's; ``before_wo``: a hook on ``hook_z`` moves head h's final z by r r^T (z_ref − z),
+    r = bases[h, :, k] (default the coordinate axes). site -> drops (N, G)."""
+    H, d, D = model.cfg.n_head, model.cfg.d_head, model.cfg.d_model
+    bases = identity_bases(H, d) if bases is None else np.asarray(bases)
+    a_site, z_site = site(layer, "hook_attn_out"), site(layer, "attn.hook_z")
+    out = {
+        "after_wo": np.empty((len(clean_ids), D)),
+        "before_wo": np.empty((len(clean_ids), H * d)),
+    }
+    device = _model_device(model)
+    for i in range(len(clean_ids)):
+        clean = torch.as_tensor(np.asarray(clean_ids[i])[None], device=device)
+        ref = torch.as_tensor(np.asarray(ref_ids[i])[None], device=device)
+        good = torch.as_tensor([int(correct[i])], device=device)
+        bad = torch.as_tensor([int(incorrect[i])], device=device)
+        base = float(logit_difference(model(clean, last_only=True), good, bad)[0])
+        _, rc = model.run_with_cache(ref, [a_site, z_site], last_only=True)
+        for c in range(D):
+
+            def set_c(t, c=c, rc=rc):
+                t = t.clone()
+                t[:, -1, c] = rc[a_site][:, -1, c]
+                return t
+
+            with model.hooks({a_site: set_c}):
+                ld = logit_difference(model(clean, last_only=True), good, bad)
+            out["after_wo"][i, c] = base - float(ld[0])
+        for j in range(H * d):
+            h, k = divmod(j, d)
+            r = torch.as_tensor(bases[h, :, k], device=device)
+
+            def move(t, h=h, r=r, rc=rc):
+                t = t.clone()
+                dz = rc[z_site][:, -1, h] - t[:, -1, h]
+                t[:, -1, h] += (dz @ r.to(t.dtype))[:, None] * r.to(t.dtype)
+                return t
+
+            with model.hooks({z_site: move}):
+                ld = logit_difference(model(clean, last_only=True), good, bad)
+            out["before_wo"][i, j] = base - float(ld[0])
+    return out
+
+
+# --------------------------------------------------------------------------- shares
+def top_directions(effect: np.ndarray, k: int = TOP_K) -> np.ndarray:
+    """Indices of the ``k`` largest mean drops (ties by index)."""
+    e = np.asarray(effect, dtype=np.float64)
+    return np.lexsort((np.arange(e.size), -e))[:k]
+
+
+def share(effect: np.ndarray, chosen: np.ndarray) -> float:
+    """Σ_{c ∈ chosen} effect_c / Σ_c max(effect_c, 0) (NaN when no drop is positive)."""
+    e = np.asarray(effect, dtype=np.float64)
+    positive = e[e > 0].sum()
+    return float(e[np.asarray(chosen)].sum() / positive) if positive > 0 else float("nan")
+
+
+def top_share(effect: np.ndarray, k: int = TOP_K) -> float:
+    """In-sample top-k share: the k largest drops over all positive drops."""
+    return share(effect, top_directions(effect, k))
+
+
+def deciles(magnitude: np.ndarray, n: int = N_DECILES) -> np.ndarray:
+    """Decile (0 smallest .. n−1) of every entry by rank: floor(n · rank / G), ties by index."""
+    m = np.asarray(magnitude, dtype=np.float64)
+    rank = np.empty(m.size, dtype=np.int64)
+    rank[np.lexsort((np.arange(m.size), m))] = np.arange(m.size)
+    return (n * rank) // m.size
+
+
+def matched_random_sets(
+    magnitude: np.ndarray, chosen: np.ndarray, n_sets: int, rng: np.random.Generator
+) -> np.ndarray:
+    """(n_sets, len(chosen)) random direction sets, each with as many members from every
+    magnitude decile as ``chosen`` has, drawn without replacement within a set from the
+    whole decile (the chosen ones included) [CHOICE]."""
+    q = deciles(magnitude)
+    need = np.bincount(q[np.asarray(chosen)], minlength=N_DECILES)
+    members = [np.flatnonzero(q == b) for b in range(N_DECILES)]
+    parts = []
+    for b in range(N_DECILES):
+        if need[b]:  # the first need[b] of a uniform random order of the decile, per set
+            order = np.argsort(rng.random((n_sets, len(members[b]))), axis=1)
+            parts.append(members[b][order[:, : need[b]]])
+    sets = np.concatenate(parts, axis=1)
+    return sets
+
+
+def site_summary(
+    drops_val: np.ndarray,
+    drops_eval: np.ndarray,
+    magnitude_val: np.ndarray,
+    n_sets: int,
+    seed: int,
+    k: int = TOP_K,
+) -> dict:
+    """The shares and the matched null of one site from per-example drops (N, G) of the
+    validation and evaluation splits and validation magnitudes (N, G)."""
+    e_val, e_eval = drops_val.mean(0), drops_eval.mean(0)
+    chosen = top_directions(e_val, k)
+    selected = share(e_eval, chosen)
+    sets = matched_random_sets(magnitude_val.mean(0), chosen, n_sets, np.random.default_rng(seed))
+    positive = e_eval[e_eval > 0].sum()
+    null = e_eval[sets].sum(1) / positive if positive > 0 else np.full(n_sets, np.nan)
+    return {
+        "n_directions": int(e_val.size),
+        "k": int(k),
+        "share_evaluation": selected,
+        "share_in_sample": top_share(e_val, k),
+        "share_evaluation_in_sample": top_share(e_eval, k),
+        "positive_sum_evaluation": float(e_eval[e_eval > 0].sum()),
+        "total_evaluation": float(e_eval.sum()),
+        "top_directions": ",".join(map(str, chosen.tolist())),
+        "null_mean": float(np.nanmean(null)),
+        "null_p95": float(np.nanpercentile(null, 95)),
+        "null_max": float(np.nanmax(null)),
+        "null_fraction_at_least": float(np.mean(null >= selected)),
+        "beats_every_random_set": bool(np.all(selected > null)),
+        "n_random_sets": int(n_sets),
+    }
+
+
+# --------------------------------------------------------------------------- one run
+def best_head(e: np.ndarray) -> tuple[int, int]:
+    """The top head by signed evaluation effect e (L, H), ties by (layer, head)."""
+    flat = np.asarray(e, dtype=np.float64).reshape(-1)
+    i = int(np.lexsort((np.arange(flat.size), -flat))[0])
+    return i // e.shape[1], i % e.shape[1]
+
+
+def coordinate_rows(
+    model,
+    e: np.ndarray,
+    validation,
+    evaluation,
+    n_sets: int = 1000,
+    null_seed: int = 1502,
+    rotation_seed: int = 1503,
+    batch_size: int = 64,
+    max_rows: int = 4096,
+) -> list[dict]:
+    """The rows of one task (docs §15.2): ``e`` (L, H) its evaluation effects, ``validation``
+    and ``evaluation`` ``ModelInputs`` of the two splits. One row per site."""
+    layer, head = best_head(e)
+    rot = head_rotations(model.cfg.n_head, model.cfg.d_head, rotation_seed)
+
+    def drops(inputs):
+        return direction_drops(model, inputs.clean_ids, inputs.ref_ids, inputs.correct,
+                               inputs.incorrect, layer, rot, batch_size, max_rows)  # fmt: skip
+
+    val, ev = drops(validation), drops(evaluation)
+    rows = []
+    for name in SITES:
+        summary = site_summary(val[name][0], ev[name][0], val[name][1], n_sets, null_seed)
+        rows.append({
+            "site": name, "best_layer": layer, "best_head": head,
+            "best_effect": float(e[layer, head]), "n_validation": len(val[name][0]),
+            "n_evaluation": len(ev[name][0]), **summary, "null_seed": null_seed,
+            "rotation_seed": rotation_seed,
+        })  # fmt: skip
+    return rows
