@@ -236,6 +236,7 @@ class Study:
         yield self._check_ablation_windows
         yield self._check_resources
         yield from self._dynamics_checks()  # issue 12
+        yield self._check_edge_examples  # issue 13
 
     # ------------------------------------------------------------------ stages and runs
     def stage(self, name: str) -> dict:
@@ -729,6 +730,76 @@ class Study:
                 cfg[key] = self.models[model][key]
         return cfg
 
+    # ------------------------------------------------------------------ edges (issue 13)
+    @cached_property
+    def edge_runs(self) -> list[tuple[str, int]]:
+        """Runs of the edge analysis (docs §15.1): config ``edges.models`` (all their seeds), or
+        every run whose architecture has Q/K/V readers with the KV-prefix forward (the
+        registry's ``prefix_reuse``: every GPT geometry) and a Table 7 group."""
+        from headgeom.model import registry
+
+        def _prefix_reuse(m: str) -> bool:
+            geometry = registry.geometry(self.models[m]["geometry"])
+            return registry.architecture(geometry.architecture).prefix_reuse
+
+        wanted = self.config.get("edges", {}).get("models")
+        for m in wanted or []:
+            if m not in self.models:
+                raise selections.unknown_model(m, self.models, "config edges.models")
+        return [
+            (m, s) for m, s in self.runs
+            if (m in wanted if wanted is not None else
+                self.models[m]["geometry"] in selections.TABLE7_GROUPS and _prefix_reuse(m))
+        ]  # fmt: skip
+
+    @cached_property
+    def acdc_runs(self) -> list[tuple[str, int]]:
+        """Runs ACDC measures (docs §15.4): config ``edges.acdc_models``, else the edge runs of
+        the geometries in ``selections.ACDC_DEFAULTS`` (all-rotated), first seed only."""
+        wanted = self.config.get("edges", {}).get("acdc_models")
+        if wanted is not None:
+            for m in wanted:
+                if m not in self.models:
+                    raise selections.unknown_model(m, self.models, "config edges.acdc_models")
+            return [(m, s) for m, s in self.first_seed_runs if m in wanted]
+        return [(m, s) for m, s in self.first_seed_runs if (m, s) in set(self.edge_runs)
+                and self.models[m]["geometry"] in selections.ACDC_DEFAULTS]  # fmt: skip
+
+    # -------------------------------------------------------------- coordinates (issue 13, §15.2)
+    @cached_property
+    def coordinate_runs(self) -> list[tuple[str, int]]:
+        """Runs of the coordinate-concentration analysis (docs §15.2): config
+        ``coordinates.models`` (all their seeds), or every run of a geometry in
+        ``selections.COORDINATE_DEFAULTS`` (the write-common-axis variants, learned, and the
+        pre-W_O comparison's read-common and all-common-axis)."""
+        wanted = self.config.get("coordinates", {}).get("models")
+        for m in wanted or []:
+            if m not in self.models:
+                raise selections.unknown_model(m, self.models, "config coordinates.models")
+        runs = self.first_seed_runs if self.stage("coordinates")["first_seeds"] else self.runs
+        return [
+            (m, s) for m, s in runs
+            if (m in wanted if wanted is not None
+                else self.models[m]["geometry"] in selections.COORDINATE_DEFAULTS)
+        ]  # fmt: skip
+
+    def _check_edge_examples(self) -> None:
+        """The edge stage measures the first edges.n_examples of its split: the split must
+        hold them (tasks.<task>.splits)."""
+        from headgeom.data import lexicon
+
+        if not self.edge_runs:
+            return
+        cfg = self.config.get("edges", {})
+        task, split = cfg.get("task", "sva"), cfg.get("split", "validation")
+        n = cfg.get("n_examples", 16)
+        sizes = {**lexicon.DEFAULT_SPLIT_SIZES, **self.task_config(task).get("splits", {})}
+        if sizes[split] < n:
+            raise ValueError(
+                f"config edges.n_examples is {n} but tasks.{task}.splits.{split} holds "
+                f"{sizes[split]} examples; lower edges.n_examples or enlarge the split"
+            )
+
     # ------------------------------------------------------------------ dynamics (issue 12)
     # Training timelines, τ, V-gradient traces (docs §13.2, §13.4, §14.2, §14.4) and the
     # scalar-part ablation (§14.5): which runs, which checkpoints, which layers.
@@ -992,64 +1063,3 @@ def _import_problems(config: Mapping) -> list[str]:
         for m, spec in config.get("models", {}).items()
         if isinstance(spec, dict) and "geometry" not in spec and "import" not in spec
     ]
-
-
-# ------------------------------------------------------------------ edges (issue 13)
-def _edge_runs(self) -> list[tuple[str, int]]:
-    """Runs of the edge analysis (docs §15.1): config ``edges.models`` (all their seeds), or
-    every run whose architecture has Q/K/V readers with the KV-prefix forward (the
-    registry's ``prefix_reuse``: every GPT geometry) and a Table 7 group."""
-    from headgeom.model import registry
-
-    wanted = self.config.get("edges", {}).get("models")
-    for m in wanted or []:
-        if m not in self.models:
-            raise selections.unknown_model(m, self.models, "config edges.models")
-    return [
-        (m, s) for m, s in self.runs
-        if (m in wanted if wanted is not None else
-            self.models[m]["geometry"] in selections.TABLE7_GROUPS
-            and registry.architecture(registry.geometry(self.models[m]["geometry"]).architecture)
-            .prefix_reuse)
-    ]  # fmt: skip
-
-
-def _acdc_runs(self) -> list[tuple[str, int]]:
-    """Runs ACDC measures (docs §15.4): config ``edges.acdc_models``, else the edge runs of
-    the geometries in ``selections.ACDC_DEFAULTS`` (all-rotated), first seed only."""
-    wanted = self.config.get("edges", {}).get("acdc_models")
-    if wanted is not None:
-        for m in wanted:
-            if m not in self.models:
-                raise selections.unknown_model(m, self.models, "config edges.acdc_models")
-        return [(m, s) for m, s in self.first_seed_runs if m in wanted]
-    return [(m, s) for m, s in self.first_seed_runs if (m, s) in set(self.edge_runs)
-            and self.models[m]["geometry"] in selections.ACDC_DEFAULTS]  # fmt: skip
-
-
-Study.edge_runs = cached_property(_edge_runs)
-Study.edge_runs.__set_name__(Study, "edge_runs")
-Study.acdc_runs = cached_property(_acdc_runs)
-Study.acdc_runs.__set_name__(Study, "acdc_runs")
-
-
-# ------------------------------------------------------------------ coordinates (issue 13, §15.2)
-def _coordinate_runs(self) -> list[tuple[str, int]]:
-    """Runs of the coordinate-concentration analysis (docs §15.2): config
-    ``coordinates.models`` (all their seeds), or every run of a geometry in
-    ``selections.COORDINATE_DEFAULTS`` (the write-common-axis variants, learned, and the
-    pre-W_O comparison's read-common and all-common-axis)."""
-    wanted = self.config.get("coordinates", {}).get("models")
-    for m in wanted or []:
-        if m not in self.models:
-            raise selections.unknown_model(m, self.models, "config coordinates.models")
-    runs = self.first_seed_runs if self.stage("coordinates")["first_seeds"] else self.runs
-    return [
-        (m, s) for m, s in runs
-        if (m in wanted if wanted is not None
-            else self.models[m]["geometry"] in selections.COORDINATE_DEFAULTS)
-    ]  # fmt: skip
-
-
-Study.coordinate_runs = cached_property(_coordinate_runs)
-Study.coordinate_runs.__set_name__(Study, "coordinate_runs")

@@ -449,3 +449,12 @@ def test_a_models_steps_may_not_add_checkpoints_the_others_lack(micro):
         f"config models.{first}.steps {steps + 5}: checkpoint steps [{steps + 1}]" in line
         for line in lines
     ), lines
+
+
+def test_edge_examples_must_fit_their_split(micro):
+    micro["edges"]["n_examples"] = 9  # the micro validation split holds 8
+    lines = problems(micro)
+    assert any(
+        "config edges.n_examples is 9 but tasks.sva.splits.validation holds 8 examples" in line
+        for line in lines
+    ), lines
