@@ -57,7 +57,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def check_val_file(path: str, manifest: dict) -> str:
     """SHA-256 of the validation file; refuse one other than the manifest's (when recorded)."""
     actual = sha256_file(path)
-    expected = manifest.get("data", {}).get("files_sha256", {}).get("val")
+    # an imported checkpoint's manifest has no training data ("data": null)
+    expected = ((manifest.get("data") or {}).get("files_sha256") or {}).get("val")
     if expected is not None and expected != actual:
         raise SystemExit(
             f"{path}: SHA-256 {actual} but the checkpoint manifest records the validation "
