@@ -49,6 +49,8 @@ MANIFEST_KEYS = (
     "val_loss_nats",
     "corpus_manifest_sha256",
 )
+EDITED_MANIFEST_KEYS = ("checkpoint_file_sha256", "config_hash", "config_id", "edit", "step")
+CATALOG_RUN_COLUMNS = ["size_bytes", "sha256", "manifest_sha256"]
 
 
 def slurm_config(micro: dict, partition: str) -> dict:
@@ -73,10 +75,26 @@ def content_hash(path: Path) -> str:
         return hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()
     if path.name.endswith("manifest.json") and "models" in path.parts:
         record = json.loads(path.read_text())
-        return hashlib.sha256(
-            json.dumps({k: record.get(k) for k in MANIFEST_KEYS}, sort_keys=True).encode()
-        ).hexdigest()
+        return json_hash({k: record.get(k) for k in MANIFEST_KEYS})
+    if path.name.endswith("manifest.json") and "scalar_ablation" in path.parts:
+        # an edited checkpoint's manifest hashes its parent's manifest (which names the
+        # training log): compare the edit, the edited bytes and the parent's bytes
+        record = json.loads(path.read_text())
+        return json_hash({
+            **{k: record.get(k) for k in EDITED_MANIFEST_KEYS},
+            "parent": record["parent"]["checkpoint_file_sha256"],
+        })  # fmt: skip
+    if path.name == "catalog.parquet":
+        # its sha256 columns hash the Parquets' provenance and the manifests above; the
+        # rows (which artifact, which rule, which run) must agree, and each run's hashes
+        # are checked against its own files in test_catalog_hashes_its_files
+        table = pq.read_table(path).drop_columns(CATALOG_RUN_COLUMNS)
+        return json_hash(table.to_pylist())
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def json_hash(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
 def output_hashes(workdir: Path, study: str) -> dict[str, str]:
@@ -193,3 +211,18 @@ def test_outputs_equal_the_local_run(runs):
     assert set(remote) == set(local), sorted(set(remote) ^ set(local))
     differ = sorted(p for p in local if local[p] != remote[p])
     assert not differ, f"outputs differ between the local and the Slurm run: {differ}"
+
+
+def test_catalog_hashes_its_files(runs):
+    """Each run's catalog names every artifact with the SHA-256 of its own bytes."""
+    study = runs["cfg"]["study"]
+    for side in ("local", "remote"):
+        workdir = runs[side]
+        rows = pq.read_table(workdir / "results" / study / "catalog.parquet").to_pylist()
+        assert len(rows) > 50, (side, len(rows))
+        for row in rows:
+            path = workdir / row["path"]
+            assert hashlib.sha256(path.read_bytes()).hexdigest() == row["sha256"], (side, path)
+            if row["manifest"] is not None:
+                manifest = (workdir / row["manifest"]).read_bytes()
+                assert hashlib.sha256(manifest).hexdigest() == row["manifest_sha256"], row
