@@ -36,10 +36,41 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from patching_engine import N_VOCAB, PAPER_ARCH, task_examples  # noqa: E402
+from patching_engine import (  # noqa: E402
+    N_VOCAB,
+    attention_flops,
+    block_token_flops,
+    paper_model,
+    task_examples,
+)
 
 from headgeom.analysis import edges as E  # noqa: E402
-from headgeom.model import registry, zoo  # noqa: E402
+
+
+def edge_flops(cfg, reader_layer: int, T: int, p: int, engine: str) -> int:
+    """Matmul FLOPs of one edge × one example whose reader is in ``reader_layer``, on a
+    prompt of length T first differing at p: ``ours`` (suffix S = T − p from the reader's
+    layer, the last layer at the final position, the reader once per writer shared by 3H
+    edges), ``resume`` (every position from the reader's layer) or ``full`` (a whole forward).
+    Each ends with the full-vocabulary logits of the final position."""
+    read, write, mlp = block_token_flops(cfg)
+    L, H, S = cfg.n_layer, cfg.n_head, T - p
+    logits = 2 * cfg.d_model * cfg.n_vocab
+    if engine in ("full", "resume"):
+        first = 0 if engine == "full" else reader_layer
+        per_layer = T * (read + write + mlp) + sum(attention_flops(cfg, t + 1) for t in range(T))
+        return (L - first) * per_layer + read * T // (3 * H) + logits
+    last = reader_layer == L - 1
+    flops = S * read // (3 * H)  # the reader on x + δ_i, shared by the writer's 3H edges
+    rows = 1 if last else S  # the reader layer: head j attends, then W_O and the MLP
+    flops += 4 * cfg.d_head * T * rows + rows * (write + mlp)
+    for m in range(reader_layer + 1, L):
+        if m == L - 1:
+            flops += S * read + attention_flops(cfg, T) + write + mlp
+        else:
+            suffix_attn = sum(attention_flops(cfg, p + i + 1) for i in range(S))
+            flops += S * (read + write + mlp) + suffix_attn
+    return flops + logits
 
 
 def parse_args(argv):
@@ -54,10 +85,7 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
-    model = registry.build_model(zoo.derive_model_config("learned", PAPER_ARCH), N_VOCAB).eval()
+    model = paper_model(args.threads)
     L, H = model.cfg.n_layer, model.cfg.n_head
     clean, ref, _, _ = task_examples("sva", args.n_examples, "validation")
     N = len(clean)
@@ -114,6 +142,21 @@ def main(argv=None) -> int:
             f"{name:<20}{total / est:>10.2f}{est:>26.0f}{est / ours_s:>8.1f}{diff:>12.2e}"
             f"  (extrapolated from {len(sub)} sampled edges, {spent:.1f} s)"
         )
+    T, p = len(clean[0]), first_difference(clean[0], ref[0])
+    flops = {
+        name: sum(
+            edge_flops(model.cfg, rl, T, p, name) * (edges.reader_layer == rl).sum()
+            for rl in range(1, L)
+        )
+        for name in ("ours", "full", "resume")
+    }
+    print(
+        f"matmul FLOPs per example for all edges (T = {T}, first difference at {p}): ours "
+        f"{flops['ours'] / 1e12:.2f} TFLOP ({flops['ours'] * N / ours_s / 1e9:.0f} GFLOP/s), "
+        f"full-forward loop ×{flops['full'] / flops['ours']:.1f} of ours, resuming loop "
+        f"×{flops['resume'] / flops['ours']:.1f}: the structural part of the ratios above; "
+        f"the rest is the loops' small matmuls (one edge × {N} examples per forward)"
+    )
     kl_range = (ours_kl.min(), ours_kl.max())
     print(f"KL on the sampled edges: {kl_range[0]:.3g} … {kl_range[1]:.3g}")
     per_row = ours_s / (total * N)
@@ -124,6 +167,11 @@ def main(argv=None) -> int:
         f"{paper * per_row * loops['full-forward loop'][0] / ours_s / 3600:.0f} h"
     )
     return 0
+
+
+def first_difference(clean, ref) -> int:
+    differ = np.flatnonzero(np.asarray(clean) != np.asarray(ref))
+    return int(differ[0]) if len(differ) else len(clean) - 1
 
 
 if __name__ == "__main__":

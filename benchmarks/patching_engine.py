@@ -84,6 +84,16 @@ def _ids(frame, vocab):
     )
 
 
+def paper_model(threads: int | None = None, geometry: str = "learned"):
+    """A paper-shape model (12 × 12, D = 768, V = 50,257) of ``geometry`` with seeded random
+    GPT-2-initialised weights (costs do not depend on them), eval mode; ``threads`` sets
+    torch's intra-op threads first."""
+    if threads:
+        torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    return registry.build_model(zoo.derive_model_config(geometry, PAPER_ARCH, {}), N_VOCAB).eval()
+
+
 # --------------------------------------------------------------------------- FLOPs
 def block_token_flops(cfg) -> tuple[int, int, int]:
     """Multiply-add FLOPs (×2) per token of: reader W_{Q,K,V}, writer W_O, MLP."""

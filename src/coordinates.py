@@ -5,7 +5,8 @@ within-head Haar-rotation control.
     python src/coordinates.py --checkpoint CKPT --manifest MANIFEST \\
         --tasks sva.parquet quote.parquet plural.parquet \\
         --heads sva.heads.parquet quote.heads.parquet plural.heads.parquet \\
-        --n-random-sets 1000 --null-seed 1502 --rotation-seed 1503 --threads 1 --out coords.parquet
+        --n-random-sets 1000 --null-seed 1502 --rotation-seed 1503 --threads 1 \\
+        --out coords.parquet --out-directions directions.parquet
 
 The best head of each task is the top head by evaluation effect (the stored per-head effects
 of src/concentration.py); directions are selected on validation, reported on evaluation.
@@ -43,6 +44,7 @@ def parse_args(argv):
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--out-directions", required=True, help="one row per direction")
     args = parser.parse_args(argv)
     if len(args.tasks) != len(args.heads):
         parser.error(f"{len(args.tasks)} --tasks but {len(args.heads)} --heads")
@@ -55,7 +57,7 @@ def main(argv=None) -> int:
     model, vocab, manifest = load_verified(args.checkpoint, args.manifest)
     device = pick_device(args.device)
     model = model.to(device).eval()
-    rows, sources = [], {}
+    rows, directions, sources = [], [], {}
     for task_path, heads_path in zip(args.tasks, args.heads, strict=True):
         task = read_task(task_path, ["validation", "evaluation"])
         expected = results.provenance(manifest, task_dataset_sha256=task.dataset_sha256)
@@ -74,11 +76,12 @@ def main(argv=None) -> int:
         )
         identity = {"model": manifest["model_name"], "seed": int(manifest["init_seed"]),
                     "task": task.name}  # fmt: skip
-        for row in coordinates.coordinate_rows(
+        summary, per_direction = coordinates.coordinate_rows(
             model, e, val, ev, args.n_random_sets, args.null_seed, args.rotation_seed,
             args.batch_size, args.max_rows,
-        ):  # fmt: skip
-            rows.append({**identity, **row})
+        )  # fmt: skip
+        rows += [{**identity, **row} for row in summary]
+        directions += [{**identity, **row} for row in per_direction]
         sources[f"{task.name}_heads_sha256"] = sha256_file(heads_path)
     metadata = {
         "analysis": "coordinates",
@@ -92,6 +95,8 @@ def main(argv=None) -> int:
     }
     frame = pd.DataFrame(rows, columns=results.COORDINATES.names)
     results.COORDINATES.write(args.out, frame, metadata)
+    per_direction = pd.DataFrame(directions, columns=results.COORDINATE_DIRECTIONS.names)
+    results.COORDINATE_DIRECTIONS.write(args.out_directions, per_direction, metadata)
     sva = frame[(frame["task"] == "sva")].set_index("site")["share_evaluation"].round(3)
     print(f"wrote {len(frame)} rows; SVA shares {sva.to_dict()}", file=sys.stderr)
     return 0

@@ -1541,3 +1541,40 @@ COORDINATES = ResultTable(
     "run, task and site",
 )
 TABLES.update({COORDINATES.name: COORDINATES})
+
+# ----------------------------------------------------------------------------- issue 13 (§15.2)
+COORDINATE_DIRECTIONS = ResultTable(
+    "coordinate_directions",
+    _schema(
+        _RUN_TASK,
+        [
+            ("site", pa.string()),
+            ("direction", pa.int64()),
+            ("head", pa.int64()),
+            ("index_in_head", pa.int64()),
+            ("drop_validation", pa.float64()),
+            ("drop_evaluation", pa.float64()),
+            ("magnitude_validation", pa.float64()),
+            ("magnitude_decile", pa.int64()),
+            ("rank_validation", pa.int64()),
+            ("selected", pa.bool_()),
+        ],
+    ),  # fmt: skip
+    {
+        "site": "as in coordinates.parquet: after_wo, before_wo or before_wo_rotated",
+        "direction": "c (after_wo: residual coordinate 0..D−1) or j = h·d + k (before_wo*)",
+        "head": "h of a before-W_O direction (null after W_O)",
+        "index_in_head": "k of a before-W_O direction (null after W_O)",
+        "drop_validation": "mean logit-difference drop LD_clean − LD_patched over validation "
+        "examples when only this direction takes its reference value (final position, l*)",
+        "drop_evaluation": "the same over the evaluation examples",
+        "magnitude_validation": "mean |patch difference| on validation (|a_c^ref − a_c| after "
+        "W_O, |r^T(z^ref − z)| before): what the random sets are matched on",
+        "magnitude_decile": "its decile among the site's directions (0 smallest .. 9)",
+        "rank_validation": "rank by drop_validation (1 = largest; ties by direction)",
+        "selected": "in the selected set (rank_validation ≤ k = 10) whose evaluation share "
+        "coordinates.parquet reports",
+    },
+    "run, task, site and direction",
+)
+TABLES.update({COORDINATE_DIRECTIONS.name: COORDINATE_DIRECTIONS})

@@ -210,7 +210,22 @@ def test_outputs_equal_the_local_run(runs):
         assert any(kind in p for p in local), f"no {kind} output to compare"
     assert set(remote) == set(local), sorted(set(remote) ^ set(local))
     differ = sorted(p for p in local if local[p] != remote[p])
-    assert not differ, f"outputs differ between the local and the Slurm run: {differ}"
+    detail = ""
+    if "catalog.parquet" in differ:  # name the rows, not just the file
+        rows = {
+            side: {
+                json.dumps(r, sort_keys=True)
+                for r in pq.read_table(runs[side] / "results" / study / "catalog.parquet")
+                .drop_columns(CATALOG_RUN_COLUMNS)
+                .to_pylist()
+            }
+            for side in ("local", "remote")
+        }
+        detail = (
+            f"\ncatalog rows only local: {sorted(rows['local'] - rows['remote'])[:5]}"
+            f"\ncatalog rows only remote: {sorted(rows['remote'] - rows['local'])[:5]}"
+        )
+    assert not differ, f"outputs differ between the local and the Slurm run: {differ}{detail}"
 
 
 def test_catalog_hashes_its_files(runs):

@@ -91,3 +91,27 @@ def test_batched_patches_equal_naive_hooked_forwards(geometry):
         np.testing.assert_allclose(fast[name][0], want, rtol=0, atol=1e-9)
         assert np.abs(want).max() > (1e-5 if geometry == "multiscreen" else 1e-3)
     assert registry.architecture_of(model) is not None
+
+
+def test_direction_rows_rank_select_and_name_every_direction():
+    # hand-built mean drops over 2 examples: direction 5 largest on validation, then 2, ...
+    G, d = 12, 4
+    val_mean = np.array([0.1, 0.0, 0.9, -0.2, 0.3, 1.5, 0.05, 0.2, 0.0, 0.4, 0.6, 0.7])
+    spread = np.array([[1.0], [-1.0]]) * 0.01  # mean over examples unchanged
+    validation = (val_mean + spread, np.abs(np.arange(G, dtype=float))[None].repeat(2, 0))
+    evaluation = (-val_mean[None].repeat(2, 0), np.zeros((2, G)))
+    rows = C.direction_rows("before_wo", validation, evaluation, d)
+    assert [r["direction"] for r in rows] == list(range(G))
+    by = {r["direction"]: r for r in rows}
+    assert by[5]["rank_validation"] == 1 and by[2]["rank_validation"] == 2
+    assert by[3]["rank_validation"] == G  # the only negative drop is last
+    # ties by index: directions 1 and 8 both 0.0 → 1 ranks before 8
+    assert by[1]["rank_validation"] < by[8]["rank_validation"]
+    assert {r["direction"] for r in rows if r["selected"]} == set(
+        np.argsort(-val_mean, kind="stable")[: C.TOP_K]
+    )
+    assert by[7]["head"] == 1 and by[7]["index_in_head"] == 3  # j = h·d + k
+    assert by[5]["drop_evaluation"] == pytest.approx(-1.5)
+    assert by[11]["magnitude_validation"] == 11.0 and by[11]["magnitude_decile"] == 9
+    after = C.direction_rows("after_wo", validation, evaluation, d)
+    assert all(r["head"] is None and r["index_in_head"] is None for r in after)

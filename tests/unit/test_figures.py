@@ -444,3 +444,33 @@ def test_make_figure_writes_png_svg_csv_and_sources(
     again = run("-again")  # same inputs, same bytes
     assert again["svg"].read_bytes() == names["svg"].read_bytes()
     assert again["png"].read_bytes() == names["png"].read_bytes()
+
+
+def test_coordinate_shares_curve_is_the_cumulative_share_in_validation_order(tmp_path):
+    from headgeom.paper.figures import coordinate_shares, coordinate_shares_data
+
+    # 4 directions, validation ranks 2, 1, 4, 3; evaluation drops 0.5, 1.0, -0.5, 0.5
+    # (Σ positive = 2.0): in rank order 1.0, 0.5, 0.5, -0.5 → cumulative .5, .75, 1.0, .75
+    ident = {"model": "learned", "seed": 42, "task": "sva", "site": "after_wo"}
+    directions = [
+        {**ident, "direction": g, "drop_evaluation": e, "rank_validation": r}
+        for g, (e, r) in enumerate([(0.5, 2), (1.0, 1), (-0.5, 4), (0.5, 3)])
+    ]
+    summary = [{**ident, "best_layer": 1, "best_head": 0, "share_evaluation": 1.0,
+                "share_in_sample": 1.0, "null_p95": 0.6, "beats_every_random_set": True}]  # fmt: skip
+    inputs = {
+        "runs": [train_log(tmp_path / "log.parquet", "learned", "learned")],
+        "directions": [write_rows(tmp_path / "directions.parquet", directions)],
+        "coordinates": [write_rows(tmp_path / "coordinates.parquet", summary)],
+    }
+    data = coordinate_shares_data(inputs)
+    assert data["rank_validation"].tolist() == [1, 2, 3, 4]
+    assert data["direction"].tolist() == [1, 0, 3, 2]
+    np.testing.assert_allclose(data["cumulative_share"], [0.5, 0.75, 1.0, 0.75])
+    assert (data["null_p95"] == 0.6).all()
+    fig = coordinate_shares(data)
+    (ax,) = [a for a in fig.axes if a.lines]
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), [0.5, 0.75, 1.0, 0.75])
+    del inputs["directions"]
+    with pytest.raises(ValueError, match="directions"):
+        coordinate_shares_data(inputs)

@@ -84,6 +84,7 @@ PATHS = {
         "acdc": "edges/{model}/s{seed}/acdc.parquet",
         # issue 13 (§15.2): one run, every task
         "coordinates": "coordinates/{model}/s{seed}/coordinates.parquet",
+        "coordinate_directions": "coordinates/{model}/s{seed}/directions.parquet",
         # issue 10 (§5.1): across the leakage runs
         "exclusivity": "exclusivity/summary.parquet",
         "exclusivity_pairs": "exclusivity/pairs.parquet",

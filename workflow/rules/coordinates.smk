@@ -8,6 +8,7 @@ rule coordinates:
         heads=coordinate_heads,
     output:
         coordinates=PATHS["coordinates"],
+        directions=PATHS["coordinate_directions"],
     log:
         log_of("coordinates", "{model}-s{seed}"),
     benchmark:
@@ -28,4 +29,4 @@ rule coordinates:
         "--tasks {input.tasks} --heads {input.heads} --n-random-sets {params.n_sets} "
         "--null-seed {params.null_seed} --rotation-seed {params.rotation_seed} "
         "--batch-size {params.batch_size} --max-rows {params.max_rows} --threads {threads} "
-        "--out {output.coordinates} 2> {log}"
+        "--out {output.coordinates} --out-directions {output.directions} 2> {log}"

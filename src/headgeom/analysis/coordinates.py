@@ -201,18 +201,27 @@ def direction_drops(
 
 @torch.no_grad()
 def direction_drops_naive(
-    model, clean_ids, ref_ids, correct, incorrect, layer: int, bases: np.ndarray | None = None
+    model,
+    clean_ids,
+    ref_ids,
+    correct,
+    incorrect,
+    layer: int,
+    bases: np.ndarray | None = None,
+    limit: int | None = None,
 ) -> dict[str, np.ndarray]:
     """The reference: one full hooked forward per direction and example. ``after_wo``:
     a hook on ``hook_attn_out`` sets coordinate c at the final position to the reference
     run's; ``before_wo``: a hook on ``hook_z`` moves head h's final z by r r^T (z_ref − z),
-    r = bases[h, :, k] (default the coordinate axes). site -> drops (N, G)."""
+    r = bases[h, :, k] (default the coordinate axes). site -> drops (N, G); with ``limit``
+    only the first ``limit`` directions of each site (G = limit; for benchmarks)."""
     H, d, D = model.cfg.n_head, model.cfg.d_head, model.cfg.d_model
     bases = identity_bases(H, d) if bases is None else np.asarray(bases)
     a_site, z_site = site(layer, "hook_attn_out"), site(layer, "attn.hook_z")
+    n_after, n_before = (D, H * d) if limit is None else (min(limit, D), min(limit, H * d))
     out = {
-        "after_wo": np.empty((len(clean_ids), D)),
-        "before_wo": np.empty((len(clean_ids), H * d)),
+        "after_wo": np.empty((len(clean_ids), n_after)),
+        "before_wo": np.empty((len(clean_ids), n_before)),
     }
     device = _model_device(model)
     for i in range(len(clean_ids)):
@@ -222,7 +231,7 @@ def direction_drops_naive(
         bad = torch.as_tensor([int(incorrect[i])], device=device)
         base = float(logit_difference(model(clean, last_only=True), good, bad)[0])
         _, rc = model.run_with_cache(ref, [a_site, z_site], last_only=True)
-        for c in range(D):
+        for c in range(n_after):
 
             def set_c(t, c=c, rc=rc):
                 t = t.clone()
@@ -232,7 +241,7 @@ def direction_drops_naive(
             with model.hooks({a_site: set_c}):
                 ld = logit_difference(model(clean, last_only=True), good, bad)
             out["after_wo"][i, c] = base - float(ld[0])
-        for j in range(H * d):
+        for j in range(n_before):
             h, k = divmod(j, d)
             r = torch.as_tensor(bases[h, :, k], device=device)
 
@@ -347,7 +356,8 @@ def coordinate_rows(
     max_rows: int = 4096,
 ) -> list[dict]:
     """The rows of one task (docs §15.2): ``e`` (L, H) its evaluation effects, ``validation``
-    and ``evaluation`` ``ModelInputs`` of the two splits. One row per site."""
+    and ``evaluation`` ``ModelInputs`` of the two splits. (one summary row per site, one row
+    per direction of every site: :func:`direction_rows`)."""
     layer, head = best_head(e)
     rot = head_rotations(model.cfg.n_head, model.cfg.d_head, rotation_seed)
 
@@ -356,7 +366,7 @@ def coordinate_rows(
                                inputs.incorrect, layer, rot, batch_size, max_rows)  # fmt: skip
 
     val, ev = drops(validation), drops(evaluation)
-    rows = []
+    rows, directions = [], []
     for name in SITES:
         summary = site_summary(val[name][0], ev[name][0], val[name][1], n_sets, null_seed)
         rows.append({
@@ -365,4 +375,27 @@ def coordinate_rows(
             "n_evaluation": len(ev[name][0]), **summary, "null_seed": null_seed,
             "rotation_seed": rotation_seed,
         })  # fmt: skip
-    return rows
+        directions += direction_rows(name, val[name], ev[name], model.cfg.d_head)
+    return rows, directions
+
+
+def direction_rows(site_name: str, validation, evaluation, d_head: int) -> list[dict]:
+    """One row per direction of one site: its mean drop on both splits, its validation
+    magnitude and decile, its validation rank (1 = largest drop, ties by index, the order
+    :func:`top_directions` selects in) and whether it is in the selected top-k set.
+    ``validation``/``evaluation``: (drops (N, G), magnitudes (N, G))."""
+    e_val, e_eval = validation[0].mean(0), evaluation[0].mean(0)
+    magnitude = validation[1].mean(0)
+    order = top_directions(e_val, e_val.size)
+    rank = np.empty(e_val.size, dtype=np.int64)
+    rank[order] = np.arange(1, e_val.size + 1)
+    decile = deciles(magnitude)
+    after = site_name == "after_wo"
+    return [
+        {"site": site_name, "direction": g, "head": None if after else g // d_head,
+         "index_in_head": None if after else g % d_head,
+         "drop_validation": float(e_val[g]), "drop_evaluation": float(e_eval[g]),
+         "magnitude_validation": float(magnitude[g]), "magnitude_decile": int(decile[g]),
+         "rank_validation": int(rank[g]), "selected": bool(rank[g] <= TOP_K)}
+        for g in range(e_val.size)
+    ]  # fmt: skip

@@ -1121,3 +1121,73 @@ def ablation_atlas(data: pd.DataFrame) -> Figure:
 
 
 FIGURES.update({"ablation_atlas": (ablation_atlas_data, ablation_atlas)})
+
+# --------------------------------------------------------------------------- issue 13 (§15.2)
+from headgeom.paper.tables import _SITE_TITLES, COORDINATES_COLUMNS  # noqa: E402
+
+DIRECTION_COLUMNS = results.COORDINATE_DIRECTIONS.columns(
+    "model", "seed", "task", "site", "direction", "drop_evaluation", "rank_validation"
+)
+CURVE_RANKS = 50  # directions drawn per curve (the selected k = 10 and what follows)
+
+
+def coordinate_shares_data(inputs: Inputs) -> pd.DataFrame:
+    """Per run, task and site, directions in validation-rank order with the cumulative
+    evaluation share Σ_{rank ≤ r} drop_evaluation / Σ positive drop_evaluation (r ≤
+    :data:`CURVE_RANKS`), the run's selected share (r = k) and its matched-null p95."""
+    runs = read_runs(need_kind(inputs, "runs", "coordinate_shares"))
+    per = read_kind(need_kind(inputs, "directions", "coordinate_shares"), DIRECTION_COLUMNS,
+                    "coordinate_shares")  # fmt: skip
+    summary = read_kind(need_kind(inputs, "coordinates", "coordinate_shares"),
+                        COORDINATES_COLUMNS, "coordinate_shares")  # fmt: skip
+    keys = ["model", "seed", "task", "site"]
+    per = per.sort_values([*keys, "rank_validation"], kind="stable")
+    positive = per["drop_evaluation"].clip(lower=0).groupby([per[k] for k in keys]).transform("sum")
+    per["cumulative_share"] = per.groupby(keys)["drop_evaluation"].cumsum() / positive
+    per = per[per["rank_validation"] <= CURVE_RANKS]
+    frame = per.merge(summary[[*keys, "share_evaluation", "null_p95"]], on=keys, how="left",
+                      validate="many_to_one")  # fmt: skip
+    frame = with_runs(frame, runs, "coordinate_shares")
+    return (
+        frame.drop(columns=["label_repository"])
+        .sort_values(["order", "seed", "task", "site", "rank_validation"], kind="stable")
+        .reset_index(drop=True)
+    )
+
+
+def coordinate_shares(data: pd.DataFrame) -> Figure:
+    """One panel per (task, site): cumulative evaluation share of the directions taken in
+    validation order, one line per run; the dotted line is k = 10, where the selected
+    share (dot) meets its magnitude-matched random sets' 95th percentile (×)."""
+    tasks = [t for t in TASK_ORDER if t in set(data["task"])]
+    sites = [s for s in _SITE_TITLES if s in set(data["site"])]
+    fig = Figure(figsize=(3.4 * len(sites), 0.6 + 2.8 * len(tasks)), layout="constrained")
+    axes = np.atleast_2d(fig.subplots(len(tasks), len(sites), squeeze=False, sharey=True))
+    runs = list(dict.fromkeys(zip(data["label"], data["seed"], strict=True)))
+    colours = dict(zip(runs, sns.color_palette("colorblind", len(runs)), strict=False))
+    k = 10
+    for r, task in enumerate(tasks):
+        for c, site_name in enumerate(sites):
+            ax = axes[r, c]
+            part = data[(data["task"] == task) & (data["site"] == site_name)]
+            for (label, seed), rows in part.groupby(["label", "seed"], sort=False):
+                colour = colours[(label, seed)]
+                ax.plot(rows["rank_validation"], rows["cumulative_share"], color=colour,
+                        lw=1.2, label=f"{label} s{seed}")  # fmt: skip
+                ax.plot(k, rows["share_evaluation"].iloc[0], "o", color=colour, ms=4)
+                ax.plot(k, rows["null_p95"].iloc[0], "x", color=colour, ms=5)
+            ax.axvline(k, color="black", lw=0.8, ls=":")
+            ax.set_xscale("log")
+            ax.set_title(f"{TASK_TITLES.get(task, task)}: {_SITE_TITLES[site_name]}", fontsize=9)
+            ax.set_xlabel("directions, by validation drop")
+            if c == 0:
+                ax.set_ylabel("cumulative evaluation share")
+    axes[0, -1].plot([], [], "ko", ms=4, label="selected top 10")
+    axes[0, -1].plot([], [], "kx", ms=5, label="matched random, p95")
+    axes[0, -1].legend(fontsize=7, frameon=False, loc="lower right")
+    fig.suptitle("Coordinate concentration (App. B.2): share of the positive evaluation drop "
+                 "in the directions chosen on validation", fontsize=10)  # fmt: skip
+    return fig
+
+
+FIGURES.update({"coordinate_shares": (coordinate_shares_data, coordinate_shares)})

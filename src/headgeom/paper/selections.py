@@ -472,3 +472,10 @@ PAPER_INPUTS.update({
 })  # fmt: skip
 PAPER_TABLES = (*PAPER_TABLES, "coordinates")
 OUTPUT_SECTIONS.update({"coordinates": "App. B"})
+PAPER_INPUTS.update({
+    "coordinate_shares": {"runs": ("train_log", "coordinates"),
+                          "coordinates": ("coordinates", "coordinates"),
+                          "directions": ("coordinate_directions", "coordinates")},
+})  # fmt: skip
+PAPER_FIGURES = (*PAPER_FIGURES, "coordinate_shares")
+OUTPUT_SECTIONS.update({"coordinate_shares": "App. B"})
