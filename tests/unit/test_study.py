@@ -70,6 +70,7 @@ def test_demo_config_loads_with_the_schema_defaults():
         "figure8",
         "figure6abc",  # issue 12
         "ablation_atlas",  # issue 16
+        "coordinate_shares",  # issue 13 (§15.2)
     ]
 
 
