@@ -1158,11 +1158,12 @@ def coordinate_shares_data(inputs: Inputs) -> pd.DataFrame:
 def coordinate_shares(data: pd.DataFrame) -> Figure:
     """One panel per (task, site): cumulative evaluation share of the directions taken in
     validation order, one line per run; the dotted line is k = 10, where the selected
-    share (dot) meets its magnitude-matched random sets' 95th percentile (×)."""
+    share (dot) meets its magnitude-matched random sets' 95th percentile (×). One y scale
+    per task (a share far outside 0..1 means the evaluation drops are mostly negative)."""
     tasks = [t for t in TASK_ORDER if t in set(data["task"])]
     sites = [s for s in _SITE_TITLES if s in set(data["site"])]
     fig = Figure(figsize=(3.4 * len(sites), 0.6 + 2.8 * len(tasks)), layout="constrained")
-    axes = np.atleast_2d(fig.subplots(len(tasks), len(sites), squeeze=False, sharey=True))
+    axes = np.atleast_2d(fig.subplots(len(tasks), len(sites), squeeze=False, sharey="row"))
     runs = list(dict.fromkeys(zip(data["label"], data["seed"], strict=True)))
     colours = dict(zip(runs, sns.color_palette("colorblind", len(runs)), strict=False))
     k = 10
@@ -1177,6 +1178,8 @@ def coordinate_shares(data: pd.DataFrame) -> Figure:
                 ax.plot(k, rows["share_evaluation"].iloc[0], "o", color=colour, ms=4)
                 ax.plot(k, rows["null_p95"].iloc[0], "x", color=colour, ms=5)
             ax.axvline(k, color="black", lw=0.8, ls=":")
+            ax.axhline(1.0, color="grey", lw=0.6)  # every positive drop
+            ax.axhline(0.0, color="grey", lw=0.6)
             ax.set_xscale("log")
             ax.set_title(f"{TASK_TITLES.get(task, task)}: {_SITE_TITLES[site_name]}", fontsize=9)
             ax.set_xlabel("directions, by validation drop")
