@@ -67,6 +67,12 @@ def slurm_config(micro: dict, partition: str) -> dict:
 def content_hash(path: Path) -> str:
     """SHA-256 of what a file says: a Parquet's rows and schema (not its provenance
     metadata), a checkpoint manifest's identity fields, any other file's bytes."""
+    if path.name == "catalog.parquet":
+        # its sha256 columns hash the Parquets' provenance and the manifests above; the
+        # rows (which artifact, which rule, which run) must agree, and each run's hashes
+        # are checked against its own files in test_catalog_hashes_its_files
+        table = pq.read_table(path).drop_columns(CATALOG_RUN_COLUMNS)
+        return json_hash(table.to_pylist())
     if path.suffix == ".parquet":
         table = pq.read_table(path).replace_schema_metadata(None).combine_chunks()
         sink = pa.BufferOutputStream()
@@ -84,12 +90,6 @@ def content_hash(path: Path) -> str:
             **{k: record.get(k) for k in EDITED_MANIFEST_KEYS},
             "parent": record["parent"]["checkpoint_file_sha256"],
         })  # fmt: skip
-    if path.name == "catalog.parquet":
-        # its sha256 columns hash the Parquets' provenance and the manifests above; the
-        # rows (which artifact, which rule, which run) must agree, and each run's hashes
-        # are checked against its own files in test_catalog_hashes_its_files
-        table = pq.read_table(path).drop_columns(CATALOG_RUN_COLUMNS)
-        return json_hash(table.to_pylist())
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
