@@ -173,8 +173,8 @@ def direction_drops(
     if rotations is not None:
         bases["before_wo_rotated"] = torch.as_tensor(np.asarray(rotations), device=device)
     writer = model.blocks[layer].attn.writer
-    correct_t = torch.as_tensor(np.asarray(correct, dtype=np.int64), device=device)
-    incorrect_t = torch.as_tensor(np.asarray(incorrect, dtype=np.int64), device=device)
+    correct_t = torch.as_tensor(np.array(correct, dtype=np.int64), device=device)
+    incorrect_t = torch.as_tensor(np.array(incorrect, dtype=np.int64), device=device)
     out: dict[str, list] = {}
     N = len(lengths)
     for index in length_batches(lengths, batch_size):
