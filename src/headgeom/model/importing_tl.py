@@ -297,6 +297,11 @@ def architecture(
             sizes[key] = cfg[key]
             if not isinstance(sizes[key], int) or isinstance(sizes[key], bool):
                 raise ModelImportError(f"{where}: config.json {key} = {cfg[key]!r} is no integer")
+    if sizes["n_layers"] != from_shapes["n_layers"]:
+        raise ModelImportError(
+            f"{where}: config.json n_layers is {sizes['n_layers']}, but the state dict has "
+            f"{from_shapes['n_layers']} blocks"
+        )
     if "eps" not in cfg:
         assumed["eps"] = 1e-5
     eps = float(cfg.get("eps", 1e-5))
@@ -328,10 +333,6 @@ def architecture(
             raise ModelImportError(
                 f"{where}: {key} is {cfg[key]!r}, expected -1.0 (off: our GPT has no soft cap)"
             )
-    if H * d != D:
-        raise ModelImportError(
-            f"{where}: n_heads·d_head = {H}·{d} != d_model {D}; our GPT-2 form needs them equal"
-        )
     expected = _expected_shapes(sizes)
     wrong = {k: (shapes[k], v) for k, v in expected.items() if shapes[k] != v}
     if wrong:
@@ -340,6 +341,10 @@ def architecture(
             f"{where}: {name} has shape {wrong[name][0]}, expected {wrong[name][1]} from "
             f"{'config.json' if config else 'the other tensors'}"
             + (f" ({len(wrong) - 1} more differ)" if len(wrong) > 1 else "")
+        )
+    if H * d != D:
+        raise ModelImportError(
+            f"{where}: n_heads·d_head = {H}·{d} != d_model {D}; our GPT-2 form needs them equal"
         )
     model_cfg = ModelConfig(
         n_vocab=sizes["d_vocab"],
