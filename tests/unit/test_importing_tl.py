@@ -238,7 +238,7 @@ def test_a_study_reads_a_tl_model_from_its_shapes(tmp_path):
     "change, message",
     [
         ({"act_fn": "gelu"}, r"act_fn is 'gelu', expected 'gelu_new'"),
-        ({"normalization_type": "LNPre"}, r"normalization_type is 'LNPre'.*from_pretrained_no_processing"),
+        ({"normalization_type": "LNPre"}, r"normalization_type is 'LNPre'.*no_processing"),
         ({"normalization_type": "RMS"}, r"normalization_type is 'RMS', expected 'LN'"),
         ({"layer_norm_folding": True}, r"layer_norm_folding is True.*fold_ln=False"),
         ({"positional_embedding_type": "rotary"}, r"positional_embedding_type is 'rotary'"),
@@ -250,7 +250,7 @@ def test_a_study_reads_a_tl_model_from_its_shapes(tmp_path):
         ({"parallel_attn_mlp": True}, r"parallel_attn_mlp is True"),
         ({"output_logits_soft_cap": 30.0}, r"output_logits_soft_cap is 30\.0"),
         ({"d_vocab_out": 7}, r"d_vocab_out is 7"),
-        ({"d_model": 64}, r"embed\.W_E has shape \(40, 32\), expected \(40, 64\) from config\.json"),
+        ({"d_model": 64}, r"embed\.W_E has shape \(40, 32\), expected \(40, 64\) from config"),
         ({"n_ctx": 1024}, r"pos_embed\.W_pos has shape \(16, 32\), expected \(1024, 32\)"),
         ({"some_new_option": True}, r"keys this import does not know: \['some_new_option'\]"),
         ({"d_mlp": "64"}, r"d_mlp = '64' is no integer"),
