@@ -34,8 +34,10 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from headgeom.hashing import sha256_file
+from headgeom.model import importing_tl
 from headgeom.model.config import ModelConfig
 from headgeom.model.gpt import GPT
+from headgeom.model.import_errors import ModelImportError
 
 #: Version of the hf-gpt2 conversion below; recorded in every hf-gpt2 import manifest (bump
 #: on any change that could change a converted weight; tl-gpt2 has its own,
@@ -60,10 +62,6 @@ _OURS = {
     "mlp.c_fc": "mlp.c_fc",
     "mlp.c_proj": "mlp.c_proj",
 }
-
-
-class ModelImportError(ValueError):
-    """The directory cannot be imported as a GPT-2 model."""
 
 
 def read_hf_config(directory: str | os.PathLike) -> dict[str, Any]:
@@ -225,9 +223,7 @@ def import_model(
     """Dispatch on ``fmt`` (:data:`FORMATS`)."""
     _known(fmt)
     if fmt == "tl-gpt2":
-        from headgeom.model.importing_tl import import_tl_gpt2
-
-        return import_tl_gpt2(directory, allow_pickle)
+        return importing_tl.import_tl_gpt2(directory, allow_pickle)
     return import_hf_gpt2(directory, allow_pickle)
 
 
@@ -239,9 +235,7 @@ def import_inputs(
     _known(fmt)
     root = Path(directory)
     if fmt == "tl-gpt2":
-        from headgeom.model.importing_tl import import_files
-
-        return [str(f) for f in import_files(root, allow_pickle)]
+        return [str(f) for f in importing_tl.import_files(root, allow_pickle)]
     read_hf_config(root)
     return [str(root / "config.json"), *map(str, weight_files(root, allow_pickle))]
 
@@ -253,8 +247,6 @@ def imported_model_config(
     from the directory's config and (tl-gpt2) tensor shapes, without converting weights."""
     _known(fmt)
     if fmt == "tl-gpt2":
-        from headgeom.model import importing_tl
-
         return importing_tl.model_config(directory, allow_pickle)
     config = read_hf_config(directory)
     weight_files(directory, allow_pickle)

@@ -43,7 +43,7 @@ from safetensors.torch import load_file
 from headgeom.hashing import sha256_file
 from headgeom.model.config import ModelConfig
 from headgeom.model.gpt import GPT
-from headgeom.model.importing import ModelImportError
+from headgeom.model.import_errors import ModelImportError
 
 #: Version of the tl-gpt2 conversion below; recorded in every tl-gpt2 import manifest (bump
 #: on any change that could change a converted weight).
