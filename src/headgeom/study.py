@@ -657,10 +657,10 @@ class Study:
 
     # ------------------------------------------------------------------ imported models (issue 15)
     # `models.<name>: {import: {format: hf-gpt2, path: DIR}, seeds: [0]}` (or format tl-gpt2, a
-    # TransformerLens state dict): a checkpoint the user
-    # brings instead of a training recipe. Rule import_model writes its checkpoint, manifest and
-    # one-row run log where train/hash_checkpoint write a trained model's; every analysis then
-    # reads it unchanged. The seed only names the run.
+    # TransformerLens state dict): a checkpoint the user brings instead of a training recipe.
+    # Rule import_model writes its checkpoint, manifest and one-row run log where
+    # train/hash_checkpoint write a trained model's; every analysis then reads it unchanged.
+    # The seed only names the run.
     def is_imported(self, model: str) -> bool:
         return "import" in self.models[model]
 

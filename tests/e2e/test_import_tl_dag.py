@@ -33,7 +33,8 @@ def test_a_tl_state_dict_imports_and_is_patched(tmp_path):
     weights = work / "tl-tiny" / "model.safetensors"
     save_file(tl_state_dict(model), str(weights))
     results = work / "results" / cfg["study"]
-    snakemake(work, "--cores", "2", str(results / "patching/gpt2-tiny/s0/sva.parquet"))
+    target = results.relative_to(work) / "patching/gpt2-tiny/s0/sva.parquet"
+    snakemake(work, "--cores", "2", str(target))
 
     run = results / "models" / "gpt2-tiny" / "s0"
     manifest = json.loads((run / "manifest.json").read_text())
