@@ -4,11 +4,12 @@
         --n-ctx 32 --batch-size 16 --threads 1 \\
         --checkpoint model.safetensors --manifest manifest.json --log train_log.parquet
 
-Converts the ``transformers`` GPT2LMHeadModel directory named by the run config's
-``import`` block (headgeom.model.importing) into a ``learned`` checkpoint with the full GPT-2
-vocabulary, and writes its manifest (SHA-256 of every imported file, the format, the
-conversion version, the validation loss on the study's validation file) and a one-row run
-log (step 0) that the paper tables read as they read a training log. Nothing is downloaded.
+Converts the ``transformers`` GPT2LMHeadModel directory (format hf-gpt2) or TransformerLens
+state dict (tl-gpt2) named by the run config's ``import`` block (headgeom.model.importing)
+into a ``learned`` checkpoint with the full GPT-2 vocabulary, and writes its manifest
+(SHA-256 of every imported file, the format, the conversion version, the validation loss
+on the study's validation file) and a one-row run log (step 0) that the paper tables read
+as they read a training log. Nothing is downloaded.
 """
 
 from __future__ import annotations

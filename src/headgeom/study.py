@@ -656,10 +656,11 @@ class Study:
         return [r for r in self.runs if r in set(runs)]
 
     # ------------------------------------------------------------------ imported models (issue 15)
-    # `models.<name>: {import: {format: hf-gpt2, path: DIR}, seeds: [0]}`: a checkpoint the user
-    # brings instead of a training recipe. Rule import_model writes its checkpoint, manifest and
-    # one-row run log where train/hash_checkpoint write a trained model's; every analysis then
-    # reads it unchanged. The seed only names the run.
+    # `models.<name>: {import: {format: hf-gpt2, path: DIR}, seeds: [0]}` (or format tl-gpt2, a
+    # TransformerLens state dict): a checkpoint the user brings instead of a training recipe.
+    # Rule import_model writes its checkpoint, manifest and one-row run log where
+    # train/hash_checkpoint write a trained model's; every analysis then reads it unchanged.
+    # The seed only names the run.
     def is_imported(self, model: str) -> bool:
         return "import" in self.models[model]
 
@@ -693,17 +694,18 @@ class Study:
                 f"config models.{model}: an imported model has GPT-2's geometry "
                 f"({IMPORTED_GEOMETRY!r}), not {self.models[model]['geometry']!r}"
             )
-        try:
-            config = importing.read_hf_config(spec["path"])
-            importing.weight_files(spec["path"], spec.get("allow_pickle", False))
+        try:  # hf-gpt2: config.json; tl-gpt2: config.json if any and the tensor shapes
+            model_cfg = importing.imported_model_config(
+                spec["format"], spec["path"], spec.get("allow_pickle", False)
+            )
         except ValueError as err:
             raise ValueError(f"config models.{model}.import: {err}") from None
-        model_cfg = importing.model_config(config)
         n_ctx = self.config["architecture"]["n_ctx"]
         if model_cfg["n_ctx"] < n_ctx:
             raise ValueError(
-                f"config models.{model}.import: n_positions {model_cfg['n_ctx']} is below the "
-                f"study's architecture.n_ctx {n_ctx}"
+                f"config models.{model}.import: "
+                f"{'n_ctx' if spec['format'] == 'tl-gpt2' else 'n_positions'} "
+                f"{model_cfg['n_ctx']} is below the study's architecture.n_ctx {n_ctx}"
             )
         return model_cfg
 
@@ -712,7 +714,9 @@ class Study:
         from headgeom.model import importing
 
         spec = self.import_spec(model)
-        return importing.import_inputs(spec["path"], spec.get("allow_pickle", False))
+        return importing.import_inputs(
+            spec["path"], spec.get("allow_pickle", False), spec["format"]
+        )
 
     def import_config(self, model: str, seed: int | str) -> dict:
         """The import run config of (model, seed): what src/import_model.py takes and the

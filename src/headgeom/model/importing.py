@@ -13,6 +13,10 @@ compaction): the task datasets are already GPT-2 ids.
 * A directory that is not a GPT-2 model is refused with an error naming what is missing
   or different (a file, ``model_type``, a config key, an activation our model lacks).
 
+Format ``tl-gpt2`` (a TransformerLens HookedTransformer state dict) is converted by
+:mod:`headgeom.model.importing_tl`; :func:`import_model`, :func:`import_inputs` and
+:func:`imported_model_config` dispatch on the format.
+
 Needs neither transformers nor TransformerLens.
 """
 
@@ -30,14 +34,17 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from headgeom.hashing import sha256_file
+from headgeom.model import importing_tl
 from headgeom.model.config import ModelConfig
 from headgeom.model.gpt import GPT
+from headgeom.model.import_errors import ModelImportError
 
-#: Version of the conversion below; recorded in every import manifest (bump on any change
-#: that could change a converted weight).
+#: Version of the hf-gpt2 conversion below; recorded in every hf-gpt2 import manifest (bump
+#: on any change that could change a converted weight; tl-gpt2 has its own,
+#: ``importing_tl.TL_CONVERSION_VERSION``).
 CONVERSION_VERSION = 1
 #: Formats :func:`import_model` reads.
-FORMATS = ("hf-gpt2",)
+FORMATS = ("hf-gpt2", "tl-gpt2")
 GPT2_VOCAB_SIZE = 50257
 _REQUIRED_KEYS = ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions")
 # GPT-2 keys whose non-default value our model does not compute
@@ -55,10 +62,6 @@ _OURS = {
     "mlp.c_fc": "mlp.c_fc",
     "mlp.c_proj": "mlp.c_proj",
 }
-
-
-class ModelImportError(ValueError):
-    """The directory cannot be imported as a GPT-2 model."""
 
 
 def read_hf_config(directory: str | os.PathLike) -> dict[str, Any]:
@@ -209,20 +212,45 @@ def import_hf_gpt2(
     return model.eval(), np.arange(cfg.n_vocab, dtype=np.int64), record
 
 
+def _known(fmt: str) -> None:
+    if fmt not in FORMATS:
+        raise ModelImportError(f"import format {fmt!r} is not known; known: {', '.join(FORMATS)}")
+
+
 def import_model(
     fmt: str, directory: str | os.PathLike, allow_pickle: bool = False
 ) -> tuple[GPT, np.ndarray, dict[str, Any]]:
     """Dispatch on ``fmt`` (:data:`FORMATS`)."""
-    if fmt != "hf-gpt2":
-        raise ModelImportError(f"import format {fmt!r} is not known; known: {', '.join(FORMATS)}")
+    _known(fmt)
+    if fmt == "tl-gpt2":
+        return importing_tl.import_tl_gpt2(directory, allow_pickle)
     return import_hf_gpt2(directory, allow_pickle)
 
 
-def import_inputs(directory: str | os.PathLike, allow_pickle: bool = False) -> list[str]:
-    """The files an import reads (config.json and the weights), for the workflow's inputs."""
+def import_inputs(
+    directory: str | os.PathLike, allow_pickle: bool = False, fmt: str = "hf-gpt2"
+) -> list[str]:
+    """The files an import of format ``fmt`` reads (its config.json and the weights), for
+    the workflow's inputs."""
+    _known(fmt)
     root = Path(directory)
+    if fmt == "tl-gpt2":
+        return [str(f) for f in importing_tl.import_files(root, allow_pickle)]
     read_hf_config(root)
     return [str(root / "config.json"), *map(str, weight_files(root, allow_pickle))]
+
+
+def imported_model_config(
+    fmt: str, directory: str | os.PathLike, allow_pickle: bool = False
+) -> dict[str, Any]:
+    """The ``learned`` model config (ModelConfig.to_dict) an import of ``fmt`` will give,
+    from the directory's config and (tl-gpt2) tensor shapes, without converting weights."""
+    _known(fmt)
+    if fmt == "tl-gpt2":
+        return importing_tl.model_config(directory, allow_pickle)
+    config = read_hf_config(directory)
+    weight_files(directory, allow_pickle)
+    return model_config(config)
 
 
 # --------------------------------------------------------------------------- import run
@@ -253,12 +281,13 @@ def import_run(
     )
     if model.cfg.to_dict() != run["model"]:
         raise ModelImportError(
-            f"{spec['path']}: config.json gives model {model.cfg.to_dict()} but the study "
-            f"read {run['model']}; it changed since the workflow started (rerun)"
+            f"{spec['path']}: the files give model {model.cfg.to_dict()} but the study "
+            f"read {run['model']}; they changed since the workflow started (rerun)"
         )
     if n_ctx > model.cfg.n_ctx:
         raise ModelImportError(
-            f"{spec['path']}: n_positions {model.cfg.n_ctx} < the study's n_ctx {n_ctx}"
+            f"{spec['path']}: context length (n_positions / n_ctx) {model.cfg.n_ctx} < the "
+            f"study's n_ctx {n_ctx}"
         )
     val = None if val_ids is None else validation_loss(model, val_ids, n_ctx, batch_size)
     imported = {
@@ -266,9 +295,14 @@ def import_run(
         "path": str(spec["path"]),
         "allow_pickle": bool(spec.get("allow_pickle", False)),
         "pickle": record["pickle"],
-        "conversion_version": CONVERSION_VERSION,
+        "conversion_version": record["conversion_version"],
         "files_sha256": record["files_sha256"],
-        "hf_config": record["hf_config"],
+        # format-specific: hf_config (hf-gpt2); tl_config, assumed, dropped_buffers (tl-gpt2)
+        **{
+            k: v
+            for k, v in record.items()
+            if k not in ("format", "conversion_version", "files_sha256", "pickle")
+        },
     }
     save_checkpoint(checkpoint, model, vocab, {"import": imported})
     config_id = run.get("repository_name") or f"{run['model_name']}-s{run['seed']}"
