@@ -457,7 +457,8 @@ def test_coordinate_shares_curve_is_the_cumulative_share_in_validation_order(tmp
         for g, (e, r) in enumerate([(0.5, 2), (1.0, 1), (-0.5, 4), (0.5, 3)])
     ]
     summary = [{**ident, "best_layer": 1, "best_head": 0, "share_evaluation": 1.0,
-                "share_in_sample": 1.0, "null_p95": 0.6, "beats_every_random_set": True}]  # fmt: skip
+                "share_in_sample": 1.0, "null_p95": 0.6,
+                "beats_every_random_set": True}]  # fmt: skip
     inputs = {
         "runs": [train_log(tmp_path / "log.parquet", "learned", "learned")],
         "directions": [write_rows(tmp_path / "directions.parquet", directions)],
