@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from headgeom.model import registry
+from headgeom.paper.selections import geometry_registry
 from headgeom.paper.tables import Block, Inputs, Table, read_runs
 
 Value = float | tuple[float, float] | None
@@ -928,7 +928,7 @@ def _below_learned(block: bool | None, geometry: str | None = None):
             else [
                 r
                 for g in set(c.runs["geometry"])
-                if registry.reader_kind(g) == "block"
+                if geometry_registry().reader_kind(g) == "block"
                 for r in c.runs_of(g, "S")
             ]
         )
@@ -1291,7 +1291,7 @@ def _clamp_span(same: bool | None, learned: bool | None, column: str):
         geometry = c.runs.set_index(["model", "seed"])["geometry"]
         is_learned = np.array(
             [
-                registry.is_baseline(geometry[(m, int(s))])
+                geometry_registry().is_baseline(geometry[(m, int(s))])
                 for m, s in zip(pairs["model"], pairs["seed"], strict=True)
             ]
         )

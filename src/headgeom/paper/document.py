@@ -19,8 +19,8 @@ import pandas as pd
 from scipy import stats as scipy_stats
 
 from headgeom import results
-from headgeom.model import registry
 from headgeom.paper import tables
+from headgeom.paper.selections import geometry_registry
 from headgeom.paper.tables import (
     TASK_ORDER,
     TASK_TITLES,
@@ -66,7 +66,7 @@ def write_text(geometry: str) -> str:
 
 def readers_text(geometry: str) -> str:
     """``free`` or ``block …`` (the registry's reader kind) with the paper's detail."""
-    kind = registry.reader_kind(geometry)
+    kind = geometry_registry().reader_kind(geometry)
     detail = GEOMETRY_TEXT.get(geometry, ("", ""))[1]
     return f"{kind} {detail}".strip() if detail else kind
 
@@ -82,7 +82,7 @@ def _learned_reference(frame: pd.DataFrame, value: str, keys: Sequence[str]) -> 
     """Per row, ``value`` of the learned (baseline) run it is compared with: same corpus and
     ``keys`` (e.g. task) and the same seed when one exists, else the mean over that corpus's
     learned seeds (the rule of Table 2's Δ)."""
-    learned = frame[frame["geometry"].map(registry.is_baseline)]
+    learned = frame[frame["geometry"].map(geometry_registry().is_baseline)]
     keys = ["corpus", *keys]
     same_seed = learned.set_index([*keys, "seed"])[value]
     mean = learned.groupby(keys)[value].mean()
@@ -102,7 +102,7 @@ def table2_paper(inputs: Inputs, context: Context | None = None) -> Table:
     frame = runs[["model", "display_name", "geometry", "seed", "corpus", "n_params", "val_loss"]]
     frame = frame.copy()
     frame["delta_vs_learned"] = frame["val_loss"] - _learned_reference(frame, "val_loss", [])
-    frame.loc[frame["geometry"].map(registry.is_baseline), "delta_vs_learned"] = np.nan
+    frame.loc[frame["geometry"].map(geometry_registry().is_baseline), "delta_vs_learned"] = np.nan
     frame["write"] = frame["geometry"].map(write_text)
     frame["readers"] = frame["geometry"].map(readers_text)
     rank = frame["corpus"].map({"R": 0, "S": 1}).fillna(2)
@@ -205,9 +205,9 @@ def below_learned(summary: pd.DataFrame) -> pd.DataFrame:
     it exists, else the mean over learned seeds). Rows: group, corpus, k, n."""
     frame = summary.copy()
     frame["ref"] = _learned_reference(frame, "N_eff", ["task"])
-    frame = frame[~frame["geometry"].map(registry.is_baseline) & frame["ref"].notna()]
+    frame = frame[~frame["geometry"].map(geometry_registry().is_baseline) & frame["ref"].notna()]
     frame["below"] = frame["N_eff"] < frame["ref"]
-    frame["block"] = frame["geometry"].map(registry.reader_kind) == "block"
+    frame["block"] = frame["geometry"].map(geometry_registry().reader_kind) == "block"
     rows = []
     for corpus, by_corpus in frame.groupby("corpus", sort=False):
         groups = [("block-reader models", by_corpus[by_corpus["block"]])]
@@ -517,7 +517,7 @@ def _concentration_finding(inputs: Inputs) -> str:
     free = counts_[(counts_["group"] != "block-reader models")]
     for r in free.itertuples(index=False):
         if (
-            registry.reader_kind(
+            geometry_registry().reader_kind(
                 summary.loc[summary["display_name"] == r.group, "geometry"].iloc[0]
             )
             == "free"

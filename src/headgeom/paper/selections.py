@@ -13,7 +13,15 @@ import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from headgeom.model import registry
+
+def geometry_registry():
+    """``headgeom.model.registry``, imported on first use: it loads torch (about 2.5 s of
+    every table and figure job), which the builders that never ask about a geometry do
+    not need."""
+    from headgeom.model import registry
+
+    return registry
+
 
 # ----------------------------------------------------------------------------- selections
 _FIGURE3_SLOTS = [
@@ -88,7 +96,10 @@ def select_models(models: Mapping[str, Mapping], name: str) -> list[tuple[str, i
         m: spec
         for m, spec in models.items()
         if (not with_corpus or spec.get("corpus") == SELECTION_CORPUS)
-        and (name not in FREE_READERS_ONLY or registry.reader_kind(spec["geometry"]) == "free")
+        and (
+            name not in FREE_READERS_ONLY
+            or geometry_registry().reader_kind(spec["geometry"]) == "free"
+        )
     }
     chosen = []
     for slot in PAPER_SELECTIONS[name]:
@@ -207,7 +218,7 @@ def default_pairs(models: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any
                 ):
                     pairs.append(_pair(a, spec_a["seeds"][0], b, spec_b["seeds"][0]))
     for m, spec in models.items():
-        if registry.is_baseline(spec["geometry"]) and len(spec["seeds"]) >= 2:
+        if geometry_registry().is_baseline(spec["geometry"]) and len(spec["seeds"]) >= 2:
             pairs.append(_pair(m, spec["seeds"][0], m, spec["seeds"][1]))
     return pairs
 

@@ -31,7 +31,7 @@ from scipy.stats import spearmanr
 
 from headgeom import results
 from headgeom.io import read_parquet_metadata
-from headgeom.model import registry
+from headgeom.paper.selections import geometry_registry
 
 TASK_ORDER = ["sva", "quote", "plural"]
 TASK_TITLES = {"sva": "SVA", "quote": "Quote", "plural": "Plural"}
@@ -388,7 +388,7 @@ def table2(inputs: Inputs) -> Table:
 
 def _learned_reference(frame: pd.DataFrame) -> pd.Series:
     """Validation loss of the learned model each row is compared with (NaN if none)."""
-    learned = frame[frame["geometry"].map(registry.is_baseline)]
+    learned = frame[frame["geometry"].map(geometry_registry().is_baseline)]
     same_seed = learned.set_index(["corpus", "seed"])["val_loss"]
     corpus_mean = learned.groupby("corpus")["val_loss"].mean()
     keys = pd.MultiIndex.from_frame(frame[["corpus", "seed"]])
@@ -714,7 +714,7 @@ def clamps_table(inputs: Inputs) -> Table:
     pairs = _optional(inputs, "pairs", CLAMP_PAIR_COLUMNS)
     if len(pairs):
         keys = zip(pairs["model"], pairs["seed"], strict=True)
-        learned = [registry.is_baseline(geometry[key]) for key in keys]
+        learned = [geometry_registry().is_baseline(geometry[key]) for key in keys]
         pairs = pairs.assign(learned=learned)
         same = pairs[pairs["same_index"]]
         add(
