@@ -1,14 +1,17 @@
+# Clean task performance (Table 5), one job per run for every task: the checkpoint is
+# verified and loaded once (a job's start-up, mostly torch, costs more than a task's
+# evaluation). evaluate_step (dynamics.smk) reuses it per intermediate checkpoint and task.
 rule evaluate_clean:
     input:
         checkpoint=PATHS["checkpoint"],
         manifest=PATHS["manifest"],
-        task=PATHS["task"],
+        task=[PATHS["task"].format(task=t) for t in TASKS],
     output:
-        PATHS["eval"],
+        expand(PATHS["eval"], task=TASKS, allow_missing=True),
     log:
-        log_of("evaluate_clean", "{model}-s{seed}-{task}"),
+        log_of("evaluate_clean", "{model}-s{seed}"),
     benchmark:
-        benchmark_of("evaluate_clean", "{model}-s{seed}-{task}")
+        benchmark_of("evaluate_clean", "{model}-s{seed}")
     threads: STUDY.threads("evaluate_clean")
     resources:
         **STUDY.resources("evaluate_clean", mem_mb=2000, runtime=10),
