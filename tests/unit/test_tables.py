@@ -439,3 +439,19 @@ def test_make_table_writes_md_csv_tex_and_sources(tmp_path, table3_inputs):
     sources = json.loads((out / "t.json").read_text())
     assert set(sources["kinds"]) == {"runs", "robustness"}
     assert set(sources["inputs"]) == {p for ps in table3_inputs.values() for p in ps}
+
+
+def test_a_block_with_its_own_header_prints_its_own_column_names():
+    from headgeom.paper.tables import Block, Table
+
+    main = Block(pd.DataFrame({"Model": ["a"], "ρ": ["0.1 [≈ 0]"]}))
+    other = Block(pd.DataFrame({"Circuit": ["c"], "Edges": ["11 [22]"]}), "ACDC", True)
+    table = Table("t", pd.DataFrame(), [main, other], "caption")
+    md = table.markdown()
+    assert "| Circuit" in md and "| Model" in md
+    assert md.index("| Model") < md.index("**ACDC**") < md.index("| Circuit")
+    tex = table.latex()
+    assert r"Circuit & Edges \\" in tex and r"Model & $\rho$ \\" in tex
+    assert r"[$\approx$ 0]" in tex
+    plain = Table("t", pd.DataFrame(), [main, Block(other.cells, "ACDC")], "caption").markdown()
+    assert "| Circuit" not in plain  # without own_header a block takes the table's titles

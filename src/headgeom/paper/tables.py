@@ -42,10 +42,12 @@ Inputs = Mapping[str, Sequence[str]]
 # ----------------------------------------------------------------------------- rendering
 @dataclass
 class Block:
-    """One block of rows sharing the table's columns; ``title`` is printed above it."""
+    """One block of rows sharing the table's columns; ``title`` is printed above it. A block
+    with ``own_header`` (as many columns, other quantities) prints its own column names."""
 
     cells: pd.DataFrame  # strings; column names are the header titles
     title: str | None = None
+    own_header: bool = False
 
 
 @dataclass
@@ -76,7 +78,7 @@ class Table:
         for block in self.blocks:
             if block.title:
                 parts.append(f"**{block.title}**\n")
-            shown = block.cells.set_axis(titles, axis=1)
+            shown = block.cells if block.own_header else block.cells.set_axis(titles, axis=1)
             parts.append(shown.to_markdown(index=False, disable_numparse=True) + "\n")
         return "\n".join(parts)
 
@@ -114,6 +116,9 @@ class Table:
             if block.title:
                 title = rf"\emph{{{latex_escape(block.title)}}}"
                 lines += [rf"\multicolumn{{{n}}}{{l}}{{{title}}} \\", r"\midrule"]
+            if block.own_header:
+                own = " & ".join(latex_escape(str(t)) for t in block.cells.columns)
+                lines += [own + r" \\", r"\midrule"]
             for row in block.cells.itertuples(index=False):
                 lines.append(" & ".join(latex_escape(str(v)) for v in row) + r" \\")
         lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
@@ -141,6 +146,7 @@ LATEX_TOKENS = {
     "Λ": r"$\Lambda$",
     "ρ": r"$\rho$",
     "≥": r"$\geq$",
+    "≈": r"$\approx$",
     "≤": r"$\leq$",
     "·": r"$\cdot$",
     "|": r"$|$",
@@ -1188,14 +1194,14 @@ def table7(inputs: Inputs) -> Table:
         for (model, seed), g in into.groupby(["model", "seed"], sort=False):
             counts = g["source_kind"].value_counts()
             arow.append({
-                "Model group": f"ACDC {model} s{seed}: edges into attention inputs",
-                "Pooled": f"{len(g)} [22]",
-                "Q (median)": f"heads {counts.get('head', 0)} [0]",
-                "K (median)": f"MLPs {counts.get('mlp', 0)} [20]",
-                "V (median)": f"embeddings {counts.get('embed', 0)} [2]",
-                "PK range": f"{len(acdc[acdc['model'] == model])} circuit edges",
+                "Circuit": f"ACDC {model} s{seed}",
+                "Edges into attention inputs": f"{len(g)} [22]",
+                "from heads": f"{counts.get('head', 0)} [0]",
+                "from MLPs": f"{counts.get('mlp', 0)} [20]",
+                "from embeddings": f"{counts.get('embed', 0)} [2]",
+                "Circuit edges": str(len(acdc[acdc["model"] == model])),
             })  # fmt: skip
-        blocks.append(Block(pd.DataFrame(arow), "ACDC circuit (threshold 0.001, KL)"))
+        blocks.append(Block(pd.DataFrame(arow), "ACDC circuit (threshold 0.001, KL)", True))
     caption = (
         "Table 7. Spearman correlation of edge PK with the edge's KL effect (first "
         f"{int(summaries['n_examples'].iloc[0])} SVA validation examples, full-vocabulary "
