@@ -857,8 +857,9 @@ def projection_section(ctx: Context, deadline: float) -> dict:
         else "none (not a GPU with a known peak)",
         "not_projected": "CPU rules (tokenize_corpus, make_tasks, evaluate_clean, concentration, "
         "lanes, exclusivity, geometry_stats, tables, figures, document), the step copies of "
-        "evaluate/geometry, dynamics (V-gradients), scalar_ablation and edge patching (no "
-        "rule yet)",
+        "evaluate/geometry, dynamics (V-gradients), scalar_ablation, coordinates, and the edges "
+        "and acdc rules (the edges section above times their engine on this device; "
+        "benchmarks/edge_engine.py projects them at paper shape)",
     }
 
 
