@@ -25,26 +25,9 @@ from tests.scripts import load_script
 transformers = pytest.importorskip("transformers", reason="transformers is a [dev] extra")
 transformer_lens = pytest.importorskip("transformer_lens", reason="a [dev] extra (benchmark)")
 
-N_VOCAB = 40
+from tests.unit.test_importing_tl import N_VOCAB, learned_model  # noqa: E402
+
 ATOL = 1e-4
-
-
-def learned_model(seed: int = 0) -> GPT:
-    """A tiny learned GPT with large random weights (every head and LayerNorm matters)."""
-    torch.manual_seed(seed)
-    cfg = ModelConfig(
-        n_vocab=N_VOCAB, n_ctx=16, n_layer=3, n_head=4, d_model=32, d_head=8, d_mlp=64
-    )
-    model = GPT(cfg)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "ln" in name and name.endswith("weight"):
-                p.copy_(1.0 + 0.3 * torch.randn_like(p))
-            elif name.startswith(("wte", "wpe")):
-                p.normal_(0.0, 1.0)
-            else:
-                p.normal_(0.0, 0.3)
-    return model.eval()
 
 
 def pairs(n: int, T: int, seed: int = 1):
