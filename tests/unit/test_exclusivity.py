@@ -22,6 +22,7 @@ from headgeom.analysis.stats import effects_from_drops
 from headgeom.data.task_files import PatchInputs
 from headgeom.model.config import ModelConfig
 from headgeom.model.gpt import GPT, site
+from tests.weights import large_random_weights
 
 
 # ----------------------------------------------------------------------------- percentiles
@@ -131,14 +132,8 @@ def _model(n_layer=2, zero_mlp0=False, seed=0) -> GPT:
     cfg = ModelConfig(n_vocab=23, n_ctx=16, n_layer=n_layer, n_head=3, d_model=24, d_head=8,
                       d_mlp=48, geometry="learned")  # fmt: skip
     model = GPT(cfg)
+    large_random_weights(model)
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "ln" in name and name.endswith("weight"):
-                p.copy_(1.0 + 0.3 * torch.randn_like(p))
-            elif name.startswith(("wte", "wpe")):
-                p.normal_(0.0, 1.0)
-            else:
-                p.normal_(0.0, 0.3)
         if zero_mlp0:
             model.blocks[0].mlp.c_proj.weight.zero_()
             model.blocks[0].mlp.c_proj.bias.zero_()

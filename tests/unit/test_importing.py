@@ -18,6 +18,7 @@ from headgeom.analysis.patching import patch_all_heads_fast
 from headgeom.model.importing import ModelImportError, import_hf_gpt2, import_model
 from headgeom.model.interop import export_hf
 from tests.unit.test_interop import learned_model
+from tests.weights import large_random_weights
 
 transformers = pytest.importorskip("transformers", reason="transformers is a [dev] extra")
 transformer_lens = pytest.importorskip("transformer_lens", reason="a [dev] extra")
@@ -33,14 +34,7 @@ def tiny_gpt2(seed: int = 0):
         resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
     )  # fmt: skip
     hf = transformers.GPT2LMHeadModel(cfg)
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            if "ln" in name and name.endswith("weight"):
-                p.copy_(1.0 + 0.3 * torch.randn_like(p))
-            elif "wte" in name or "wpe" in name:
-                p.normal_(0.0, 1.0)
-            else:
-                p.normal_(0.0, 0.3)
+    large_random_weights(hf)
     return hf.eval()
 
 

@@ -31,6 +31,7 @@ from headgeom.model.importing import (
 )
 from headgeom.model.importing_tl import TL_CONVERSION_VERSION
 from headgeom.model.interop import export_hf, tl_state_dict
+from tests.weights import large_random_weights
 
 N_VOCAB, L, H, D, DH, M, CTX = 40, 3, 4, 32, 8, 64, 16
 
@@ -42,14 +43,7 @@ def learned_model(seed: int = 0) -> GPT:
         n_vocab=N_VOCAB, n_ctx=CTX, n_layer=L, n_head=H, d_model=D, d_head=DH, d_mlp=M
     )
     model = GPT(cfg)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "ln" in name and name.endswith("weight"):
-                p.copy_(1.0 + 0.3 * torch.randn_like(p))
-            elif name.startswith(("wte", "wpe")):
-                p.normal_(0.0, 1.0)
-            else:
-                p.normal_(0.0, 0.3)
+    large_random_weights(model)
     return model.eval()
 
 

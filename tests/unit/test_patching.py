@@ -28,6 +28,7 @@ from headgeom.model.checkpoint import save_checkpoint
 from headgeom.model.config import ModelConfig
 from headgeom.model.gpt import GPT
 from tests.scripts import load_script
+from tests.weights import large_random_weights
 
 GEOMETRIES = ("learned", "write-common-axis")
 N_LAYER, N_HEAD, N_VOCAB = 3, 4, 48
@@ -47,14 +48,7 @@ def tiny_model(geometry: str, seed: int = 0) -> GPT:
         geometry=geometry,
     )
     model = GPT(cfg)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "ln" in name and name.endswith("weight"):
-                p.copy_(1.0 + 0.3 * torch.randn_like(p))  # nontrivial LayerNorm gains γ
-            elif name.startswith("wte") or name.startswith("wpe"):
-                p.normal_(0.0, 1.0)
-            else:
-                p.normal_(0.0, 0.3)
+    large_random_weights(model)
     return model.eval()
 
 
