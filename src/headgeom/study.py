@@ -436,17 +436,24 @@ class Study:
                 "include it; add it to patching.splits"
             )
 
+    def configured_models(self, block: str, key: str) -> list[str] | None:
+        """Config ``<block>.<key>``, a list of model names, each checked to be a model of the
+        study (an unknown name fails naming its index and the nearest known name); None when
+        the config leaves the choice to the stage's default."""
+        chosen = (self.config.get(block) or {}).get(key)
+        for i, model in enumerate(chosen or []):
+            if model not in self.models:
+                raise selections.unknown_model(model, self.models, f"config {block}.{key}[{i}]")
+        return None if chosen is None else list(chosen)
+
     @cached_property
     def leakage_models(self) -> list[str]:
         """Models leakage measures: config leakage.models, by default every model whose
         geometry has a shared LN_1 before free readers (docs §11.1)."""
-        chosen = self.config["leakage"].get("models")
+        chosen = self.configured_models("leakage", "models")
         if chosen is None:
             return [m for m, spec in self.models.items() if _leakage_capable(spec["geometry"])]
-        for i, model in enumerate(chosen):
-            if model not in self.models:
-                raise selections.unknown_model(model, self.models, f"config leakage.models[{i}]")
-        return list(chosen)
+        return chosen
 
     @cached_property
     def leakage_runs(self) -> list[tuple[str, int]]:
@@ -746,10 +753,7 @@ class Study:
             geometry = registry.geometry(self.models[m]["geometry"])
             return registry.architecture(geometry.architecture).prefix_reuse
 
-        wanted = self.config.get("edges", {}).get("models")
-        for m in wanted or []:
-            if m not in self.models:
-                raise selections.unknown_model(m, self.models, "config edges.models")
+        wanted = self.configured_models("edges", "models")
         return [
             (m, s) for m, s in self.runs
             if (m in wanted if wanted is not None else
@@ -760,11 +764,8 @@ class Study:
     def acdc_runs(self) -> list[tuple[str, int]]:
         """Runs ACDC measures (docs §15.4): config ``edges.acdc_models``, else the edge runs of
         the geometries in ``selections.ACDC_DEFAULTS`` (all-rotated), first seed only."""
-        wanted = self.config.get("edges", {}).get("acdc_models")
+        wanted = self.configured_models("edges", "acdc_models")
         if wanted is not None:
-            for m in wanted:
-                if m not in self.models:
-                    raise selections.unknown_model(m, self.models, "config edges.acdc_models")
             return [(m, s) for m, s in self.first_seed_runs if m in wanted]
         return [(m, s) for m, s in self.first_seed_runs if (m, s) in set(self.edge_runs)
                 and self.models[m]["geometry"] in selections.ACDC_DEFAULTS]  # fmt: skip
@@ -776,10 +777,7 @@ class Study:
         ``coordinates.models`` (all their seeds), or every run of a geometry in
         ``selections.COORDINATE_DEFAULTS`` (the write-common-axis variants, learned, and the
         pre-W_O comparison's read-common and all-common-axis)."""
-        wanted = self.config.get("coordinates", {}).get("models")
-        for m in wanted or []:
-            if m not in self.models:
-                raise selections.unknown_model(m, self.models, "config coordinates.models")
+        wanted = self.configured_models("coordinates", "models")
         runs = self.first_seed_runs if self.stage("coordinates")["first_seeds"] else self.runs
         return [
             (m, s) for m, s in runs
@@ -1017,10 +1015,7 @@ class Study:
         return self.comparison_modes[1:]
 
     def _first_seeds(self, key: str) -> list[tuple[str, int]]:
-        chosen = self.config["ablation"].get(key)
-        for i, model in enumerate(chosen or []):
-            if model not in self.models:
-                raise selections.unknown_model(model, self.models, f"config ablation.{key}[{i}]")
+        chosen = self.configured_models("ablation", key)
         return [(m, s) for m, s in self.first_seed_runs if chosen is None or m in chosen]
 
     @cached_property
