@@ -26,7 +26,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from headgeom.paper.selections import geometry_registry
-from headgeom.paper.tables import Block, Inputs, Table, read_runs
+from headgeom.paper.tables import COORDINATES_PAPER, Block, Inputs, Table, read_runs
 
 Value = float | tuple[float, float] | None
 
@@ -1679,23 +1679,17 @@ def _coordinate_share(groups: Sequence[str], site: str, task: str = "sva"):
     return compute
 
 
-for _metric, _groups, _site, _text, _lo, _hi in (
-    ("top-10 coordinate share after W_O, SVA", ["write-common-axis variants"], "after_wo",
-     "45–83%", 0.45, 0.83),
-    ("top-10 coordinate share after W_O, SVA", ["learned"], "after_wo", "10–13%", 0.10, 0.13),
-    ("top-10 direction share before W_O, SVA", ["read-common"], "before_wo", "52%", 0.52, None),
-    ("top-10 direction share before W_O, SVA", ["all-common-axis"], "before_wo", "52%", 0.52,
-     None),
-    ("top-10 direction share before W_O, SVA", ["learned"], "before_wo", "36%", 0.36, None),
-    ("top-10 direction share before W_O, Haar-rotated, SVA", ["read-common"],
-     "before_wo_rotated", "60%", 0.60, None),
-    ("top-10 direction share before W_O, Haar-rotated, SVA", ["all-common-axis"],
-     "before_wo_rotated", "46%", 0.46, None),
-    ("top-10 direction share before W_O, Haar-rotated, SVA", ["learned"],
-     "before_wo_rotated", "35%", 0.35, None),
-):  # fmt: skip
-    register("§20.6", _metric, _groups[0], _text, _lo, _hi, kinds=["coordinates"],
-             compute=_coordinate_share(_groups, _site), percent=True)  # fmt: skip
+_COORDINATE_METRICS = {
+    "after_wo": "top-10 coordinate share after W_O, SVA",
+    "before_wo": "top-10 direction share before W_O, SVA",
+    "before_wo_rotated": "top-10 direction share before W_O, Haar-rotated, SVA",
+}
+# the paper's values are the ones Table "coordinates" prints (tables.COORDINATES_PAPER)
+for (_group, _site), _text in COORDINATES_PAPER.items():
+    _bounds = [float(b) / 100 for b in _text.rstrip("%").split("–")]
+    register("§20.6", _COORDINATE_METRICS[_site], _group, _text, _bounds[0],
+             _bounds[1] if len(_bounds) > 1 else None, kinds=["coordinates"],
+             compute=_coordinate_share([_group], _site), percent=True)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- dynamics (issue 12)

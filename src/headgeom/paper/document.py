@@ -574,7 +574,6 @@ def _alignment_finding(inputs: Inputs) -> str:
 
 
 def _coordinate_finding(inputs: Inputs) -> str:  # issue 13 (docs §15.2)
-    from headgeom import results
     from headgeom.paper.selections import COORDINATE_GROUPS
 
     cols = results.COORDINATES.columns("model", "seed", "task", "site", "share_evaluation")

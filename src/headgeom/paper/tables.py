@@ -1258,7 +1258,7 @@ def coordinates_table(inputs: Inputs) -> Table:
     tidy["group"] = tidy["geometry"].map(selections.COORDINATE_GROUPS).fillna(tidy["geometry"])
     rows = []
     groups = list(dict.fromkeys([*selections.COORDINATE_GROUPS.values(), *tidy["group"]]))
-    for task in [t for t in ("sva", "quote", "plural") if t in set(tidy["task"])]:
+    for task in [t for t in TASK_ORDER if t in set(tidy["task"])]:
         for group in groups:
             part = tidy[(tidy["group"] == group) & (tidy["task"] == task)]
             if part.empty:
