@@ -45,6 +45,7 @@ from patching_engine import (  # noqa: E402
 )
 
 from headgeom.analysis import edges as E  # noqa: E402
+from headgeom.analysis.patching import first_difference  # noqa: E402
 
 
 def edge_flops(cfg, reader_layer: int, T: int, p: int, engine: str) -> int:
@@ -142,7 +143,8 @@ def main(argv=None) -> int:
             f"{name:<20}{total / est:>10.2f}{est:>26.0f}{est / ours_s:>8.1f}{diff:>12.2e}"
             f"  (extrapolated from {len(sub)} sampled edges, {spent:.1f} s)"
         )
-    T, p = len(clean[0]), first_difference(clean[0], ref[0])
+    T = len(clean[0])
+    p = min(first_difference(clean[0], ref[0]), T - 1)  # as the engine resumes
     flops = {
         name: sum(
             edge_flops(model.cfg, rl, T, p, name) * (edges.reader_layer == rl).sum()
@@ -167,11 +169,6 @@ def main(argv=None) -> int:
         f"{paper * per_row * loops['full-forward loop'][0] / ours_s / 3600:.0f} h"
     )
     return 0
-
-
-def first_difference(clean, ref) -> int:
-    differ = np.flatnonzero(np.asarray(clean) != np.asarray(ref))
-    return int(differ[0]) if len(differ) else len(clean) - 1
 
 
 if __name__ == "__main__":
