@@ -76,17 +76,19 @@ def main(argv: list[str] | None = None) -> int:
         "n_heads": model.cfg.n_head,
         **checkpoint,
         "effects_sha256": sha256_file(args.effects),
-        "check_C8_max_abs_residual": out.c8,
-        "check_C8_tolerance": leakage.C8_TOLERANCE,
-        "check_C9_max_abs_residual": out.c9,
-        "check_C9_tolerance": leakage.C9_TOLERANCE,
+        "check_C8_max_abs_residual": out.c8.value,
+        "check_C8_tolerance": out.c8.tolerance,
+        "check_C9_max_abs_residual": out.c9.value,
+        "check_C9_tolerance": out.c9.tolerance,
         "read_space": "folded: Im(P_c diag(gamma_LN1) W_X^T) (docs §9.2)",
         "rho_definition": "PK(U, R) / dim U (isotropic expectation, docs §9.5)",
         "device": str(device),
         "threads": args.threads,
     }
     results.LEAKAGE.write(args.out, table, metadata)
-    checks = f"C8 {out.c8:.2g}, C9 {out.c9:.2g}"
+    checks = ", ".join(
+        f"{name} {r.value:.2g} ≤ {r.tolerance:.2g}" for name, r in (("C8", out.c8), ("C9", out.c9))
+    )
     print(f"wrote {len(table)} rows to {args.out} ({checks})", file=sys.stderr)
     return 0
 

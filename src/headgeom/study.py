@@ -997,8 +997,9 @@ class Study:
 
     # ------------------------------------------------------------------ ablation (issue 16)
     # patching.mode picks what a patched head's z becomes (resample | mean | zero); the
-    # ablation block adds the mode comparison (ablation.modes on ablation.mode_models) and
-    # the block ablation atlas (ablation.atlas_models). Means: one artifact per run.
+    # ablation block opts into two extras beside the paper: the mode comparison
+    # (ablation.modes on ablation.mode_models) and the block ablation atlas (ablation.atlas on
+    # ablation.atlas_models). Means: one artifact per run.
     @property
     def patch_mode(self) -> str:
         return self.config["patching"]["mode"]
@@ -1026,8 +1027,9 @@ class Study:
 
     @cached_property
     def atlas_runs(self) -> list[tuple[str, int]]:
-        """Runs of the block ablation atlas (first seed of each ablation.atlas_models)."""
-        return self._first_seeds("atlas_models")
+        """Runs of the block ablation atlas (first seed of each ablation.atlas_models); none
+        unless ablation.atlas is true."""
+        return self._first_seeds("atlas_models") if self.config["ablation"]["atlas"] else []
 
     @property
     def mode_splits(self) -> list[str]:

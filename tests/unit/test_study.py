@@ -47,7 +47,7 @@ def test_demo_config_loads_with_the_schema_defaults():
     assert study.vocab_corpus == "default"  # compact_vocab defaults to true
     # defaults of the schema, filled in
     assert study.stage("patching") == {
-        "splits": ["discovery", "validation", "evaluation", "holdout"],
+        "splits": ["discovery", "validation", "evaluation"],  # holdout reserved (§16.1)
         "batch_size": 128,
         "max_rows": 4096,
         "mode": "resample",  # issue 16: the paper's resample patching

@@ -18,10 +18,11 @@ from one call of the clamp engine (headgeom.analysis.clamps) for all cases of th
   = Δ(MLPs) − direct, via MLPs′ = Δ(∅) − Δ(MLPs); interaction
   I = Δ(∅) − Δ(later heads) − Δ(MLPs) + Δ(both).
 
-Checks: C12 (every component clamped, nothing patched → clean logits within 1e-6) and C13
-(both clamp conditions — later heads + MLPs, and every component but the source — reproduce
-the closed-form direct term to 4 decimals); Δ(∅) must also reproduce the stored effects
-(1e-5, as check C9).
+Checks: C12 (every component clamped, nothing patched → clean logits) and C13 (both clamp
+conditions — later heads + MLPs, and every component but the source — reproduce the
+closed-form direct term); Δ(∅) must also reproduce the stored effects (as check C9). All
+three compare two routes to one value, so their tolerances follow from the model's dtype
+and its largest |logit| (``analysis.tolerance``), not from fixed float32 numbers.
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ import pandas as pd
 
 from headgeom.analysis import clamps
 from headgeom.analysis.clamps import Case
+from headgeom.analysis.tolerance import Residual, forward_tolerance
 
 N_PAIR_HEADS = 3
 N_PATH_HEADS = 5
-EFFECTS_TOLERANCE = 1e-5
 
 PAIR_COLUMNS = [
     "source_layer", "source_head", "source_rank", "later_layer", "later_head", "later_rank",
@@ -88,9 +89,9 @@ class ClampResult:
     pairs: pd.DataFrame
     paths: pd.DataFrame
     lumped: pd.DataFrame
-    c12: float
-    c13: float
-    effects_residual: float
+    c12: Residual
+    c13: Residual
+    effects: Residual
 
 
 def clamp_analyses(
@@ -178,27 +179,28 @@ def clamp_analyses(
              "sources": ",".join(label(x) for x in path_heads), "sum_unclamped": total,
              "sum_clamped": clamped, "reduction": reduction(total, clamped)}
         )  # fmt: skip
-    c12 = clamps.check_c12(model, *args, batch_size)
+    c12, scale = clamps.check_c12(model, *args, batch_size)
+    tol = forward_tolerance(model, scale)  # every route parts at block 0 at the latest
     return ClampResult(
         pd.DataFrame(pairs, columns=PAIR_COLUMNS),
         pd.DataFrame(paths, columns=PATH_COLUMNS),
         pd.DataFrame(rows, columns=LUMPED_COLUMNS),
-        c12,
-        c13,
-        residual,
+        Residual(c12, tol),
+        Residual(c13, tol),
+        Residual(residual, tol),
     )
 
 
 def require_checks(result: ClampResult, where: str) -> None:
     """Fail (ValueError) when C12, C13 or the stored-effects agreement is violated."""
     failed = [
-        f"{name} {value:.3g} > {tol:g}"
-        for name, value, tol in (
-            ("C12", result.c12, clamps.C12_TOLERANCE),
-            ("C13", result.c13, clamps.C13_TOLERANCE),
-            ("Δ(∅) vs stored effects", result.effects_residual, EFFECTS_TOLERANCE),
+        f"{name} {r.value:.3g} > {r.tolerance:.3g}"
+        for name, r in (
+            ("C12", result.c12),
+            ("C13", result.c13),
+            ("Δ(∅) vs stored effects", result.effects),
         )
-        if not value <= tol
+        if not r.passed
     ]
     if failed:
         raise ValueError(f"{where}: clamp checks failed: {'; '.join(failed)}")
@@ -206,14 +208,15 @@ def require_checks(result: ClampResult, where: str) -> None:
 
 @dataclass(frozen=True)
 class ClampTables:
-    """The three clamp tables of one run (every task) and the worst check values."""
+    """The three clamp tables of one run (every task) and each check's worst residual (the
+    task nearest its tolerance)."""
 
     pairs: pd.DataFrame
     paths: pd.DataFrame
     lumped: pd.DataFrame
-    c12: float
-    c13: float
-    effects_residual: float
+    c12: Residual
+    c13: Residual
+    effects: Residual
 
 
 def clamp_tables(model, tasks, split: str, lumped: bool, batch_size: int, max_rows: int):
@@ -221,14 +224,15 @@ def clamp_tables(model, tasks, split: str, lumped: bool, batch_size: int, max_ro
     identity the (model, seed, task) dict, inputs the split's PatchInputs and e_stored its
     (L, H) effects. Fails (ValueError naming the task) when a check is violated."""
     parts: dict[str, list[pd.DataFrame]] = {"pairs": [], "paths": [], "lumped": []}
-    worst = {"c12": 0.0, "c13": 0.0, "effects_residual": 0.0}
+    worst: dict[str, Residual] = {}
     for identity, inputs, e_stored in tasks:
         out = clamp_analyses(model, inputs, e_stored, lumped, batch_size, max_rows)
         require_checks(out, f"{identity} split {split}")
         for name in parts:
             frame = getattr(out, name)
             parts[name].append(frame.assign(**identity, split=split))  # empty: columns only
-        for key in worst:
-            worst[key] = max(worst[key], getattr(out, key))
+        for key in ("c12", "c13", "effects"):
+            r = getattr(out, key)
+            worst[key] = worst[key].worst(r) if key in worst else r
     frames = {name: pd.concat(frames, ignore_index=True) for name, frames in parts.items()}
     return ClampTables(frames["pairs"], frames["paths"], frames["lumped"], **worst)

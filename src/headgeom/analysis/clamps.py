@@ -50,11 +50,6 @@ from headgeom.model.gpt import site
 
 Head = tuple[int, int]
 
-#: docs §18: C12 (every component clamped, nothing patched → clean logits), fp32.
-C12_TOLERANCE = 1e-6
-#: docs §18: C13 (both clamp conditions reproduce the direct term to 4 decimals).
-C13_TOLERANCE = 5e-5
-
 
 # --------------------------------------------------------------------------- clamp sets
 @dataclass(frozen=True)
@@ -375,17 +370,18 @@ def _vocab_logits(model, chunk: int = 4096) -> Callable:
 
 
 @torch.no_grad()
-def check_c12(model, clean_ids, ref_ids, correct, incorrect, batch_size=128) -> float:
+def check_c12(model, clean_ids, ref_ids, correct, incorrect, batch_size=128) -> tuple[float, float]:
     """Check C12: max |logit| difference, over examples and the whole vocabulary, between the
     clean run and every component clamped with nothing patched, by both engine routes
-    (fully clamped layers shortcut, and computed then selected clean). fp32 logits, both
-    read out from the residual leaving the last block by the same ``answer_logits``."""
+    (fully clamped layers shortcut, and computed then selected clean), both read out from
+    the residual leaving the last block by the same ``answer_logits``. Returns the residual
+    and the largest |clean logit| (the scale of its tolerance, ``analysis.tolerance``)."""
     lengths = _check_pairs(clean_ids, ref_ids, correct, incorrect)
     device = _model_device(model)
     arch = _architecture(model)
     case = Case(None, everything(model))
     readout = _vocab_logits(model)
-    worst = 0.0
+    worst, scale = 0.0, 0.0
     good = torch.as_tensor(np.array(correct, dtype=np.int64), device=device)
     bad = torch.as_tensor(np.array(incorrect, dtype=np.int64), device=device)
     for index in length_batches(lengths, batch_size):
@@ -395,6 +391,7 @@ def check_c12(model, clean_ids, ref_ids, correct, incorrect, batch_size=128) -> 
         g, b = good[idx], bad[idx]
         caches = _Caches(model, clean, ref, has_mlps(model), arch.prefix_reuse)
         expected = readout(caches.clean["hook_resid_final"], g, b)
+        scale = max(scale, float(expected.abs().max()))
         for shortcuts in (True, False):
             captured = []
 
@@ -405,7 +402,7 @@ def check_c12(model, clean_ids, ref_ids, correct, incorrect, batch_size=128) -> 
             clamp_batch(model, clean, ref, g, b, [case], len(index), True, shortcuts, keep)
             got = torch.cat(captured)
             worst = max(worst, float((got - expected).abs().max()))
-    return worst
+    return worst, scale
 
 
 @torch.no_grad()

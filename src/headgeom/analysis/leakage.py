@@ -45,14 +45,22 @@ from headgeom.analysis.patching import (
 )
 from headgeom.analysis.stats import effects_from_drops
 from headgeom.analysis.subspace import orthonormal_bases, projection_kernel
+from headgeom.analysis.tolerance import (
+    Residual,
+    forward_tolerance,
+    model_dtype,
+    rounding_tolerance,
+)
 from headgeom.data.task_files import PatchInputs
 from headgeom.model import registry
 from headgeom.model.geometries import READ_TYPES
 from headgeom.model.gpt import site
 
-#: docs §11.2 / §18: tolerances of checks C8 and C9 (float32 forward passes).
-C8_TOLERANCE = 1e-5
-C9_TOLERANCE = 1e-5
+#: docs §11.2 / §18: checks C8 and C9 compare two routes to one value; their tolerances
+#: follow from the dtype and the magnitudes (``analysis.tolerance``): C8 two rounded W_O sums
+#: of attention outputs up to their largest |value|, C9 the whole forward at the largest
+#: |logit|.
+C8_STAGES = 2
 
 
 def _rows(delta: np.ndarray) -> np.ndarray:
@@ -181,8 +189,8 @@ class Leakage:
     """The leakage rows of one model and split (without identity columns) and the checks."""
 
     table: pd.DataFrame
-    c8: float
-    c9: float
+    c8: Residual
+    c9: Residual
 
 
 LEAKAGE_COLUMNS = [
@@ -306,7 +314,8 @@ def _batch_pass(model, clean, ref, correct, incorrect, U, acc) -> tuple:
     p = min(int(differ[0]) if len(differ) else T, T - 1)
     good, bad = correct.repeat(H), incorrect.repeat(H)  # row g·B + b: head g, example b
     drops = torch.empty(B, L, H, dtype=torch.float64, device=clean.device)
-    c8 = 0.0
+    c8, attn_scale = 0.0, 0.0
+    logit_scale = float(logits.abs().max())
 
     def cached(kind: str, layer: int) -> torch.Tensor:
         return cc[names[kind][layer]]
@@ -322,6 +331,7 @@ def _batch_pass(model, clean, ref, correct, incorrect, U, acc) -> tuple:
                 out = block.attn(x_in)
             residual = out.double() - out_clean.double() - delta[:, :, head]
             c8 = max(c8, float(residual.abs().max()))
+        attn_scale = max(attn_scale, float(out_clean.abs().max()))
         # leakage energies, pooled over all positions: Σ‖δ‖² and the write-space Gram
         rows = delta.flatten(0, 1)  # (B·T, H, D)
         acc.energy[layer] += torch.sum(torch.square(rows), dim=(0, 2)).cpu().numpy()
@@ -380,7 +390,7 @@ def _batch_pass(model, clean, ref, correct, incorrect, U, acc) -> tuple:
                 acc.tv[layer, :, j, :, c] += tv.cpu().numpy()
         logits = model.answer_logits(x, torch.stack([good, bad], dim=1)).double()
         drops[:, layer] = clean_ld[:, None] - (logits[:, 0] - logits[:, 1]).view(H, B).T
-    return drops, c8
+    return drops, c8, attn_scale, logit_scale
 
 
 def leakage_table(
@@ -410,10 +420,10 @@ def leakage_table(
         return torch.as_tensor(np.stack([ids[i] for i in index]).astype(np.int64), device=device)
 
     drops = np.empty((len(inputs.clean_ids), n_layer, n_head))
-    c8 = 0.0
+    c8, attn_scale, logit_scale = 0.0, 0.0, 0.0
     for index in tqdm(batches, desc="leakage", unit="batch", file=sys.stderr):
         index_t = torch.as_tensor(index, device=device)
-        d, residual = _batch_pass(
+        d, residual, a_scale, l_scale = _batch_pass(
             model,
             stack(inputs.clean_ids, index),
             stack(inputs.ref_ids, index),
@@ -422,19 +432,25 @@ def leakage_table(
             U_t,
             acc,
         )
-        c8 = max(c8, residual)
+        c8, attn_scale = max(c8, residual), max(attn_scale, a_scale)
+        logit_scale = max(logit_scale, l_scale)
         drops[index] = d.cpu().numpy()
 
-    c9 = float(np.max(np.abs(effects_from_drops(drops) - e_stored)))
-    if c8 > C8_TOLERANCE:
+    dtype = model_dtype(model)
+    c8 = Residual(c8, rounding_tolerance(dtype, attn_scale, C8_STAGES))
+    c9 = Residual(
+        float(np.max(np.abs(effects_from_drops(drops) - e_stored))),
+        forward_tolerance(model, logit_scale),
+    )
+    if not c8.passed:
         raise ArithmeticError(
-            f"check C8 failed: patched − clean attention output differs from δ by {c8:.3g} "
-            f"> {C8_TOLERANCE} (docs §11.2)"
+            f"check C8 failed: patched − clean attention output differs from δ by "
+            f"{c8.value:.3g} > {c8.tolerance:.3g} (docs §11.2)"
         )
-    if c9 > C9_TOLERANCE:
+    if not c9.passed:
         raise ArithmeticError(
             f"check C9 failed: effects recomputed from δ differ from {effects_path} by "
-            f"{c9:.3g} > {C9_TOLERANCE} (docs §11.2)"
+            f"{c9.value:.3g} > {c9.tolerance:.3g} (docs §11.2)"
         )
     n_examples = len(inputs.clean_ids)
     records = []
