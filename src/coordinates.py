@@ -85,11 +85,14 @@ def main(argv=None) -> int:
         sources[f"{task.name}_heads_sha256"] = sha256_file(heads_path)
     metadata = {
         "analysis": "coordinates",
-        "analysis_version": "1",
+        "analysis_version": "2",  # 2: the null draws without the selected directions
         **results.provenance(manifest),
         **sources,
         "selection_split": "validation",
         "report_split": "evaluation",
+        "null_draw": "per magnitude decile (validation), the selected directions excluded; "
+        "short deciles merged (null_strata)",
+        "p_value_definition": "(1 + #{random share >= selected share}) / (1 + n_random_sets)",
         "device": str(device),
         "threads": args.threads,
     }

@@ -1503,7 +1503,12 @@ COORDINATES = ResultTable(
             ("null_p95", pa.float64()),
             ("null_max", pa.float64()),
             ("null_fraction_at_least", pa.float64()),
+            ("null_p_value", pa.float64()),
             ("beats_every_random_set", pa.bool_()),
+            ("null_strata", pa.string()),
+            ("null_incl_selected_mean", pa.float64()),
+            ("null_incl_selected_max", pa.float64()),
+            ("null_incl_selected_p_value", pa.float64()),
             ("n_random_sets", pa.int64()),
             ("null_seed", pa.int64()),
             ("rotation_seed", pa.int64()),
@@ -1528,14 +1533,30 @@ COORDINATES = ResultTable(
         "positive_sum_evaluation": "Σ of the positive evaluation mean drops (the denominator)",
         "total_evaluation": "Σ of all evaluation mean drops (signed)",
         "top_directions": "the k selected directions, comma-separated (c, or j = h·d + k)",
-        "null_mean": "mean evaluation share of the magnitude-decile-matched random sets",
-        "null_p95": "its 95th percentile",
-        "null_max": "its largest value",
-        "null_fraction_at_least": "fraction of random sets whose share ≥ share_evaluation",
-        "beats_every_random_set": "share_evaluation > every random set's share",
-        "n_random_sets": "random sets of k directions, each with the selected set's count per "
-        "decile of mean |patch difference| on validation, drawn from the whole decile",
-        "null_seed": "seed of numpy Generator(PCG64) drawing the random sets",
+        "null_mean": "mean evaluation share of the magnitude-matched random sets (drawn "
+        "without the selected directions; see n_random_sets)",
+        "null_p95": "their 95th percentile",
+        "null_max": "their largest share",
+        "null_fraction_at_least": "#{random sets with share ≥ share_evaluation} / n_random_sets "
+        "(ties within 100·eps relative count as ≥)",
+        "null_p_value": "Monte Carlo p-value (1 + #{random sets with share ≥ share_evaluation}) "
+        "/ (1 + n_random_sets) (Phipson & Smyth 2010); smallest possible 1/(1 + n_random_sets)",
+        "beats_every_random_set": "share_evaluation > every random set's share (beyond the tie "
+        "tolerance), i.e. null_p_value = 1/(1 + n_random_sets)",
+        "null_strata": "the magnitude strata the random sets are matched on: decile indices "
+        "(0 smallest), comma-separated, '+' joining deciles merged because a decile had fewer "
+        "non-selected directions than the selected set has in it (docs §15.2)",
+        "null_incl_selected_mean": "earlier draw, kept for comparison: mean share of random "
+        "sets drawn from the whole decile, the selected directions included (biased upward; "
+        "a set can be the selected set itself)",
+        "null_incl_selected_max": "that draw's largest share",
+        "null_incl_selected_p_value": "(1 + #{sets of that draw with share ≥ "
+        "share_evaluation}) / (1 + n_random_sets)",
+        "n_random_sets": "random sets of k directions, each with the selected set's count of "
+        "directions per stratum (null_strata) of mean |patch difference| on validation, drawn "
+        "uniformly without replacement from the stratum's directions outside the selected set",
+        "null_seed": "seed of the numpy Generator(PCG64) drawing the random sets (each draw, "
+        "with and without the selected directions, from a fresh generator of this seed)",
         "rotation_seed": "seed of the Generator drawing the Haar rotations (before_wo_rotated)",
     },
     "run, task and site",

@@ -1,17 +1,22 @@
 """Coordinate concentration (docs §15.2): the batched single-direction patches equal a naive
 hooked forward per direction; the share on planted effects; decile matching on a hand-built
-magnitude vector; the Haar rotation keeps the total patch (Σ_k r r^T = I)."""
+magnitude vector, the random sets drawn without the selected directions and short deciles
+merged; the null's p-value on planted and hand-counted cases; the Haar rotation keeps the
+total patch (Σ_k r r^T = I)."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
+from headgeom import results
 from headgeom.analysis import coordinates as C
-from headgeom.model import registry
-from tests.unit.test_edges import zoo_model
-from tests.unit.test_patching_fast import multiscreen_model, random_pairs
+from headgeom.model import registry, zoo
+from tests.unit.test_edges import N_VOCAB, TINY_ROUTED, zoo_model
+from tests.unit.test_patching_fast import multiscreen_model, perturbed, random_pairs
 
 
 def test_share_of_a_one_hot_planted_effect_is_one():
@@ -37,10 +42,147 @@ def test_decile_matching_on_a_hand_built_magnitude_vector():
     for rank, i in enumerate(order):
         assert q[i] == rank // 2
     chosen = np.array([12, 3, 1])  # 9.5, 9.0 (top decile: {3, 12}), 0.1 (bottom: {1, 11})
-    sets = C.matched_random_sets(m, chosen, 200, np.random.default_rng(0))
-    for s in sets:
+    # the earlier draw, selected included: the whole top decile is in every set
+    old = C.matched_random_sets(m, chosen, 200, np.random.default_rng(0), include_selected=True)
+    for s in old:
         assert len(set(s)) == 3 and {3, 12} <= set(s) and len(set(s) & {1, 11}) == 1
-    assert {int(x) for s in sets for x in s} == {1, 3, 11, 12}  # both bottom members drawn
+    assert {int(x) for s in old for x in s} == {1, 3, 11, 12}  # both bottom members drawn
+    # without the selected: the top decile has no other member, so it is merged with decile
+    # 8 ({7: 8.0, 18: 8.5}); the bottom decile keeps its one other member, 11
+    assert C.null_strata(m, chosen) == [[0], [1], [2], [3], [4], [5], [6], [7], [8, 9]]
+    assert C.strata_label(C.null_strata(m, chosen)) == "0,1,2,3,4,5,6,7,8+9"
+    sets = C.matched_random_sets(m, chosen, 50, np.random.default_rng(0))
+    assert {frozenset(s.tolist()) for s in sets} == {frozenset({7, 18, 11})}
+
+
+def test_random_sets_exclude_the_selected_and_match_the_decile_counts():
+    rng = np.random.default_rng(4)
+    m = rng.random(100)  # deciles of exactly 10
+    q = C.deciles(m)
+    chosen = np.array([int(np.flatnonzero(q == b)[j]) for b, j in
+                       [(9, 0), (9, 1), (9, 2), (9, 3), (8, 0), (8, 5), (5, 2), (2, 2),
+                        (0, 0), (0, 9)]])  # fmt: skip
+    want = np.bincount(q[chosen], minlength=10)
+    assert C.null_strata(m, chosen) == [[b] for b in range(10)]
+    sets = C.matched_random_sets(m, chosen, 500, np.random.default_rng(1))
+    assert sets.shape == (500, 10)
+    seen = set()
+    for s in sets:
+        assert len(set(s.tolist())) == 10  # without replacement within a set
+        assert not set(s.tolist()) & set(chosen.tolist())
+        np.testing.assert_array_equal(np.bincount(q[s], minlength=10), want)
+        seen |= set(s.tolist())
+    # every non-selected member of the deciles used is drawn somewhere (uniform over the pool)
+    assert seen == {g for g in range(100) if want[q[g]] and g not in set(chosen.tolist())}
+
+
+def test_short_middle_deciles_merge_upward_and_too_few_directions_fail():
+    m = np.arange(20.0)  # decile b = {2b, 2b + 1}
+    # decile 4 ({8, 9}) wholly selected: merged with decile 5 above it ({10, 11}), whose two
+    # members then fill both places; decile 9: one selected, the other (19) fills it
+    chosen = np.array([8, 9, 18])
+    assert C.strata_label(C.null_strata(m, chosen)) == "0,1,2,3,4+5,6,7,8,9"
+    sets = C.matched_random_sets(m, chosen, 20, np.random.default_rng(2))
+    assert {frozenset(s.tolist()) for s in sets} == {frozenset({10, 11, 19})}
+    with pytest.raises(ValueError, match=r"site before_wo: 15 directions leave 5 .* 10"):
+        C.null_strata(np.arange(15.0), np.arange(10), "before_wo")
+
+
+def planted(val_mean, eval_mean, magnitude, n=3, seed=0):
+    """(N, G) per-example drops with the given means (zero-mean noise) and magnitudes."""
+    noise = np.random.default_rng(seed).standard_normal((n, len(val_mean)))
+    noise -= noise.mean(0)
+    mags = np.broadcast_to(magnitude, (n, len(magnitude)))
+    return val_mean + 0.1 * noise, eval_mean - 0.1 * noise, mags
+
+
+def test_a_uniquely_best_selected_set_beats_every_random_set_with_the_smallest_p():
+    rng = np.random.default_rng(7)
+    G, n_sets = 100, 300
+    top = rng.choice(G, 10, replace=False)
+    val_mean, eval_mean = rng.uniform(-0.5, 1.0, G), rng.uniform(-0.5, 1.0, G)
+    val_mean[top] = 5.0 + np.arange(10)  # the top 10 on validation ...
+    eval_mean[top] = 2.0 + np.arange(10)  # ... and on evaluation, above every other direction
+    val, ev, mags = planted(val_mean, eval_mean, rng.random(G))
+    out = C.site_summary(val, ev, mags, n_sets, seed=11, site_name="after_wo")
+    assert set(map(int, out["top_directions"].split(","))) == set(top.tolist())
+    positive = eval_mean[eval_mean > 0].sum()
+    assert out["share_evaluation"] == pytest.approx(eval_mean[top].sum() / positive)
+    assert out["beats_every_random_set"] is True
+    assert out["null_p_value"] == 1 / (n_sets + 1)
+    assert out["null_fraction_at_least"] == 0.0
+    assert out["null_max"] < out["share_evaluation"]
+
+
+def test_p_value_of_a_selected_set_that_is_not_best_is_the_hand_count():
+    # deciles of 3 ({3b, 3b+1, 3b+2}), the selected direction of each is 3b + 2; so every
+    # random set has one of the two others of every decile: of decile 0, direction 0 or 1
+    G, n_sets = 30, 400
+    chosen = np.arange(2, G, 3)
+    val_mean = np.zeros(G)
+    val_mean[chosen] = 1.0
+    eval_mean = np.zeros(G)
+    eval_mean[chosen] = 0.3  # selected share 3.0 / 7.0
+    eval_mean[0] = 4.0  # a random set with direction 0 has share 4 / 7, any other 0
+    val, ev, mags = planted(val_mean, eval_mean, np.arange(G, dtype=float))
+    out = C.site_summary(val, ev, mags, n_sets, seed=3)
+    assert out["share_evaluation"] == pytest.approx(3 / 7)
+    assert out["null_strata"] == "0,1,2,3,4,5,6,7,8,9"
+    sets = C.matched_random_sets(
+        np.arange(G, dtype=float), chosen, n_sets, np.random.default_rng(3)
+    )
+    with_0 = int(np.count_nonzero((sets == 0).any(1)))  # the sets with share 4/7 ≥ 3/7
+    assert 0.4 * n_sets < with_0 < 0.6 * n_sets  # 0 or 1 with probability 1/2 each
+    assert out["null_p_value"] == (1 + with_0) / (1 + n_sets)
+    assert out["null_fraction_at_least"] == with_0 / n_sets
+    assert out["beats_every_random_set"] is False
+    assert out["null_max"] == pytest.approx(4 / 7)
+    assert out["null_mean"] == pytest.approx(4 / 7 * with_0 / n_sets)
+
+
+def test_the_earlier_draw_can_never_be_beaten_when_the_selected_fill_their_deciles():
+    # the 10 selected are the 10 largest magnitudes (deciles 5–9, 2 each): the earlier draw
+    # returns the selected set itself every time (p = 1); the unbiased draw merges every
+    # decile into one stratum and returns the 10 others, which the selected set beats
+    G, n_sets = 20, 100
+    chosen = np.arange(10, 20)
+    val_mean = np.where(np.arange(G) >= 10, 1.0, 0.0)
+    eval_mean = np.where(np.arange(G) >= 10, 0.5, 0.1)
+    val, ev, mags = planted(val_mean, eval_mean, np.arange(G, dtype=float))
+    out = C.site_summary(val, ev, mags, n_sets, seed=5)
+    assert out["top_directions"] == ",".join(map(str, chosen))
+    assert out["share_evaluation"] == pytest.approx(5 / 6)
+    assert out["null_incl_selected_max"] == pytest.approx(out["share_evaluation"])
+    assert out["null_incl_selected_p_value"] == 1.0
+    assert out["null_strata"] == "0+1+2+3+4+5+6+7+8+9"
+    assert out["null_max"] == pytest.approx(1 / 6)
+    assert out["beats_every_random_set"] is True and out["null_p_value"] == 1 / (n_sets + 1)
+
+
+def test_no_positive_drop_gives_no_p_value():
+    G = 30
+    val, ev, mags = planted(np.linspace(1, 2, G), -np.ones(G), np.arange(G, dtype=float))
+    out = C.site_summary(val, ev, mags, 20, seed=1)
+    assert np.isnan(out["share_evaluation"]) and np.isnan(out["null_p_value"])
+    assert out["beats_every_random_set"] is False and np.isnan(out["null_mean"])
+
+
+def test_coordinate_rows_fill_the_coordinates_schema():
+    torch.manual_seed(0)
+    cfg = zoo.derive_model_config("learned", TINY_ROUTED, {})  # D = H·d = 24 ≥ 2k
+    model = perturbed(registry.build_model(cfg, N_VOCAB), 0).double()
+    pairs = [random_pairs(4, (5, 6), seed=s) for s in (1, 2)]
+    val, ev = (SimpleNamespace(clean_ids=c, ref_ids=r, correct=a, incorrect=b)
+               for c, r, a, b in pairs)  # fmt: skip
+    e = np.zeros((model.cfg.n_layer, model.cfg.n_head))
+    e[1, 2] = 1.0
+    rows, directions = C.coordinate_rows(model, e, val, ev, n_sets=30)
+    identity = {"model", "seed", "task"}
+    assert [r["site"] for r in rows] == list(C.SITES)
+    for r in rows:
+        assert identity | set(r) == set(results.COORDINATES.names)
+        assert (r["best_layer"], r["best_head"]) == (1, 2)
+    assert identity | set(directions[0]) == set(results.COORDINATE_DIRECTIONS.names)
 
 
 def test_haar_rotations_are_orthogonal_and_seeded():

@@ -19,7 +19,9 @@ selected on the validation split (largest mean drop) and the share is reported o
 evaluation split [CHOICE, docs §15.2]; the in-sample share is validation on validation.
 The null: 1,000 random sets of 10 directions of the same site matched to the selected set
 by decile of mean |patch difference| (|a_c^ref − a_c| after W_O, |r^T(z^ref − z)| before),
-deciles on validation, drawn with a recorded seed.
+deciles on validation, drawn with a recorded seed from each decile *without* the selected
+directions [CHOICE, docs §15.2] (a decile too small for that is merged with its neighbour:
+:func:`null_strata`); Monte Carlo p = (1 + #{sets with share ≥ selected}) / (1 + n_sets).
 
 Batching: a patch acts at the final position only, so positions < T−1 stay clean in every
 layer; all directions of one site are rows (direction-major, row g·B + b) of one forward
@@ -38,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from headgeom.analysis import stats
 from headgeom.analysis.patching import (
     _check_pairs,
     _model_device,
@@ -284,22 +287,88 @@ def deciles(magnitude: np.ndarray, n: int = N_DECILES) -> np.ndarray:
     return (n * rank) // m.size
 
 
+def null_strata(
+    magnitude: np.ndarray, chosen: np.ndarray, site_name: str = "site"
+) -> list[list[int]]:
+    """The strata the matched null draws from: the magnitude deciles, each drawn from without
+    the chosen directions [CHOICE, docs §15.2]. A decile with fewer unchosen directions than
+    the chosen set has in it is merged with the stratum above it (larger magnitudes, the
+    side that makes the selected set harder to beat), the top stratum with the one below
+    (the only neighbour it has), the highest short stratum first, until every stratum can
+    supply its count. At paper shape (76–77 directions per decile, 10 chosen) nothing can be
+    merged; at demo shape (6–7 per decile) the top deciles may be. Lists of decile indices,
+    ascending; a site with fewer than 2k directions has no such null (ValueError)."""
+    q = deciles(magnitude)
+    chosen = np.asarray(chosen)
+    unchosen = np.ones(q.size, dtype=bool)
+    unchosen[chosen] = False
+    need = np.bincount(q[chosen], minlength=N_DECILES)
+    spare = np.bincount(q[unchosen], minlength=N_DECILES)
+    if spare.sum() < need.sum():
+        raise ValueError(
+            f"coordinates site {site_name}: {q.size} directions leave {spare.sum()} outside the "
+            f"selected set, fewer than the {need.sum()} a matched random set needs"
+        )
+    strata = [[b] for b in range(N_DECILES)]
+    while short := [i for i, s in enumerate(strata) if spare[s].sum() < need[s].sum()]:
+        i = short[-1]
+        j = i - 1 if i == len(strata) - 1 else i + 1
+        lo, hi = min(i, j), max(i, j)
+        strata[lo : hi + 1] = [strata[lo] + strata[hi]]
+    return strata
+
+
+def strata_label(strata: Sequence[Sequence[int]]) -> str:
+    """The strata as text, e.g. ``0,1,2,3,4,5,6,7,8+9``: merged deciles joined by "+"."""
+    return ",".join("+".join(map(str, s)) for s in strata)
+
+
 def matched_random_sets(
-    magnitude: np.ndarray, chosen: np.ndarray, n_sets: int, rng: np.random.Generator
+    magnitude: np.ndarray,
+    chosen: np.ndarray,
+    n_sets: int,
+    rng: np.random.Generator,
+    include_selected: bool = False,
+    site_name: str = "site",
 ) -> np.ndarray:
     """(n_sets, len(chosen)) random direction sets, each with as many members from every
-    magnitude decile as ``chosen`` has, drawn without replacement within a set from the
-    whole decile (the chosen ones included) [CHOICE]."""
+    stratum of :func:`null_strata` as ``chosen`` has, drawn uniformly without replacement
+    within a set from the stratum's directions outside ``chosen`` [CHOICE, docs §15.2].
+
+    ``include_selected=True`` is the earlier draw, kept for comparison: strata are the plain
+    deciles and the chosen directions are in the pool, so with small deciles a random set
+    can be the chosen set itself and the chosen set can never beat every one."""
     q = deciles(magnitude)
-    need = np.bincount(q[np.asarray(chosen)], minlength=N_DECILES)
-    members = [np.flatnonzero(q == b) for b in range(N_DECILES)]
+    chosen = np.asarray(chosen)
+    pool = np.ones(q.size, dtype=bool)
+    if include_selected:
+        strata = [[b] for b in range(N_DECILES)]
+    else:
+        strata = null_strata(magnitude, chosen, site_name)
+        pool[chosen] = False
     parts = []
-    for b in range(N_DECILES):
-        if need[b]:  # the first need[b] of a uniform random order of the decile, per set
-            order = np.argsort(rng.random((n_sets, len(members[b]))), axis=1)
-            parts.append(members[b][order[:, : need[b]]])
-    sets = np.concatenate(parts, axis=1)
-    return sets
+    for stratum in strata:
+        in_stratum = np.isin(q, stratum)
+        need = int(np.count_nonzero(in_stratum[chosen]))
+        if need:  # the first `need` of a uniform random order of the pool, per set
+            members = np.flatnonzero(in_stratum & pool)
+            order = np.argsort(rng.random((n_sets, members.size)), axis=1)
+            parts.append(members[order[:, :need]])
+    return np.concatenate(parts, axis=1)
+
+
+def null_comparison(selected: float, null: np.ndarray) -> dict:
+    """The selected share against the null shares: the Monte Carlo p-value
+    p = (1 + #{sets with share ≥ selected}) / (1 + n_sets) (Phipson & Smyth 2010; ties within
+    :data:`stats.TIE_RTOL` relative count as ≥) and whether it beats every set
+    (selected > every set's share, i.e. p = 1/(1 + n_sets)). NaN p and False when the
+    share is undefined (no positive drop)."""
+    null = np.asarray(null, dtype=np.float64)
+    if not np.isfinite(selected):
+        return {"p_value": float("nan"), "fraction_at_least": float("nan"), "beats": False}
+    at_least = int(np.count_nonzero(null >= selected - stats.TIE_RTOL * abs(selected)))
+    return {"p_value": (1 + at_least) / (1 + null.size),
+            "fraction_at_least": at_least / null.size, "beats": at_least == 0}  # fmt: skip
 
 
 def site_summary(
@@ -309,29 +378,46 @@ def site_summary(
     n_sets: int,
     seed: int,
     k: int = TOP_K,
+    site_name: str = "site",
 ) -> dict:
     """The shares and the matched null of one site from per-example drops (N, G) of the
-    validation and evaluation splits and validation magnitudes (N, G)."""
+    validation and evaluation splits and validation magnitudes (N, G). The null draws with
+    ``Generator(PCG64(seed))`` from the deciles without the selected directions; the earlier
+    draw (selected included, ``null_incl_selected_*``) from a second generator of the same
+    seed, so its numbers equal the earlier release's."""
     e_val, e_eval = drops_val.mean(0), drops_eval.mean(0)
+    magnitude = magnitude_val.mean(0)
     chosen = top_directions(e_val, k)
     selected = share(e_eval, chosen)
-    sets = matched_random_sets(magnitude_val.mean(0), chosen, n_sets, np.random.default_rng(seed))
     positive = e_eval[e_eval > 0].sum()
-    null = e_eval[sets].sum(1) / positive if positive > 0 else np.full(n_sets, np.nan)
+
+    def shares(include_selected):
+        rng = np.random.default_rng(seed)
+        sets = matched_random_sets(magnitude, chosen, n_sets, rng, include_selected, site_name)
+        return e_eval[sets].sum(1) / positive if positive > 0 else np.full(n_sets, np.nan)
+
+    null, old = shares(False), shares(True)
+    test, test_old = null_comparison(selected, null), null_comparison(selected, old)
+    nan = np.all(np.isnan(null))
     return {
         "n_directions": int(e_val.size),
         "k": int(k),
         "share_evaluation": selected,
         "share_in_sample": top_share(e_val, k),
         "share_evaluation_in_sample": top_share(e_eval, k),
-        "positive_sum_evaluation": float(e_eval[e_eval > 0].sum()),
+        "positive_sum_evaluation": float(positive),
         "total_evaluation": float(e_eval.sum()),
         "top_directions": ",".join(map(str, chosen.tolist())),
-        "null_mean": float(np.nanmean(null)),
-        "null_p95": float(np.nanpercentile(null, 95)),
-        "null_max": float(np.nanmax(null)),
-        "null_fraction_at_least": float(np.mean(null >= selected)),
-        "beats_every_random_set": bool(np.all(selected > null)),
+        "null_mean": float("nan") if nan else float(np.mean(null)),
+        "null_p95": float("nan") if nan else float(np.percentile(null, 95)),
+        "null_max": float("nan") if nan else float(np.max(null)),
+        "null_fraction_at_least": test["fraction_at_least"],
+        "null_p_value": test["p_value"],
+        "beats_every_random_set": test["beats"],
+        "null_strata": strata_label(null_strata(magnitude, chosen, site_name)),
+        "null_incl_selected_mean": float("nan") if nan else float(np.mean(old)),
+        "null_incl_selected_max": float("nan") if nan else float(np.max(old)),
+        "null_incl_selected_p_value": test_old["p_value"],
         "n_random_sets": int(n_sets),
     }
 
@@ -368,7 +454,9 @@ def coordinate_rows(
     val, ev = drops(validation), drops(evaluation)
     rows, directions = [], []
     for name in SITES:
-        summary = site_summary(val[name][0], ev[name][0], val[name][1], n_sets, null_seed)
+        summary = site_summary(
+            val[name][0], ev[name][0], val[name][1], n_sets, null_seed, site_name=name
+        )
         rows.append({
             "site": name, "best_layer": layer, "best_head": head,
             "best_effect": float(e[layer, head]), "n_validation": len(val[name][0]),

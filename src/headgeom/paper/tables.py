@@ -1281,7 +1281,8 @@ def coordinates_table(inputs: Inputs) -> Table:
         "drops; after W_O one residual coordinate of the layer's attention output, before W_O "
         "one coordinate of a head's z, and after a Haar-random rotation of each head's basis. "
         "Ranges over the runs of each row, the paper's SVA value in brackets; the last column "
-        "counts runs whose selected set beats every magnitude-decile-matched random set."
+        "counts runs whose selected set beats every one of the magnitude-decile-matched random "
+        "sets, drawn without the selected directions (p = 1/(1 + n_random_sets))."
     )
     return Table("coordinates", tidy, [Block(pd.DataFrame(rows))], caption)
 
