@@ -78,6 +78,14 @@ def pk_paths(tmp_path):
 
 
 @pytest.fixture
+def figure1_inputs(tmp_path, pk_paths):
+    runs = [
+        train_log(tmp_path / f"{m}.log.parquet", m, m) for m in ("learned", "write-common-axis")
+    ]
+    return {"runs": runs, "pk": pk_paths}
+
+
+@pytest.fixture
 def summary_paths(tmp_path):
     paths = []
     for model, seed, frac, frac0, rho in [
@@ -115,8 +123,8 @@ def test_heatmap_matrix_is_symmetric_with_same_layer_blocks_masked():
             assert matrix[i, j] == (4.0 if i % N_HEAD == j % N_HEAD else 0.5)
 
 
-def test_figure_builders_give_one_panel_per_model(pk_paths, summary_paths):
-    data = figure1_data({"pk": pk_paths})
+def test_figure_builders_give_one_panel_per_model(figure1_inputs, summary_paths):
+    data = figure1_data(figure1_inputs)
     fig = figure1(data)
     titles = [ax.get_title(loc="left") for ax in fig.axes if ax.get_visible()]
     assert "learned (s42)" in titles and "write-common-axis (s42)" in titles
@@ -127,10 +135,34 @@ def test_figure_builders_give_one_panel_per_model(pk_paths, summary_paths):
     assert len(fig7.axes) == 2
 
 
-def test_figure1_refuses_two_seeds_of_one_model(tmp_path, pk_paths):
+def test_figure1_refuses_two_seeds_of_one_model(tmp_path, figure1_inputs):
     again = write_table(tmp_path / "s43.parquet", pk_rows("learned", 43, 1.0, 1.0))
     with pytest.raises(ValueError, match="one checkpoint per model"):
-        figure1_data({"pk": [*pk_paths, again]})
+        figure1_data(dict(figure1_inputs, pk=[*figure1_inputs["pk"], again]))
+
+
+def test_figure1_notes_that_folded_block_readers_lose_a_dimension(tmp_path, figure1_inputs):
+    """docs §9.2, §17.2: a block reader's folded read space is the centred block, at most
+    d − 1 = 3 dimensional here; all-common-axis (other-index write→read PK 0) still reads no
+    other lane, all-rotated (uniform PK) does; free readers get no such note."""
+    inputs = {k: list(v) for k, v in figure1_inputs.items()}
+    for model, same, other in (("all-common-axis", 4.0, 0.0), ("all-rotated", 1.0, 1.0)):
+        inputs["pk"].append(write_table(tmp_path / f"{model}.pk.parquet",
+                                        pk_rows(model, 42, same, other)))  # fmt: skip
+        inputs["runs"].append(train_log(tmp_path / f"{model}.log.parquet", model, model))
+    data = figure1_data(inputs)
+    kinds = data.drop_duplicates("model").set_index("model")["reader_kind"].to_dict()
+    assert kinds == {"learned": "free", "write-common-axis": "free",
+                     "all-common-axis": "block", "all-rotated": "block"}  # fmt: skip
+    notes = {ax.get_title(loc="left"): ax.get_xlabel() for ax in figure1(data).axes
+             if ax.get_visible() and ax.get_title(loc="left")}  # fmt: skip
+    assert notes["all-common-axis (s42)"].endswith(
+        "folded readers ≤ 3-dim (LN centres the block),\nstill orthogonal to other lanes"
+    )
+    assert notes["all-rotated (s42)"].endswith("folded readers ≤ 3-dim (LN centres the block)")
+    assert "folded" not in notes["write-common-axis (s42)"] + notes["learned (s42)"]
+    with pytest.raises(ValueError, match=r"no training log given for \[\['all-rotated', 42\]\]"):
+        figure1_data(dict(inputs, runs=inputs["runs"][:-1]))
 
 
 # --------------------------------------------------------------------------- Figures 3–5
@@ -290,6 +322,18 @@ def test_figure5_circles_the_largest_drop_not_the_largest_magnitude(figure5_inpu
     assert share == pytest.approx(1.2 / np.abs(E5[("b", "sva")]).sum())
 
 
+def test_figure5_marks_a_lambda_beyond_the_papers_runs_as_extra(tmp_path, figure5_inputs):
+    """docs §13.1: learned on corpus S is one of the paper's Λ runs; write-common-axis on
+    corpus S is not (the paper's is plain-identity42 on R): its Λ is extra."""
+    runs = [figure5_inputs["runs"][0],
+            train_log(tmp_path / "b.wca.parquet", "b", "write-common-axis")]  # fmt: skip
+    data = figure5_data(dict(figure5_inputs, runs=runs))
+    assert data.groupby("model")["paper_lambda"].first().to_dict() == {"a": True, "b": False}
+    titles = {r: ax.get_title(loc="left") for (r, _), ax in panels(figure5(data)).items()}
+    assert "Λ 0.50 (p 0.012)" in titles[0] and "extra" not in titles[0]
+    assert "Λ 0.50 (p 0.012, extra)" in titles[1]
+
+
 def test_figure5_refuses_a_panel_without_its_lane_row(figure5_inputs):
     inputs = dict(figure5_inputs, lanes=figure5_inputs["lanes"][1:])
     with pytest.raises(ValueError, match=r"no lanes of split 'discovery' row for \[\['a', 42"):
@@ -409,10 +453,10 @@ def test_figure3_bars_are_n_eff_with_bootstrap_error_bars(figure3_inputs):
 
 @pytest.mark.parametrize("figure", ["figure1", "figure3", "figure4", "figure5", "figure7"])
 def test_make_figure_writes_png_svg_csv_and_sources(
-    tmp_path, pk_paths, summary_paths, figure3_inputs, loss_path, figure5_inputs, figure
+    tmp_path, figure1_inputs, summary_paths, figure3_inputs, loss_path, figure5_inputs, figure
 ):
     inputs = {
-        "figure1": {"pk": pk_paths},
+        "figure1": figure1_inputs,
         "figure3": figure3_inputs,
         "figure4": {"loss": [loss_path]},
         "figure5": figure5_inputs,

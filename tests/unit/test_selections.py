@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from headgeom.paper.selections import default_pairs, loss_models, resolve_pairs, select_models
+from headgeom.paper.selections import (
+    default_pairs,
+    in_tau_range,
+    lambda_paper_runs,
+    loss_models,
+    resolve_pairs,
+    select_models,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -92,3 +99,70 @@ def test_configured_pairs_are_checked():
         resolve_pairs(models, [{"a": "a", "b": "b", "seed_b": 4}])
     with pytest.raises(ValueError, match="itself"):
         resolve_pairs(models, [{"a": "a", "b": "a"}])
+
+
+# ----------------------------------------------------------------------------- Table 6, Λ, τ
+def test_table6_selects_the_papers_thirteen_rows_on_the_paper_config():
+    models = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())["models"]
+    # docs §6.7: corpus R learned s42, s43 and write-common-axis s42, s43; then corpus S
+    assert select_models(models, "table6") == [
+        ("learned-r", 42),
+        ("learned-r", 43),
+        ("write-common-axis", 42),
+        ("write-common-axis", 43),
+        ("learned-s", 42),
+        ("write-rotated-s", 42),
+        ("write-routed-a", 42),
+        ("write-routed-b", 42),
+        ("write-routed-c", 42),
+        ("read-common", 42),
+        ("all-common-axis", 42),
+        ("all-rotated", 42),
+        ("all-rotated-self", 42),
+    ]
+
+
+def test_table6_without_corpora_takes_each_run_once():
+    models = {
+        "learned": {"geometry": "learned", "seeds": [42, 43]},
+        "write-rotated": {"geometry": "write-rotated", "seeds": [42]},
+        "write-common-axis": {"geometry": "write-common-axis", "seeds": [42, 43]},
+        "write-common": {"geometry": "write-common", "seeds": [42]},  # not a Table 6 row
+    }
+    assert select_models(models, "table6") == [
+        ("learned", 42),
+        ("learned", 43),
+        ("write-common-axis", 42),
+        ("write-common-axis", 43),
+        ("write-rotated", 42),
+    ]
+
+
+def test_lambda_paper_runs_are_the_papers_thirteen():
+    models = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())["models"]
+    runs = {(m, int(s)) for m, spec in models.items() for s in spec["seeds"]}
+    paper = lambda_paper_runs(models)
+    # docs §13.1: plain-learned42/43, dense, layered42, rotated-m1-42, the four block-reader
+    # models, mlp3456, value384, common42 and plain-identity42
+    assert paper == {
+        ("learned-r", 42), ("learned-r", 43), ("learned-s", 42), ("write-rotated-r", 42),
+        ("write-rotated-s", 42), ("all-rotated", 42), ("all-rotated-self", 42),
+        ("read-common", 42), ("all-common-axis", 42), ("mlp3456", 42), ("value384", 42),
+        ("write-common", 42), ("write-common-axis", 42),
+    }  # fmt: skip
+    assert sorted(runs - paper) == [
+        ("fixeddiag", 42), ("identity-original", 42), ("multiscreen-identity", 42),
+        ("multiscreen-learned", 42), ("write-common-axis", 43), ("write-routed-a", 42),
+        ("write-routed-b", 42), ("write-routed-c", 42),
+    ]  # fmt: skip
+    demo = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["models"]
+    demo_runs = {(m, int(s)) for m, spec in demo.items() for s in spec["seeds"]}
+    assert demo_runs - lambda_paper_runs(demo) == {("write-common-axis", 43)}
+
+
+def test_tau_range_starts_at_the_papers_step_1024_of_65536():
+    assert [in_tau_range(s, 65536) for s in (256, 1024, 4096, 16384, 65536)] == [
+        False, True, True, True, True,
+    ]  # fmt: skip
+    # the same fraction of a shorter run: 1/64 of 6,400 is 100
+    assert [in_tau_range(s, 6400) for s in (99, 100, 6400)] == [False, True, True]

@@ -109,7 +109,10 @@ def test_demo_analyses():
         *(f"c/step{s}.manifest.json" for s in steps),
     ]
     assert study.paper_inputs("figure4") == {"loss": ("loss", None)}
-    assert study.paper_inputs("lanes") == {"lanes": ("lanes", study.runs)}
+    assert study.paper_inputs("lanes") == {
+        "runs": ("train_log", study.runs),
+        "lanes": ("lanes", study.runs),
+    }
     assert study.figure_models("figure4") == study.loss_models
     assert study.figure_models("figure3") == []
 

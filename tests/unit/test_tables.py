@@ -235,6 +235,121 @@ def test_table6_matches_the_paper_layout(table6_inputs):
     assert "top_head_share" in table.frame
 
 
+def test_table6_shows_the_papers_rows_in_the_papers_order(tmp_path):
+    """docs §6.7: corpus R learned and write-common-axis with their seeds, then the corpus-S
+    models; a run of another configuration (write-rotated on R) is only in table6_all_runs,
+    and the paper's rows the study lacks are named in the footnote."""
+    from headgeom.paper.document import table6_all_runs
+
+    specs = [  # config order differs from the paper's
+        ("acx", "all-common-axis", 42, "S", "all-common-axis"),
+        ("wr-s", "write-rotated", 42, "S", "write-rotated"),
+        ("wr-r", "write-rotated", 42, "R", "write-rotated"),
+        ("learned-s", "learned", 42, "S", "learned"),
+        ("learned-r", "learned", 42, "R", "learned"),
+        ("learned-r", "learned", 43, "R", "learned"),
+    ]
+    runs, paths = [], []
+    for i, (model, geometry, seed, corpus, name) in enumerate(specs):
+        runs.append(train_log(tmp_path / f"run{i}.parquet", model, geometry, seed,
+                              corpus=corpus, display_name=name))  # fmt: skip
+        rows = [summary_rows(model, seed, t, N_eff=10.0 * i + k, E=float(i), top_head_share=0.5)
+                for k, t in enumerate(["sva", "quote", "plural"])]  # fmt: skip
+        paths.append(write_rows(tmp_path / f"sum{i}.parquet", rows))
+    table = table6({"runs": runs, "summaries": paths})
+    cells = table.blocks[0].cells
+    # the paper's order; write-rotated on S needs no "[wr-s]": it is the table's only one
+    assert cells["Model"].tolist() == [
+        "learned (s42)", "learned (s43)", "learned", "write-rotated", "all-common-axis",
+    ]  # fmt: skip
+    assert cells["Corpus"].tolist() == ["R", "R", "S", "S", "S"]
+    assert cells.iloc[0, 2:].tolist() == ["40.0", "41.0", "42.0", "4.0", "4.0", "4.0"]
+    assert "wr-r" not in set(table.frame["model"])
+    assert table.frame["model"].tolist()[::3] == ["learned-r", "learned-r", "learned-s", "wr-s",
+                                                  "acx"]  # fmt: skip
+    assert table.caption.endswith(
+        "The paper's rows not in this study: corpus R: write-common-axis (s42, s43); corpus S: "
+        "write-routed A, write-routed B, write-routed C, read-common, all-rotated, "
+        "all-rotated-self."
+    )
+    every = table6_all_runs({"runs": runs, "summaries": paths})
+    assert every.name == "table6_all_runs"
+    # every run, corpus R first, then config order; two write-rotated runs need their key
+    assert every.blocks[0].cells["Model"].tolist() == [
+        "write-rotated [wr-r]", "learned (s42)", "learned (s43)", "all-common-axis",
+        "write-rotated [wr-s]", "learned",
+    ]  # fmt: skip
+    assert "not in this study" not in every.caption
+
+
+def test_table6_without_corpora_shows_each_run_once(tmp_path):
+    """In a study without corpora (the demo) the corpus-R and corpus-S learned rows are one
+    model: its seeds are shown once; nothing the study has is called missing."""
+    runs, paths = [], []
+    for i, (model, seed) in enumerate(
+        [("learned", 42), ("learned", 43), ("write-common-axis", 42), ("all-rotated", 42)]
+    ):
+        runs.append(train_log(tmp_path / f"r{i}.parquet", model, model, seed))
+        rows = [summary_rows(model, seed, "sva", N_eff=float(i + 1), E=1.0, top_head_share=0.5)]
+        paths.append(write_rows(tmp_path / f"s{i}.parquet", rows))
+    table = table6({"runs": runs, "summaries": paths})
+    assert table.blocks[0].cells["Model"].tolist() == [
+        "learned (s42)", "learned (s43)", "write-common-axis", "all-rotated",
+    ]  # fmt: skip
+    assert table.caption.endswith(
+        "not in this study: write-rotated, write-routed A, write-routed B, write-routed C, "
+        "read-common, all-common-axis, all-rotated-self."
+    )
+
+
+# ----------------------------------------------------------------------------- Table 1
+#: Corpus S of the paper (docs §6.1, §6.2, §6.7): parameters, validation loss, N_eff and the
+#: clean evaluation margin per task (SVA, quote, plural); read-common's quote margin is 5.48,
+#: not 5.49, so that the median below is not a tie at the printed precision.
+PAPER_S = {
+    "learned": (124_046_592, 3.508, (10.4, 12.0, 9.2), (3.49, 5.50, 3.10)),
+    "write-rotated": (116_968_704, 3.563, (16.2, 22.2, 22.2), (3.64, 4.53, 2.91)),
+    "read-common": (104_582_400, 3.610, (8.1, 11.0, 10.0), (3.62, 5.48, 3.14)),
+    "all-common-axis": (97_504_512, 3.698, (8.1, 12.7, 3.9), (3.81, 4.99, 2.30)),
+    "all-rotated": (97_504_512, 3.751, (9.1, 11.4, 3.6), (3.88, 3.92, 2.44)),
+    "all-rotated-self": (97_504_512, 3.753, (8.8, 7.9, 3.9), (3.66, 4.22, 2.54)),
+}
+
+
+def test_table1_writes_the_capacity_covariation_from_the_results(tmp_path):
+    """docs §12.1 / §20.7: the model–task cases with N_eff below learned (the paper's 10 of
+    12: every reader-restricted case but read-common plural and all-common-axis quote) have
+    fewer parameters and a higher loss than the others; margins relative to learned's."""
+    from headgeom.paper import document
+
+    tasks = ["sva", "quote", "plural"]
+    runs, summaries, evals = [], [], []
+    for model, (n_params, loss, n_effs, margins) in PAPER_S.items():
+        runs.append(train_log(tmp_path / f"{model}.log.parquet", model, model, 42, n_params,
+                              loss, corpus="S"))  # fmt: skip
+        rows = [summary_rows(model, 42, t, N_eff=n, E=1.0, top_head_share=0.5)
+                for t, n in zip(tasks, n_effs, strict=True)]  # fmt: skip
+        summaries.append(write_rows(tmp_path / f"{model}.sum.parquet", rows))
+        rows = [eval_rows(model, 42, t, "evaluation", 1.0, m) for t, m in
+                zip(tasks, margins, strict=True)]  # fmt: skip
+        evals.append(write_rows(tmp_path / f"{model}.eval.parquet", rows))
+    table = document.table1({"runs": runs, "summaries": summaries, "eval": evals})
+    finding = table.frame.set_index("property").loc["Functional concentration", "finding"]
+    # Δ clean margin vs learned, by hand: the 10 cases below learned, sorted, −1.58, −1.28,
+    # −0.80, −0.66, −0.56, −0.02, +0.13, +0.17, +0.32, +0.39 (median −0.29); the 5 others
+    # −0.97, −0.51, −0.19, +0.04, +0.15 (median −0.19)
+    assert finding.endswith(
+        "capacity covariation (corpus S): the 10 model–task cases below learned have "
+        "97.50M–104.58M parameters and Δ loss +0.102 to +0.245 (the 5 others: 97.50M–116.97M, "
+        "+0.055 to +0.190), median Δ clean margin vs learned -0.29 (others -0.19)"
+    )
+    assert finding.startswith("N_eff 3.6–22.2 over runs × tasks")  # the earlier findings stay
+    # without clean margins the finding says nothing about them
+    no_eval = document.table1({"runs": runs, "summaries": summaries})
+    text = no_eval.frame.set_index("property").loc["Functional concentration", "finding"]
+    assert text.endswith("(the 5 others: 97.50M–116.97M, +0.055 to +0.190)")
+
+
 # ----------------------------------------------------------------------------- Table 3
 def test_decomposition_cell_rounds_each_factor_separately():
     # 5.57 × 1.87 = 10.4159: the printed factors multiply to 10.64, not the printed 10.4
@@ -307,6 +422,7 @@ def test_table3_blocks(table3_inputs):
         "N_eff = N_index × N_layer|index",
         "N_index vs index-permutation null median (lower p)",
         "N_eff from E_x|d(x)|",
+        "Reversals, A vs B: N_eff → N_eff from E_x|d(x)|",
     ]
     first = table.blocks[0].cells.set_index("Model")
     assert first.loc["learned", "SVA"] == "10.4 = 5.6 × 1.9"
@@ -322,6 +438,40 @@ def test_table3_blocks(table3_inputs):
     assert ratio[("learned-s", "sva")] == pytest.approx(2.5)
     assert "**N_eff from E_x|d(x)|**" in md
     assert "5000 draws" in table.caption
+    # 10.4 < 20.0 stays 26.0 < 50.0 in every task: no pair reverses
+    assert table.blocks[3].cells.values.tolist() == [["none", "—", "—", "—"]]
+    assert set(table.frame["abs_reversed_with"]) == {""}
+
+
+def test_table3_lists_the_reversals_of_close_pairs(tmp_path):
+    """docs §12.3 with the paper's Table 3 values of three models: plural learned vs
+    read-common 9.2 < 10.0 becomes 24.0 > 21.0, quote learned vs all-common-axis 12.0 < 12.7
+    becomes 18.8 > 18.7; SVA has no reversal (8.1 = 8.1 is a tie, not a reversal)."""
+    values = {  # (N_eff, N_eff from E_x|d(x)|) per task: SVA, quote, plural
+        "learned": [(10.4, 20.1), (12.0, 18.8), (9.2, 24.0)],
+        "read-common": [(8.1, 14.8), (11.0, 16.1), (10.0, 21.0)],
+        "all-common-axis": [(8.1, 11.9), (12.7, 18.7), (3.9, 9.1)],
+    }
+    runs, paths = [], []
+    for model, per_task in values.items():
+        runs.append(train_log(tmp_path / f"{model}.parquet", model, model, 42))
+        rows = [robustness_row(model, 42, task, 1.0, n_eff, N_eff_abs=n_abs)
+                for task, (n_eff, n_abs) in zip(["sva", "quote", "plural"], per_task,
+                                                strict=True)]  # fmt: skip
+        paths.append(write_rows(tmp_path / f"{model}.rob.parquet", rows))
+    table = table3({"runs": runs, "robustness": paths})
+    flips = table.blocks[3].cells.set_index("Model")
+    assert flips.to_dict("index") == {
+        "learned vs read-common": {"SVA": "—", "Quote": "—", "Plural": "9.2 < 10.0 → 24.0 > 21.0"},
+        "learned vs all-common-axis": {"SVA": "—", "Quote": "12.0 < 12.7 → 18.8 > 18.7",
+                                       "Plural": "—"},
+    }  # fmt: skip
+    partners = table.frame.set_index(["model", "task"])["abs_reversed_with"]
+    assert partners[("learned", "plural")] == "read-common"
+    assert partners[("read-common", "plural")] == "learned"
+    assert partners[("learned", "quote")] == "all-common-axis"
+    assert partners[("learned", "sva")] == partners[("all-common-axis", "plural")] == ""
+    assert r"9.2 $<$ 10.0 $\rightarrow$ 24.0 $>$ 21.0" in table.latex()
 
 
 def test_table3_fails_clearly_without_the_robustness_columns(tmp_path, table3_inputs):
@@ -330,6 +480,43 @@ def test_table3_fails_clearly_without_the_robustness_columns(tmp_path, table3_in
     path = write_rows(tmp_path / "old.parquet", [row])
     with pytest.raises(ValueError, match=r"old\.parquet: lacks columns \['N_index_p_lower'\]"):
         table3({"runs": table3_inputs["runs"], "robustness": [path]})
+
+
+# ----------------------------------------------------------------------------- τ (§13.4)
+def test_tau_is_reported_over_the_papers_steps_only(tmp_path):
+    """docs §13.4: τ at the paper's 1,024, 4,096, 16,384 and 65,536 of 65,536 steps; the
+    timeline's step 256 (1/256 of training) is neither in the dynamics table nor in the
+    comparison's "all steps" range."""
+    from headgeom import results
+    from headgeom.paper import comparison
+    from headgeom.paper.tables import dynamics_table
+
+    steps, adjacent = [256, 1024, 4096, 16384, 65536], [0.2, 0.8, 0.85, 0.87, 0.89]
+    tau = pd.DataFrame([{"model": "wc", "seed": 42, "step": s, "is_final": s == 65536,
+                         "checkpoint_sha256": "0" * 64, "n_examples": 240, "n_positions": 2400,
+                         "adjacent_cosine_mean": a, "adjacent_cosine_min": a - 0.1,
+                         "adjacent_cosine_max": a + 0.05, "same_index_cosine": a / 2,
+                         "different_index_cosine": 0.0, "same_index_internal_cosine": 0.5,
+                         "different_index_internal_cosine": 0.0, "lane_index": 1,
+                         "lane_share": 0.4, "lane_share_max_other": 0.3,
+                         "lane_share_chance": 0.25} for s, a in zip(steps, adjacent,
+                                                                   strict=True)])  # fmt: skip
+    results.TAU.write(tmp_path / "tau.parquet", tau)
+    heads = pd.DataFrame([{"model": "wc", "seed": 42, "step": 65536, "is_final": True,
+                           "checkpoint_sha256": "1" * 64, "layer": 0, "head": 0,
+                           "own_trace": 1.0, "max_other_abs_trace": 0.5, "own_largest": True,
+                           "n_tokens": 64, "scalar_trace": 1.0}])  # fmt: skip
+    results.VALUE_GRADIENTS.write(tmp_path / "vg.parquet", heads)
+    runs = [train_log(tmp_path / "log.parquet", "wc", "write-common", 42)]
+    table = dynamics_table({"runs": runs, "tau": [str(tmp_path / "tau.parquet")],
+                            "value_gradients": [str(tmp_path / "vg.parquet")]})  # fmt: skip
+    tau_rows = table.frame[table.frame["section"] == "§13.4"]
+    assert list(dict.fromkeys(tau_rows["step"])) == ["1024", "4096", "16384", "65536 (final)"]
+    c = comparison.Context({"tau": ["unused"]})
+    c._frames = {"tau": tau}
+    (ref,) = [r for r in comparison.REFERENCES
+              if r.metric == "task-gradient adjacent-layer cosine, all steps"]  # fmt: skip
+    assert ref.compute(c) == pytest.approx((0.8, 0.89))  # not 0.2 at step 256
 
 
 # ----------------------------------------------------------------------------- LaTeX
@@ -389,12 +576,33 @@ def test_lane_table_applies_bonferroni_within_model(tmp_path):
         )
         for t, lam, p in [("sva", 0.5, 0.0002), ("quote", 0.3, 0.4), ("plural", 0.2, 0.9)]
     ]
-    table = BUILDERS["lanes"]({"lanes": paths})
+    runs = [train_log(tmp_path / "run.parquet", "learned", "learned", 42)]
+    table = BUILDERS["lanes"]({"runs": runs, "lanes": paths})
     corrected = table.frame.set_index("task")["p_bonferroni"]
     assert corrected["sva"] == pytest.approx(0.0006)
     assert corrected["quote"] == 1.0  # 3 × 0.4 capped at 1
     assert corrected["plural"] == 1.0
     assert r"$\Lambda$" in table.latex()
+
+
+def test_lane_table_marks_runs_beyond_the_papers_lambda_runs_as_extra(tmp_path):
+    """docs §13.1: the paper's Λ runs include two learned seeds on corpus R and only the
+    first write-common-axis seed; the second seed and the routed model are extra."""
+    specs = [("learned", "learned", 42), ("learned", "learned", 43),
+             ("wca", "write-common-axis", 42), ("wca", "write-common-axis", 43),
+             ("routed", "write-routed-a", 42)]  # fmt: skip
+    runs, paths = [], []
+    for i, (model, geometry, seed) in enumerate(specs):
+        runs.append(train_log(tmp_path / f"r{i}.parquet", model, geometry, seed))
+        row = summary_rows(model, seed, "sva", "discovery", lambda_score=0.2, chance=0.25,
+                           p_value=0.5, n_permutations=100)  # fmt: skip
+        paths.append(write_rows(tmp_path / f"l{i}.parquet", [row]))
+    table = BUILDERS["lanes"]({"runs": runs, "lanes": paths})
+    marked = table.frame.set_index(["model", "seed"])["paper_lambda"].to_dict()
+    assert marked == {("learned", 42): True, ("learned", 43): True, ("wca", 42): True,
+                      ("wca", 43): False, ("routed", 42): False}  # fmt: skip
+    assert table.blocks[0].cells["Run"].tolist() == ["paper", "paper", "paper", "extra", "extra"]
+    assert "(2 runs)" in table.caption
 
 
 def test_leakage_table_medians_and_spearman(tmp_path):

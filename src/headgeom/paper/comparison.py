@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from headgeom.paper.selections import geometry_registry
+from headgeom.paper.selections import geometry_registry, in_tau_range
 from headgeom.paper.tables import COORDINATES_PAPER, Block, Inputs, Table, read_runs
 
 Value = float | tuple[float, float] | None
@@ -1751,8 +1751,15 @@ for _metric, _paper, _lo, _hi, _column, _fraction, _decimals in (
 
 
 def _tau(column: str):
+    """The range over the paper's τ steps (selections.in_tau_range: its 1,024–65,536, not
+    the timelines' 256) of every timeline run."""
+
     def compute(c: Context):
         frame = c.frame("tau")
+        if frame.empty:
+            return None
+        final = frame.groupby(["model", "seed"])["step"].transform("max")
+        frame = frame[[in_tau_range(s, f) for s, f in zip(frame["step"], final, strict=True)]]
         if frame.empty:
             return None
         return _span([float(frame[column].min()), float(frame[column].max())])

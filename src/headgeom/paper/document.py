@@ -149,6 +149,14 @@ def table2_all_runs(inputs: Inputs, context: Context | None = None) -> Table:
     return table
 
 
+def table6_all_runs(inputs: Inputs, context: Context | None = None) -> Table:
+    """Table 6 for every run (the paper's rows are ``tables.table6``), corpus R first."""
+    table = tables.table6(inputs, every_run=True)
+    table.name = "table6_all_runs"
+    table.caption = table.caption.replace("Table 6.", "Table 6 (every run, extra view).")
+    return table
+
+
 # ----------------------------------------------------------------------------- Table 4
 def table4(inputs: Inputs, context: Context) -> Table:
     """Paper Table 4: every configuration (run) of the study: repository name, write /
@@ -199,14 +207,22 @@ def evaluation_summaries(inputs: Inputs, what: str) -> pd.DataFrame:
     return frame.merge(runs[["model", "seed", "geometry"]], on=["model", "seed"])
 
 
+def vs_learned(summary: pd.DataFrame, value: str = "N_eff") -> pd.DataFrame:
+    """The model–task cases §12.1 compares with learned: every non-baseline run with a
+    learned reference on its corpus (same seed when it exists, else the mean over learned
+    seeds), with ``ref`` (the reference's ``value``) and ``below`` (``value`` < ``ref``)."""
+    frame = summary.copy()
+    frame["ref"] = _learned_reference(frame, value, ["task"])
+    frame = frame[~frame["geometry"].map(geometry_registry().is_baseline) & frame["ref"].notna()]
+    frame["below"] = frame[value] < frame["ref"]
+    return frame
+
+
 def below_learned(summary: pd.DataFrame) -> pd.DataFrame:
     """§12.1 counts: per corpus, how many model–task N_eff of each non-baseline geometry and
     of all block-reader models lie below the learned model's (same corpus, same seed when
     it exists, else the mean over learned seeds). Rows: group, corpus, k, n."""
-    frame = summary.copy()
-    frame["ref"] = _learned_reference(frame, "N_eff", ["task"])
-    frame = frame[~frame["geometry"].map(geometry_registry().is_baseline) & frame["ref"].notna()]
-    frame["below"] = frame["N_eff"] < frame["ref"]
+    frame = vs_learned(summary)
     frame["block"] = frame["geometry"].map(geometry_registry().reader_kind) == "block"
     rows = []
     for corpus, by_corpus in frame.groupby("corpus", sort=False):
@@ -224,6 +240,69 @@ def below_learned(summary: pd.DataFrame) -> pd.DataFrame:
                     }
                 )
     return pd.DataFrame(rows, columns=["group", "corpus", "k", "n", "models"])
+
+
+def capacity_covariation(
+    summary: pd.DataFrame, runs: pd.DataFrame, margins: pd.DataFrame | None
+) -> pd.DataFrame:
+    """The capacity covariation of §12.1/§20.7 ("concentration that appears with reader
+    restriction covaries with lower capacity, higher loss and weaker margins"): the §12.1
+    model–task cases (:func:`vs_learned`), each with its run's parameter count, Δ loss =
+    val loss − learned's and, given the clean evaluation margins, Δ margin = clean margin −
+    learned's on the task (the same reference run as N_eff's)."""
+    frame = summary.merge(runs[["model", "seed", "n_params", "val_loss"]], on=["model", "seed"])
+    frame["loss_ref"] = _learned_reference(frame, "val_loss", ["task"])
+    if margins is not None:
+        frame = frame.merge(margins, on=["model", "seed", "task"], how="left")
+        frame["margin_ref"] = _learned_reference(frame, "margin", ["task"])
+    cases = vs_learned(frame)
+    cases["delta_loss"] = cases["val_loss"] - cases["loss_ref"]
+    if margins is not None:
+        cases["delta_margin"] = cases["margin"] - cases["margin_ref"]
+    return cases
+
+
+def _params_text(values: pd.Series) -> str:
+    big = values.max() >= 1e6
+    return _range_text(values / 1e6 if big else values, "{:.2f}M" if big else "{:,.0f}")
+
+
+def _to_text(values: pd.Series, spec: str) -> str:
+    """'+0.102 to +0.246' (one value when all are equal at that precision)."""
+    lo, hi = spec.format(values.min()), spec.format(values.max())
+    return lo if lo == hi else f"{lo} to {hi}"
+
+
+def _capacity_finding(summary: pd.DataFrame, inputs: Inputs) -> list[str]:
+    """Per corpus with a case below learned: parameters and Δ loss of the cases below
+    learned against the others, and the median Δ clean margin of each."""
+    runs = read_runs(need_kind(inputs, "runs", "table1"))
+    margins = _optional(inputs, "eval", EVAL_MARGIN_COLUMNS)
+    if margins is not None:
+        margins = margins.loc[margins["split"] == "evaluation", ["model", "seed", "task", "margin"]]
+    cases = capacity_covariation(summary, runs, margins)
+    parts = []
+    for corpus, by_corpus in cases.groupby("corpus", sort=False):
+        below, other = by_corpus[by_corpus["below"]], by_corpus[~by_corpus["below"]]
+        if below.empty:
+            continue
+        where = "" if corpus == "—" else f" (corpus {corpus})"
+        text = (
+            f"capacity covariation{where}: the {len(below)} model–task cases below learned "
+            f"have {_params_text(below['n_params'])} parameters and Δ loss "
+            f"{_to_text(below['delta_loss'], '{:+.3f}')}"
+        )
+        if len(other):
+            text += (
+                f" (the {len(other)} others: {_params_text(other['n_params'])}, "
+                f"{_to_text(other['delta_loss'], '{:+.3f}')})"
+            )
+        if "delta_margin" in below and below["delta_margin"].notna().any():
+            text += f", median Δ clean margin vs learned {below['delta_margin'].median():+.2f}"
+            if other["delta_margin"].notna().any():
+                text += f" (others {other['delta_margin'].median():+.2f})"
+        parts.append(text)
+    return parts
 
 
 def conditions_won(conditions: pd.DataFrame, paired: pd.DataFrame) -> pd.DataFrame:
@@ -470,6 +549,7 @@ def seeds(inputs: Inputs, context: Context | None = None, level: float = 0.95) -
 
 # ----------------------------------------------------------------------------- Table 1
 EXCLUSIVITY_COLUMNS = results.EXCLUSIVITY.columns("quantity", "scope", "read_type", "value")
+EVAL_MARGIN_COLUMNS = results.EVAL.columns("model", "seed", "task", "split", "margin")
 LAMBDA_COLUMNS = results.LANES.columns("model", "seed", "task", "split", "lambda_score", "p_value")
 LUMPED_COLUMNS = results.CLAMP_LUMPED.columns("model", "seed", "task", "same_index", "reduction")
 PAIR_REDUCTION_COLUMNS = results.CLAMP_PAIRS.columns("same_index", "reduction_head")
@@ -531,6 +611,7 @@ def _concentration_finding(inputs: Inputs) -> str:
             f"index-level concentration (N_index null p ≤ 0.05) in {len(sig)} of {len(rob)} "
             "run–task cases"
         )
+    parts += _capacity_finding(summary, inputs)
     return "; ".join(parts)
 
 
@@ -614,7 +695,8 @@ TABLE1_ROWS += [
     (
         "Functional concentration",
         "effective number of heads N_eff = exp(entropy of |e|/E) and "
-        "total effect E of single-head patches (docs §10.2, §12)",
+        "total effect E of single-head patches (docs §10.2, §12); its covariation with "
+        "capacity: parameters, Δ loss and clean margin vs learned (§12.1)",
         ("runs", "summaries"),
         _concentration_finding,
     ),
@@ -680,6 +762,7 @@ def _comparison(inputs: Inputs, context: Context | None = None) -> Table:
 BUILDERS: dict[str, Callable[..., Table]] = {
     "table1": table1,
     "table2_all_runs": table2_all_runs,
+    "table6_all_runs": table6_all_runs,
     "table4": table4,
     "counts": counts,
     "seeds": seeds,

@@ -34,6 +34,7 @@ from headgeom import results  # noqa: E402
 from headgeom.analysis.effects import effect_matrix  # noqa: E402
 from headgeom.analysis.stats import concentration  # noqa: E402
 from headgeom.io import atomic_path  # noqa: E402
+from headgeom.paper import selections  # noqa: E402
 from headgeom.paper.tables import (  # noqa: E402
     TASK_ORDER,
     TASK_TITLES,
@@ -73,12 +74,20 @@ FIGURE1_COLUMNS = results.GEOMETRY_PK.columns(
 
 def figure1_data(inputs: Inputs) -> pd.DataFrame:
     """The write–write rows of the pk Parquets (plus write–read rows, used for the panel
-    annotations), one (model, seed) per input."""
+    annotations), one (model, seed) per input, with each model's ``reader_kind`` (registry,
+    from its training log: the annotation of folded block readers, docs §9.2)."""
     frame = read_kind(need_kind(inputs, "pk", "figure1"), FIGURE1_COLUMNS, "figure1")[
         FIGURE1_COLUMNS
     ]
     if frame.groupby("model")["seed"].nunique().max() > 1:
         raise ValueError("figure1 draws one checkpoint per model; got several seeds of a model")
+    runs = read_runs(need_kind(inputs, "runs", "figure1"))
+    with_runs(frame[["model", "seed"]].drop_duplicates(), runs, "figure1")  # each has its log
+    kind = {
+        (m, int(s)): selections.geometry_registry().reader_kind(g)
+        for m, s, g in zip(runs["model"], runs["seed"], runs["geometry"], strict=True)
+    }
+    frame["reader_kind"] = [kind[(m, int(s))] for m, s in zip(frame.model, frame.seed, strict=True)]
     return frame.reset_index(drop=True)
 
 
@@ -115,7 +124,27 @@ def _annotation(rows: pd.DataFrame) -> str:
                 wr.loc[wr["same_index"], "pk"].mean(), wr.loc[~wr["same_index"], "pk"].mean()
             )
         )
+        if rows["reader_kind"].iloc[0] == "block":
+            lines.append(folded_reader_note(wr))
     return "\n".join(lines)
+
+
+#: A weight-space PK at most this counts as zero (all-common-axis's other-index write→read
+#: PKs are rounding, ~1e-27 in float64; one shared direction would give up to 1).
+ORTHOGONAL_PK = 1e-9
+
+
+def folded_reader_note(wr: pd.DataFrame) -> str:
+    """The note of docs §9.2 / §17.2 on block readers: the LayerNorm's centring leaves a
+    folded read space of at most d − 1 dimensions inside the d-dim block (the weight-space
+    read space), so where every other-index write→read PK is zero it is still orthogonal to
+    the other lanes."""
+    d = int(wr["target_dim"].max())
+    note = f"folded readers ≤ {d - 1}-dim (LN centres the block)"
+    other = wr.loc[~wr["same_index"], "pk"]
+    if len(other) and float(other.abs().max()) <= ORTHOGONAL_PK:
+        note += ",\nstill orthogonal to other lanes"
+    return note
 
 
 def figure1(data: pd.DataFrame, ncols: int = 3) -> Figure:
@@ -607,6 +636,10 @@ def figure5_data(inputs: Inputs) -> pd.DataFrame:
     frame = _attach(frame, lanes, f"lanes of split {split!r}")
     frame = _attach(frame, base.rename(columns={"margin": "base_ld"}), f"eval of split {split!r}")
     frame = with_runs(frame, runs, "figure5")
+    # Λ of a run beyond the paper's Λ runs is extra (docs §13.1)
+    paper = selections.lambda_paper_runs(selections.models_of_runs(runs))
+    keys = zip(frame["model"], frame["seed"], strict=True)
+    frame["paper_lambda"] = [(m, int(s)) in paper for m, s in keys]
     rank = frame["task"].map({t: i for i, t in enumerate(TASK_ORDER)})
     frame = frame.assign(_t=rank).sort_values(["order", "_t", "layer", "head"])
     return frame.drop(columns=["order", "_t", "label_repository"]).reset_index(drop=True)
@@ -728,7 +761,10 @@ def _figure5_title(rows: pd.DataFrame, task: str) -> str:
         else "no effect"
     )
     lam = first["lambda_score"]
-    lam_text = "Λ undefined" if pd.isna(lam) else f"Λ {lam:.2f} (p {format_p(first['lambda_p'])})"
+    extra = "" if first["paper_lambda"] else ", extra"
+    lam_text = (
+        "Λ undefined" if pd.isna(lam) else f"Λ {lam:.2f} (p {format_p(first['lambda_p'])}{extra})"
+    )
     return (
         f"{TASK_TITLES[task]}: top {head}\n"
         f"base LD {fixed(first['base_ld'], 2)} · N_eff {first['N_eff']:.1f} · {lam_text}"

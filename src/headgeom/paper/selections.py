@@ -74,6 +74,25 @@ PAPER_SELECTIONS["figure7"] = [
     ["write-common"],
     ["write-rotated"],
 ]
+# Paper Table 6's rows (docs §6.7, §17.1) in the paper's order, every seed of each: corpus R
+# learned and write-common-axis (s42, s43), then the corpus-S models.
+TABLE6_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("learned", "R", "learned (s42, s43)"),
+    ("write-common-axis", "R", "write-common-axis (s42, s43)"),
+    ("learned", "S", "learned"),
+    ("write-rotated", "S", "write-rotated"),
+    ("write-routed-a", "S", "write-routed A"),
+    ("write-routed-b", "S", "write-routed B"),
+    ("write-routed-c", "S", "write-routed C"),
+    ("read-common", "S", "read-common"),
+    ("all-common-axis", "S", "all-common-axis"),
+    ("all-rotated", "S", "all-rotated"),
+    ("all-rotated-self", "S", "all-rotated-self"),
+)
+PAPER_SELECTIONS["table6"] = [[geometry] for geometry, _, _ in TABLE6_ROWS]
+#: The corpus of each slot of a selection whose slots name their own corpus (the others draw
+#: every slot from SELECTION_CORPUS, or from every corpus: ALL_CORPORA).
+SLOT_CORPORA: dict[str, list[str]] = {"table6": [corpus for _, corpus, _ in TABLE6_ROWS]}
 #: Selections drawn from every corpus (the others: corpus S where the study names corpora).
 ALL_CORPORA = {"table2", "figure7"}
 #: Selections of free-reader models only (the registry's reader kind; docs §14.1: a block
@@ -87,31 +106,50 @@ SELECTION_CORPUS = "S"
 
 def select_models(models: Mapping[str, Mapping], name: str) -> list[tuple[str, int]]:
     """(model, seed) pairs of config ``models`` that paper table/figure ``name`` shows, in
-    slot order: per slot, every corpus-S model (every model when no model names a corpus)
-    of the first geometry of the slot that the study has."""
+    slot order: per slot, every model of the slot's corpus (corpus S, the slot's own corpus
+    for :data:`SLOT_CORPORA`, every corpus for :data:`ALL_CORPORA`; every model when no model
+    names a corpus) of the first geometry of the slot that the study has. A run is shown
+    once, in its first slot (in a study without corpora Table 6's corpus-R and corpus-S
+    learned rows are one model)."""
     if name not in PAPER_SELECTIONS:
         raise ValueError(f"no paper selection for {name!r}; known: {sorted(PAPER_SELECTIONS)}")
-    with_corpus = any("corpus" in spec for spec in models.values()) and name not in ALL_CORPORA
-    eligible = {
-        m: spec
-        for m, spec in models.items()
-        if (not with_corpus or spec.get("corpus") == SELECTION_CORPUS)
-        and (
-            name not in FREE_READERS_ONLY
-            or geometry_registry().reader_kind(spec["geometry"]) == "free"
-        )
-    }
-    chosen = []
-    for slot in PAPER_SELECTIONS[name]:
+    named = any("corpus" in spec for spec in models.values())
+    slots = PAPER_SELECTIONS[name]
+    default = None if name in ALL_CORPORA else SELECTION_CORPUS
+    corpora = SLOT_CORPORA.get(name, [default] * len(slots))
+    chosen: list[tuple[str, int]] = []
+    for slot, corpus in zip(slots, corpora, strict=True):
+        eligible = {
+            m: spec
+            for m, spec in models.items()
+            if (not named or corpus is None or spec.get("corpus") == corpus)
+            and (
+                name not in FREE_READERS_ONLY
+                or geometry_registry().reader_kind(spec["geometry"]) == "free"
+            )
+        }
         for geometry in slot:
             hits = [m for m, spec in eligible.items() if spec["geometry"] == geometry]
             if hits:
                 for m in hits:
                     seeds = eligible[m]["seeds"]
                     seeds = seeds[:1] if name in FIRST_SEED_ONLY else seeds
-                    chosen += [(m, int(s)) for s in seeds]
+                    chosen += [(m, int(s)) for s in seeds if (m, int(s)) not in chosen]
                 break
     return chosen
+
+
+def models_of_runs(runs) -> dict[str, dict[str, Any]]:
+    """A config-like ``models`` mapping (model -> geometry, corpus when named, seeds in run
+    order) from a frame of runs (``headgeom.paper.tables.read_runs``: corpus "—" = none), so
+    a table applies the same selection to the runs it is given."""
+    models: dict[str, dict[str, Any]] = {}
+    for run in runs.sort_values("order").itertuples(index=False):
+        spec = models.setdefault(run.model, {"geometry": run.geometry, "seeds": []})
+        if run.corpus != "—":
+            spec["corpus"] = run.corpus
+        spec["seeds"].append(int(run.seed))
+    return models
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -125,10 +163,10 @@ PAPER_INPUTS: dict[str, dict[str, tuple[str, str | None]]] = {
     "table2": {"runs": ("train_log", "runs"), "geometry": ("geometry_summary", "runs")},
     "table3": {"runs": ("train_log", "selection"), "robustness": ("robustness", "selection")},
     "table5": {"runs": ("train_log", "runs"), "eval": ("eval", "runs")},
-    "table6": {"runs": ("train_log", "runs"), "summaries": ("summary", "runs")},
-    "lanes": {"lanes": ("lanes", "runs")},
+    "table6": {"runs": ("train_log", "selection"), "summaries": ("summary", "selection")},
+    "lanes": {"runs": ("train_log", "runs"), "lanes": ("lanes", "runs")},
     "leakage": {"leakage": ("leakage", "leakage")},
-    "figure1": {"pk": ("pk", "first_seeds")},
+    "figure1": {"runs": ("train_log", "first_seeds"), "pk": ("pk", "first_seeds")},
     "figure3": {"runs": ("train_log", "selection"), "robustness": ("robustness", "selection")},
     "figure4": {"loss": ("loss", None)},
     "figure5": {
@@ -164,6 +202,40 @@ PAPER_FIGURES = tuple(f"figure{n}" for n in ("1", "2", "3", "4", "5", "6de", "7"
 #: Figures told which models to plot (``--models``): Figure 4 plots its selection from the
 #: cross-model loss Parquet.
 PLOTS_MODELS = {"figure4"}
+
+
+# ----------------------------------------------------------------------------- lanes
+#: The runs whose Λ the paper reports (docs §13.1), as (geometry, corpus, first n seeds):
+#: plain-learned42/43 and dense, layered42 and rotated-m1-42, all-rotated, all-rotated-self,
+#: read-common, all-common-axis, mlp3456, value384, common42 and plain-identity42 only. Λ of
+#: every other run is extra (§13.1 CHOICE: computed for every run and marked as extra).
+LAMBDA_PAPER_RUNS: tuple[tuple[str, str, int], ...] = (
+    ("learned", "R", 2),
+    ("learned", "S", 1),
+    ("write-rotated", "R", 1),
+    ("write-rotated", "S", 1),
+    ("all-rotated", "S", 1),
+    ("all-rotated-self", "S", 1),
+    ("read-common", "S", 1),
+    ("all-common-axis", "S", 1),
+    ("mlp3456", "S", 1),
+    ("value384", "S", 1),
+    ("write-common", "R", 1),
+    ("write-common-axis", "R", 1),
+)
+
+
+def lambda_paper_runs(models: Mapping[str, Mapping[str, Any]]) -> set[tuple[str, int]]:
+    """The (model, seed) runs of ``models`` that are the paper's Λ runs: per entry of
+    :data:`LAMBDA_PAPER_RUNS`, the first n seeds of every model of that geometry on that
+    corpus (any corpus when no model names one)."""
+    named = any("corpus" in spec for spec in models.values())
+    paper = set()
+    for geometry, corpus, n in LAMBDA_PAPER_RUNS:
+        for m, spec in models.items():
+            if spec["geometry"] == geometry and (not named or spec.get("corpus") == corpus):
+                paper |= {(m, int(s)) for s in spec["seeds"][:n]}
+    return paper
 
 
 # ----------------------------------------------------------------------------- pairs
@@ -290,6 +362,17 @@ DYNAMICS_DEFAULTS: dict[str, tuple[str, ...]] = {
 DYNAMICS_CORPUS = "R"
 #: Paper outputs whose runs are dynamics runs: name -> Study.dynamics_runs kind.
 DYNAMICS_OUTPUTS = {"figure6abc": "timeline", "dynamics": "timeline", "scalar_ablation": "ablation"}
+#: τ's steps in the paper (docs §13.4): 1,024, 4,096, 16,384 and 65,536 of 65,536, i.e. from
+#: 1/64 of training on; the timelines' step 256 (1/256, Figure 6a–c) is not one of them.
+TAU_FIRST_FRACTION = 1024 / 65536
+
+
+def in_tau_range(step: int, final_step: int) -> bool:
+    """Whether checkpoint ``step`` of a run trained for ``final_step`` steps is in the
+    paper's τ range (at or after :data:`TAU_FIRST_FRACTION` of training)."""
+    return step >= TAU_FIRST_FRACTION * final_step
+
+
 PAPER_INPUTS.update(
     {
         "figure6abc": {"runs": ("train_log", "dynamics_timeline"),
@@ -325,6 +408,7 @@ PAPER_INPUTS.update(
         "table1": {
             "runs": ("train_log", "runs"),
             "summaries": ("summary", "runs"),
+            "eval": ("eval", "runs"),  # the capacity covariation's clean margins (§12.1)
             "robustness": ("robustness", "runs"),
             "lanes": ("lanes", "runs"),
             "exclusivity": ("exclusivity", "exclusivity"),
@@ -374,6 +458,12 @@ PAPER_INPUTS.update(
         },
     }
 )
+# Table 6 shows the paper's rows (TABLE6_ROWS); table6_all_runs every run, like Table 2's two.
+DOCUMENT_TABLES = (*DOCUMENT_TABLES, "table6_all_runs")
+PAPER_INPUTS["table6_all_runs"] = {
+    "runs": ("train_log", "runs"),
+    "summaries": ("summary", "runs"),
+}
 #: The paper section each table and figure belongs to: the report's categories and
 #: Table 4's "sections used" (a run is used by a section when an output of it reads the run).
 OUTPUT_SECTIONS: dict[str, str] = {
@@ -388,6 +478,7 @@ OUTPUT_SECTIONS: dict[str, str] = {
     "figure2": "§5.1 Exclusivity",
     "table3": "§5.2 Concentration",
     "table6": "§5.2 Concentration",
+    "table6_all_runs": "§5.2 Concentration",
     "figure3": "§5.2 Concentration",
     "figure4": "§5.2 Concentration",
     "counts": "§5.2 Concentration",
@@ -406,6 +497,7 @@ OUTPUT_SECTIONS: dict[str, str] = {
 }
 #: Outputs that summarise others; they do not make a run "used by" their section.
 SUMMARY_OUTPUTS = {"table1", "comparison", "table2_all_runs", "table4", "seeds", "table6", "table5"}
+SUMMARY_OUTPUTS |= {"table6_all_runs"}
 
 # ----------------------------------------------------------------------------- ablation (issue 16)
 #: The block ablation atlas (table and figure) and the mode-comparison table; run sets

@@ -31,6 +31,7 @@ from scipy.stats import spearmanr
 
 from headgeom import results
 from headgeom.io import read_parquet_metadata
+from headgeom.paper import selections
 from headgeom.paper.selections import geometry_registry
 
 TASK_ORDER = ["sva", "quote", "plural"]
@@ -145,6 +146,9 @@ LATEX_TOKENS = {
     "Δ": r"$\Delta$",
     "Λ": r"$\Lambda$",
     "ρ": r"$\rho$",
+    "→": r"$\rightarrow$",
+    "<": "$<$",
+    ">": "$>$",
     "≥": r"$\geq$",
     "≈": r"$\approx$",
     "≤": r"$\leq$",
@@ -272,6 +276,12 @@ def read_runs(paths: Sequence[str]) -> pd.DataFrame:
     if runs.duplicated(["model", "seed"]).any():
         raise ValueError("more than one training log for a (model, seed)")
     runs["order"] = np.arange(len(runs))
+    return label_runs(runs)
+
+
+def label_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """``label`` and ``label_repository`` of each run, unique among ``runs``."""
+    runs = runs.copy()
     # "learned (s42)" only where a display name has several seeds on one corpus (paper Table 6)
     several = runs.groupby(["display_name", "corpus"])["seed"].transform("nunique") > 1
     runs["label"] = np.where(
@@ -431,6 +441,39 @@ def decomposition_cell(n_eff: float, n_index: float, n_layer: float) -> str:
     return f"{n_eff:.1f} = {n_index:.1f} × {n_layer:.1f}"
 
 
+def abs_reversals(tidy: pd.DataFrame) -> pd.DataFrame:
+    """Pairs of runs whose N_eff order reverses when p comes from E_x|d(x)| instead of
+    |E_x d(x)| (docs §12.3, "reversals of close pairs"), per task: one row per (task, a, b),
+    a before b in run order, where (N_eff_a − N_eff_b)(N_eff_abs_a − N_eff_abs_b) < 0 in
+    unrounded values (a tie on either side is no reversal)."""
+    rows = []
+    for task, group in tidy.dropna(subset=["N_eff", "N_eff_abs"]).groupby("task", sort=False):
+        runs = list(group.sort_values("order").itertuples(index=False))
+        for i, a in enumerate(runs):
+            for b in runs[i + 1 :]:
+                if (a.N_eff - b.N_eff) * (a.N_eff_abs - b.N_eff_abs) < 0:
+                    rows.append({
+                        "task": task, "label_a": a.label, "label_b": b.label,
+                        "order_a": a.order, "order_b": b.order,
+                        "N_eff_a": a.N_eff, "N_eff_b": b.N_eff,
+                        "N_eff_abs_a": a.N_eff_abs, "N_eff_abs_b": b.N_eff_abs,
+                    })  # fmt: skip
+    columns = ["task", "label_a", "label_b", "order_a", "order_b", "N_eff_a", "N_eff_b"]
+    return pd.DataFrame(rows, columns=[*columns, "N_eff_abs_a", "N_eff_abs_b"])
+
+
+def _reversal_cell(r) -> str:
+    """'9.2 < 10.0 → 24.0 > 21.0': a's value first, as the paper prints a reversal."""
+
+    def sign(x: float, y: float) -> str:
+        return "<" if x < y else ">"
+
+    return (
+        f"{r.N_eff_a:.1f} {sign(r.N_eff_a, r.N_eff_b)} {r.N_eff_b:.1f} → "
+        f"{r.N_eff_abs_a:.1f} {sign(r.N_eff_abs_a, r.N_eff_abs_b)} {r.N_eff_abs_b:.1f}"
+    )
+
+
 def table3(inputs: Inputs) -> Table:
     """N_eff = N_index × N_layer|index per model and task, the index-level permutation null,
     and N_eff from E_x|d(x)| (paper Table 3; docs §10.3–10.4, §12.2–12.3).
@@ -484,20 +527,38 @@ def table3(inputs: Inputs) -> Table:
         ]
     )
     absolute = block(lambda t: [_fmt("{:.1f}")(v) for v in wide[("N_eff_abs", t)]])
+    reversals = abs_reversals(tidy)
+    pairs = reversals.drop_duplicates(["order_a", "order_b"]).sort_values(["order_a", "order_b"])
+    pair_keys = list(zip(pairs["order_a"], pairs["order_b"], strict=True))
+    names = [f"{a} vs {b}" for a, b in zip(pairs["label_a"], pairs["label_b"], strict=True)]
+    flips = pd.DataFrame({"Model": names or ["none"]})
+    for task in tasks:
+        in_task = reversals[reversals["task"] == task]
+        cell = {(r.order_a, r.order_b): _reversal_cell(r) for r in in_task.itertuples()}
+        flips[TASK_TITLES[task]] = [cell.get(k, "—") for k in pair_keys] or ["—"]
+    # the CSV names, per (run, task), the runs whose order against it reverses
+    partners: dict[tuple[int, str], list[str]] = {}
+    for r in reversals.itertuples():
+        partners.setdefault((r.order_a, r.task), []).append(r.label_b)
+        partners.setdefault((r.order_b, r.task), []).append(r.label_a)
+    run_tasks = zip(tidy["order"], tidy["task"], strict=True)
+    tidy["abs_reversed_with"] = ["; ".join(partners.get(k, [])) for k in run_tasks]
     n_perm = sorted(set(frame.loc[meaningful, "n_permutations"].astype(int)))
     caption = (
         f"Table 3. Head-level N_eff decomposed into effective head indices and effective "
         f"layers within an index, N_eff = N_index × N_layer|index ({splits[0]} split); each "
         f"value rounded separately, so printed factors need not multiply to the printed "
-        f"N_eff. Middle: N_index against the median of its within-layer index-permutation "
+        f"N_eff. Second: N_index against the median of its within-layer index-permutation "
         f"null ({', '.join(map(str, n_perm)) or '—'} draws) with the lower one-sided p "
-        f"(uncorrected across models). Bottom: N_eff with p from E_x|d(x)| instead of "
-        f"|E_x d(x)|."
+        f"(uncorrected across models). Third: N_eff with p from E_x|d(x)| instead of "
+        f"|E_x d(x)|. Bottom: every pair of rows whose order by N_eff reverses under "
+        f"E_x|d(x)| (from unrounded values; A's value first, docs §12.3)."
     )
     blocks = [
         Block(decomposition, "N_eff = N_index × N_layer|index"),
         Block(null, "N_index vs index-permutation null median (lower p)"),
         Block(absolute, "N_eff from E_x|d(x)|"),
+        Block(flips, "Reversals, A vs B: N_eff → N_eff from E_x|d(x)|"),
     ]
     return Table("table3", _tidy_order(tidy), blocks, caption)
 
@@ -527,18 +588,58 @@ def table5(inputs: Inputs) -> Table:
 
 
 # ----------------------------------------------------------------------------- Table 6
-def table6(inputs: Inputs) -> Table:
-    """N_eff and E per task on the evaluation split (paper Table 6); rows grouped by corpus
-    (R first, as the paper) in config order. The top-head share is in the CSV."""
+TABLE6_COLUMNS = results.SUMMARY.columns(
+    "model", "seed", "task", "split", "N_eff", "E", "top_head_share"
+)
+
+
+def table6_rows(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The runs that are paper Table 6's rows (``selections.TABLE6_ROWS``, docs §6.7), in
+    the paper's order (``order`` renumbered), and the paper's names of the rows no run
+    fills (by corpus where the study names corpora). The selection is the one the workflow
+    reads (``selections.select_models``)."""
+    models = selections.models_of_runs(runs)
+    chosen = selections.select_models(models, "table6")
+    rank = {run: i for i, run in enumerate(chosen)}
+    keys = list(zip(runs["model"], runs["seed"], strict=True))
+    shown = runs[[k in rank for k in keys]].copy()
+    shown["order"] = [rank[k] for k in zip(shown["model"], shown["seed"], strict=True)]
+    named = any("corpus" in spec for spec in models.values())
+    missing: dict[str, list[str]] = {}  # corpus ("" in a study without corpora) -> rows
+    for geometry, corpus, name in selections.TABLE6_ROWS:
+        if not any(
+            spec["geometry"] == geometry and (not named or spec.get("corpus") == corpus)
+            for spec in models.values()
+        ):
+            missing.setdefault(corpus if named else "", []).append(name)
+    text = [f"corpus {c}: {', '.join(rows)}" if c else ", ".join(rows)
+            for c, rows in missing.items()]  # fmt: skip
+    return label_runs(shown.sort_values("order")), text
+
+
+def table6(inputs: Inputs, every_run: bool = False) -> Table:
+    """N_eff and E per task on the evaluation split (paper Table 6): the paper's 13 rows
+    (:func:`table6_rows`: corpus R learned and write-common-axis with their seeds, then the
+    corpus-S models), each a run the study has, the paper's rows it lacks in the footnote;
+    ``every_run``: every run given, corpus R first, in config order (``table6_all_runs``).
+    The top-head share is in the CSV."""
     runs = read_runs(need_kind(inputs, "runs", "table6"))
-    cols = results.SUMMARY.columns("model", "seed", "task", "split", "N_eff", "E", "top_head_share")
     frame = _split_rows(
-        read_kind(need_kind(inputs, "summaries", "table6"), cols, "table6"), "evaluation", "table6"
+        read_kind(need_kind(inputs, "summaries", "table6"), TABLE6_COLUMNS, "table6"),
+        "evaluation",
+        "table6",
     )
-    tidy = with_runs(frame[cols], runs, "table6")
+    with_runs(frame, runs, "table6")  # every summary has its training log
+    missing: list[str] = []
+    if not every_run:
+        runs, missing = table6_rows(runs)
+        shown = set(zip(runs["model"], runs["seed"], strict=True))
+        frame = frame[[k in shown for k in zip(frame["model"], frame["seed"], strict=True)]]
+    tidy = with_runs(frame[TABLE6_COLUMNS], runs, "table6")
     wide = _wide(tidy, ["N_eff", "E"])
-    corpus_rank = wide.index.get_level_values("corpus").map({"R": 0, "S": 1}).fillna(2)
-    wide = wide.iloc[np.lexsort((wide.index.get_level_values("order"), corpus_rank))]
+    if every_run:
+        corpus_rank = wide.index.get_level_values("corpus").map({"R": 0, "S": 1}).fillna(2)
+        wide = wide.iloc[np.lexsort((wide.index.get_level_values("order"), corpus_rank))]
     keys = _row_keys(wide)
     cells = pd.DataFrame({"Model": keys["label"], "Corpus": keys["corpus"]})
     groups = [("", 2)]
@@ -553,33 +654,33 @@ def table6(inputs: Inputs) -> Table:
         "Table 6. Effective number of heads N_eff and sum of absolute single-head effects E "
         "(logit units) per task, evaluation split."
     )
-    return Table(
-        "table6",
-        _tidy_order(tidy),
-        [Block(cells)],
-        caption,
-        groups,
-    )
+    if missing:
+        caption += f" The paper's rows not in this study: {'; '.join(missing)}."
+    return Table("table6", _tidy_order(tidy), [Block(cells)], caption, groups)
 
 
 # ----------------------------------------------------------------------------- Lanes
 def lanes(inputs: Inputs) -> Table:
-    """Lane score Λ with its permutation p, Bonferroni ×3 within each model (docs §10.5)."""
+    """Lane score Λ with its permutation p, Bonferroni ×3 within each model (docs §10.5);
+    runs beyond the paper's Λ runs (``selections.LAMBDA_PAPER_RUNS``, docs §13.1) are marked
+    extra (``paper_lambda`` false)."""
     cols = results.LANES.columns(
         "model", "seed", "task", "split", "lambda_score", "chance", "p_value"
     )
+    runs = read_runs(need_kind(inputs, "runs", "lanes"))
     frame = read_kind(
         need_kind(inputs, "lanes", "lanes"),
         [*cols, *results.LANES.columns("n_permutations")],
         "lanes",
     )
-    frame = frame.assign(
-        _o=frame["model"].map({m: i for i, m in enumerate(dict.fromkeys(frame["model"]))})
-    )
-    frame = frame.sort_values(["_o", "seed"], kind="stable").drop(columns="_o")
+    frame = with_runs(frame, runs, "lanes").sort_values(["order"], kind="stable")
     n_tasks = frame.groupby(["model", "seed"])["task"].transform("nunique")
     frame["p_bonferroni"] = np.minimum(1.0, frame["p_value"] * n_tasks)
-    frame = frame[[*cols, "p_bonferroni", "n_permutations"]]
+    paper = selections.lambda_paper_runs(selections.models_of_runs(runs))
+    frame["paper_lambda"] = [
+        (m, int(s)) in paper for m, s in zip(frame["model"], frame["seed"], strict=True)
+    ]
+    frame = frame[[*cols, "p_bonferroni", "n_permutations", "paper_lambda"]]
     fmt_p = _fmt("{:.4f}")
     cells = _cells(
         frame,
@@ -591,13 +692,16 @@ def lanes(inputs: Inputs) -> Table:
             "chance": ("Chance", lambda v: f"{v:.3f}"),
             "p_value": ("p", fmt_p),
             "p_bonferroni": ("p (Bonferroni ×3)", fmt_p),
+            "paper_lambda": ("Run", lambda v: "paper" if v else "extra"),
         },
     )
     split = ", ".join(sorted(set(frame["split"])))
+    n_extra = frame.loc[~frame["paper_lambda"], ["model", "seed"]].drop_duplicates().shape[0]
     caption = (
         f"Lane score Λ ({split} split): fraction of cross-layer positive effect mass in "
         f"same-index pairs, with the within-layer permutation p (upper) and its Bonferroni "
-        f"correction over each model's tasks."
+        f"correction over each model's tasks. Run: paper = one of the paper's Λ runs (docs "
+        f"§13.1); extra = computed beyond them ({n_extra} run{'' if n_extra == 1 else 's'})."
     )
     return Table("lanes", frame.reset_index(drop=True), [Block(cells)], caption)
 
@@ -911,7 +1015,11 @@ def dynamics_table(inputs: Inputs) -> Table:
 
     for run in runs.itertuples():
         g = geometry[(run.model, run.seed)]
-        for r in tau[(tau["model"] == run.model) & (tau["seed"] == run.seed)].itertuples():
+        run_tau = tau[(tau["model"] == run.model) & (tau["seed"] == run.seed)]
+        final = int(run_tau["step"].max()) if len(run_tau) else 0  # the final checkpoint
+        # the paper's τ steps only (1,024–65,536 of 65,536: from 1/64 of training on)
+        in_range = [selections.in_tau_range(int(t), final) for t in run_tau["step"]]
+        for r in run_tau[in_range].itertuples():
             step = f"{r.step}" + (" (final)" if r.is_final else "")
             add(run, step, "§13.4", "τ adjacent-layer cosine (mean [min, max])",
                 r.adjacent_cosine_mean, f"{r.adjacent_cosine_mean:.2f} "
@@ -952,7 +1060,8 @@ def dynamics_table(inputs: Inputs) -> Table:
     )
     caption = (
         "Training dynamics (docs §13.4, §14.4): task gradients τ (SVA evaluation split) per "
-        "checkpoint, V-gradient own-term fractions on validation tokens, and the sign of the "
+        "checkpoint of the paper's τ range (from 1/64 of training on: its steps 1,024–65,536 "
+        "of 65,536), V-gradient own-term fractions on validation tokens, and the sign of the "
         "scalar part tr(V_hᵀO_h) per layer at the final checkpoint."
     )
     return Table("dynamics", frame, [Block(cells)], caption)
