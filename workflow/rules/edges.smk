@@ -17,6 +17,7 @@ rule edges:
         n_examples=STUDY.stage("edges")["n_examples"],
         batch_size=STUDY.stage("edges")["batch_size"],
         max_rows=STUDY.stage("edges")["max_rows"],
+        dtype=STUDY.stage("edges")["dtype"],
     threads: STUDY.threads("edges")
     resources:
         **STUDY.resources("edges", mem_mb=4000, runtime=60),
@@ -25,7 +26,7 @@ rule edges:
     shell:
         "python src/edges.py --checkpoint {input.checkpoint} --manifest {input.manifest} "
         "--task {input.task} --split {params.split} --n-examples {params.n_examples} "
-        "--batch-size {params.batch_size} --max-rows {params.max_rows} "
+        "--batch-size {params.batch_size} --max-rows {params.max_rows} --dtype {params.dtype} "
         "--threads {threads} --out-edges {output.edges} --out-summary {output.summary} "
         "2> {log}"
 
@@ -45,6 +46,7 @@ rule acdc:
         split=STUDY.stage("edges")["split"],
         n_examples=STUDY.stage("edges")["n_examples"],
         threshold=STUDY.stage("edges")["acdc_threshold"],
+        dtype=STUDY.stage("edges")["dtype"],
     threads: STUDY.threads("acdc")
     resources:
         **STUDY.resources("acdc", mem_mb=4000, runtime=60),
@@ -53,5 +55,6 @@ rule acdc:
     shell:
         "python src/edges.py --checkpoint {input.checkpoint} --manifest {input.manifest} "
         "--task {input.task} --split {params.split} --n-examples {params.n_examples} "
-        "--acdc-threshold {params.threshold} --threads {threads} --out-acdc {output.acdc} "
+        "--acdc-threshold {params.threshold} --dtype {params.dtype} --threads {threads} "
+        "--out-acdc {output.acdc} "
         "2> {log}"

@@ -36,6 +36,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from headgeom.analysis.edges import kl_of_logp
 from headgeom.analysis.evaluation import length_groups
 from headgeom.hashing import canonical_json, sha256_file
 from headgeom.io import atomic_path
@@ -393,6 +394,12 @@ def block_atlas(
     evaluation prompts the unedited model gets right, LD > 0, that stay right), and the
     write's size and constant part (over input positions t ≥ 1 of the same windows).
 
+    The KL is Σ_v p_v (log p_v − log q_v) of float64 log-softmaxes of the two runs' logits
+    (``edges.kl_of_logp``): a rounding error ε of the logits (|ε| ≲ a few eps·|logit| per
+    layer) enters where the runs agree at second order, ½·Var_p(ε) (~1e-11 in float32 at
+    logits of ~10), elsewhere in proportion to the signal (~2|ε|·√(2·KL)); values within
+    the float64 summation floor (~1e-13) of 0 read 0, below it the atlas raises.
+
     Windows stream in batches of ``batch_size``: per batch one unedited forward (caching the
     sites the descriptors need) and stacked forwards of the edits (:func:`stacked_hooks`, at
     most ``max_rows`` rows each), so memory is bounded by one stacked forward's logits.
@@ -409,14 +416,13 @@ def block_atlas(
         logits, cache = model.run_with_cache(inputs, _descriptor_sites(model))
         _add_descriptors(model, cache, moments)
         base_logp = torch.log_softmax(logits.double(), dim=-1)
-        base_p = base_logp.exp()
         base_top1 += float((base_logp.argmax(-1) == targets).sum())
         n_pos += targets.numel()
         start = 0
         for chunk in _chunks(edits, max_rows // len(ids)):
             logp = torch.log_softmax(_stacked_forward(model, inputs, chunk, means).double(), -1)
             g = slice(start, start + len(chunk))
-            kl_sum[g] += (base_p * (base_logp - logp)).sum(dim=(1, 2, 3)).cpu().numpy()
+            kl_sum[g] += kl_of_logp(base_logp, logp).sum(dim=(1, 2)).cpu().numpy()
             top1_sum[g] += (logp.argmax(-1) == targets).sum(dim=(1, 2)).cpu().numpy()
             start += len(chunk)
             if progress is not None:

@@ -5,7 +5,9 @@ MLP's output; destinations are every head's Q, K and V inputs (separate nodes), 
 input and the logits (the final residual). An edge s → d is removed by feeding d the
 corrupted value of s (its value on the reference prompt) instead of its value in the
 current run: d's input is  x − Σ_{removed s→d} (out_s − out_s^ref). The metric is the mean
-KL(P_clean ‖ P_circuit) at the final position (the edge engine's ``final_kl``).
+KL(P_clean ‖ P_circuit) at the final position, Σ_v p_v (log p_v − log q_v) in float64 over the
+final-position logits (the edge engine's ``final_kl``; its noise floor, ~1e-11 in float32 and
+~1e-13 in float64 where KL → 0, is far below any threshold ACDC is run with).
 
 ACDC visits destinations in reverse topological order (logits, MLP L−1, the heads of layer
 L−1, MLP L−2, ...) and removes each incoming edge whose removal raises the metric by less
@@ -14,7 +16,8 @@ destinations are visited, each evaluation resumes from the clean residual enteri
 edge engine's caches). At the end, nodes that no longer reach the logits are pruned.
 
 :func:`hooked_metric` recomputes the metric of a circuit independently, through the model's
-own forward and its named sites; :func:`acdc` checks a sample of its decisions with it.
+own forward and its named sites; :func:`acdc` checks a sample of its decisions with it, each
+within a tolerance derived from the dtype's eps and the logits (``edges.kl_rounding_bound``).
 """
 
 from __future__ import annotations
@@ -26,7 +29,14 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from headgeom.analysis.edges import CleanOutput, _require, final_kl, final_logits, kl_from_logits
+from headgeom.analysis.edges import (
+    _require,
+    final_kl,
+    final_logits,
+    kl_from_logits,
+    kl_rounding_bound,
+    logit_rounding,
+)
 from headgeom.model.geometries import READ_TYPES
 from headgeom.model.gpt import site
 
@@ -65,7 +75,6 @@ class Graph:
         self.ref_out, _ = self.run(ref, frozenset(), None)
         logits = final_logits(self.model, self.clean_cache["final"])
         self.clean_logp = F.log_softmax(logits.double(), -1)
-        self.clean = CleanOutput.of(model, self.clean_logp)
 
     def _diff(self, outs, removed, dest):
         d = 0.0
@@ -136,12 +145,19 @@ class Graph:
         ``start`` or later (so the run resumes from the clean residual entering it)."""
         _, cache = self.run(None, removed, start)
         rows = torch.arange(cache["final"].shape[0], device=cache["final"].device)
-        return float(final_kl(self.model, self.clean, rows, cache["final"]).mean())
+        return float(final_kl(self.model, self.clean_logp, rows, cache["final"]).mean())
 
 
 @torch.no_grad()
 def hooked_metric(model, clean: torch.Tensor, ref: torch.Tensor, removed) -> float:
-    """The circuit's mean KL through the model's own forward and named sites (independent of
+    """The circuit's mean KL (:func:`hooked_logits`)."""
+    return float(kl_from_logits(*hooked_logits(model, clean, ref, removed)).mean())
+
+
+@torch.no_grad()
+def hooked_logits(model, clean: torch.Tensor, ref: torch.Tensor, removed):
+    """(clean log-probs (B, V) float64, circuit logits (B, V)) at the final position
+    through the model's own forward and named sites (independent of
     :class:`Graph`): source outputs are read from ``hook_resid_pre`` of block 0 (embedding),
     ``attn.hook_z`` (W_O^h z^h) and ``hook_mlp_out``; destination inputs are set at
     ``attn.hook_q/k/v`` (head h recomputed by the reader), ``hook_mlp_out`` and
@@ -207,14 +223,15 @@ def hooked_metric(model, clean: torch.Tensor, ref: torch.Tensor, removed) -> flo
     hooks["hook_resid_final"] = lambda x: x - diff(LOGITS)
     with model.hooks(hooks):
         logits = model(clean, last_only=True)
-    return float(kl_from_logits(logp, logits).mean())
+    return logp, logits
 
 
 @dataclass
 class AcdcResult:
     kept: list  # (source, destination, delta) of the final circuit (after pruning)
     decisions: list = field(default_factory=list)  # (source, dest, metric_before, after, removed)
-    checks: list = field(default_factory=list)  # (index, engine metric, hooked metric)
+    # (index, engine metric, hooked metric, tolerance of their difference)
+    checks: list = field(default_factory=list)
     final_metric: float = 0.0
 
 
@@ -275,8 +292,12 @@ def acdc(
         marks.append(frozenset(decided | {(s, d)}))
         if drop:
             decided.add((s, d))
+    # Both routes compute the same KL in the model's dtype; each differs from the exact one by
+    # at most kl_rounding_bound (logits within δ = logit_rounding), so their means by twice it.
+    delta = logit_rounding(model)
     for i in picks:
-        result.checks.append(
-            (int(i), result.decisions[i][3], hooked_metric(model, clean, ref, marks[i]))
-        )
+        logp, logits = hooked_logits(model, clean, ref, marks[i])
+        hooked = float(kl_from_logits(logp, logits).mean())
+        tolerance = 2 * float(kl_rounding_bound(logp, logits, delta).mean())
+        result.checks.append((int(i), result.decisions[i][3], hooked, tolerance))
     return result

@@ -31,6 +31,20 @@ structure:
 * an edge whose patched input equals the clean one bit for bit on every example (e.g. a
   writer orthogonal to a block reader's block) has KL exactly 0 and is not recomputed.
 
+**KL and its noise floor.** The KL is Σ_v p_v (log p_v − log q_v) over the final-position
+logits of the clean and the patched run, each log-softmaxed in float64 (:func:`final_kl`,
+``chunk`` rows × V in float64 at a time). Both are normalised distributions, so a rounding
+error ε of the logits enters at second order where the two agree, ½·Var_p(ε), and elsewhere
+in proportion to the signal, |ε|·(‖q − p‖₁ + E_p|log p/q − KL|) ≈ 2|ε|·√(2·KL)
+(:func:`kl_rounding_bound`, with |ε| ≤ δ of :func:`logit_rounding`). Measured, |ε| is 1–3
+eps·max|logit| per forward (float32 vs float64 on random models of every geometry): with
+logits of ~10, |ε| ~ 3e-6 in float32, so the floor where KL → 0 is ~1e-11 and a KL of 1e-6
+carries up to ~1% error; in float64 |ε| ~ 1e-14 and the float64 summation itself
+(:func:`summation_floor`, ~1e-13) is the floor. A KL in [−floor, 0) reads 0; below −floor
+the engine raises. (The earlier neg_entropy − ē·h + logsumexp(b) form took Σ p b from h
+rather than from the rounded logits b, so ε entered at first order, ~eps·|logit| ≈ 1e-6 in
+float32: a third of the demo's edge KLs came out negative.)
+
 Multiscreen models have no Q/K/V readers of this kind (screening tiles): the engine needs the
 registry's ``prefix_reuse`` and refuses others by name. :func:`edge_kl_naive` is the
 reference: one forward per edge with a hook on the reader's site (full forward, the
@@ -39,6 +53,7 @@ TransformerLens way, or resumed at the reader's layer, the auto-circuit way).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -56,6 +71,8 @@ from headgeom.analysis.patching import (
 )
 from headgeom.model.geometries import READ_TYPES
 from headgeom.model.gpt import site
+
+EPS64 = torch.finfo(torch.float64).eps
 
 Progress = Callable[[int], object] | None
 
@@ -116,11 +133,75 @@ def _require(model: torch.nn.Module) -> None:
 
 
 # --------------------------------------------------------------------------- shared pieces
+#: Rounding of a logit per layer, in units of eps · (logit scale): each of the L blocks and
+#: the unembedding adds a few eps relative to the scale (LayerNorm renormalises, so errors
+#: add per layer instead of compounding). Measured in float32 against float64: ≤ 3.1 on
+#: 3–4-layer random models of every geometry, against 4·(L + 1) = 16–20 here.
+ROUNDING_PER_LAYER = 4
+
+
+def logit_scale(model) -> float:
+    """A weight-only bound on every logit |b_v| = |w_v·h| ≤ ‖h‖·max_v ‖w_v‖ (Cauchy–Schwarz),
+    with ‖h‖ ≤ √D·max|γ| + ‖β‖ for the final LayerNorm's output h = γ ⊙ n + β, ‖n‖ ≤ √D."""
+    ln, w = model.ln_f, model.wte.weight.detach().double()
+    gamma = ln.weight.detach().double().abs().max()
+    beta = ln.bias.detach().double().norm() if ln.bias is not None else 0.0
+    return float((model.cfg.d_model**0.5 * gamma + beta) * w.norm(dim=-1).max())
+
+
+def logit_rounding(model) -> float:
+    """δ, a bound on the rounding error of any final-position logit in the model's dtype:
+    ROUNDING_PER_LAYER · (L + 1) · eps(dtype) · :func:`logit_scale`."""
+    eps = torch.finfo(next(model.parameters()).dtype).eps
+    return ROUNDING_PER_LAYER * (model.cfg.n_layer + 1) * eps * logit_scale(model)
+
+
+def summation_floor(clean_logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
+    """(R,) bound on the float64 rounding of Σ_v p_v (log p_v − log q_v): every log-prob is
+    exact to a few eps₆₄ of its size and the V-term sum adds log₂V·eps₆₄ of Σ|terms|, so
+    (8 + log₂V)·eps₆₄·(1 + max|log p| + max|log q|); about 1e-13 at V = 50,257."""
+    V = clean_logp.shape[-1]
+    size = 1.0 + clean_logp.abs().amax(-1) + logq.abs().amax(-1)
+    return (8 + math.log2(V)) * EPS64 * size
+
+
+def kl_of_logp(clean_logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
+    """KL(P ‖ Q) (...) float64 = Σ_v p_v (log p_v − log q_v) over the last axis, from
+    float64 log-probabilities (any leading axes, broadcast). Both are normalised
+    distributions, so the sum is ≥ 0 up to :func:`summation_floor`: values in [−floor, 0)
+    are float64 summation noise and read 0; a value below −floor is a bug and raises (never
+    silently changed)."""
+    kl = (clean_logp.exp() * (clean_logp - logq)).sum(-1)
+    if (kl < 0).any():
+        floor = summation_floor(clean_logp, logq).expand_as(kl)
+        bad = kl < -floor
+        if bad.any():
+            raise ArithmeticError(
+                f"KL {float(kl[bad][0]):.3e} is below −{float(floor[bad][0]):.1e}, its float64 "
+                "summation floor: the distributions are not normalised"
+            )
+        kl = kl.clamp_min(0.0)
+    return kl
+
+
 def kl_from_logits(clean_logp: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-    """KL(P_clean ‖ P) (R,) float64 from clean log-probabilities (R, V) float64 and patched
-    final-position logits (R, V)."""
+    """KL(P_clean ‖ Q) (R,) float64 from clean log-probs (R, V) float64 and the patched
+    final-position logits (R, V) in any dtype, log-softmaxed in float64 (:func:`kl_of_logp`)."""
+    return kl_of_logp(clean_logp, F.log_softmax(logits.double(), dim=-1))
+
+
+def kl_rounding_bound(clean_logp: torch.Tensor, logits: torch.Tensor, delta: float):
+    """(R,) bound on |KL̃ − KL| when the clean and patched logits carry rounding errors α, β
+    with |α|, |β| ≤ ``delta`` (:func:`logit_rounding`). KL's gradients are ∂/∂b = q − p and
+    ∂/∂a = p ⊙ (r − KL), r = log p − log q, so to first order
+    |ΔKL| ≤ δ·(‖q − p‖₁ + Σ_v p_v |r_v − KL|), plus ½Var_p(α − β) ≤ 2δ² at second order
+    (what remains where p = q) and the float64 :func:`summation_floor`."""
     logq = F.log_softmax(logits.double(), dim=-1)
-    return (clean_logp.exp() * (clean_logp - logq)).sum(-1)
+    p, q = clean_logp.exp(), logq.exp()
+    r = clean_logp - logq
+    kl = (p * r).sum(-1, keepdim=True)
+    first = (q - p).abs().sum(-1) + (p * (r - kl).abs()).sum(-1)
+    return delta * first + 2 * delta**2 + summation_floor(clean_logp, logq)
 
 
 def final_logits(model, x: torch.Tensor) -> torch.Tensor:
@@ -134,37 +215,18 @@ def final_state(model, x: torch.Tensor) -> torch.Tensor:
     return model.ln_f(model.hook_resid_final(x)[:, -1])
 
 
-@dataclass(frozen=True)
-class CleanOutput:
-    """What the KL needs of the clean distribution P of each example: ``neg_entropy``
-    Σ_v p_v log p_v (B,) and ``mean_row`` ē = Σ_v p_v w_v (B, D), w_v the unembedding rows,
-    both float64."""
-
-    neg_entropy: torch.Tensor
-    mean_row: torch.Tensor
-
-    @classmethod
-    def of(cls, model, clean_logp: torch.Tensor) -> CleanOutput:
-        p = clean_logp.exp()
-        return cls((p * clean_logp).sum(-1), p @ model.wte.weight.double())
-
-
-def final_kl(model, clean: CleanOutput, rows: torch.Tensor, x: torch.Tensor, chunk: int = 512):
+def final_kl(model, clean_logp: torch.Tensor, rows: torch.Tensor, x: torch.Tensor, chunk=256):
     """KL(P_clean ‖ Q) (R,) float64 from the residual ``x`` (R, S, D) leaving the last block,
-    row r against example ``rows[r]``. With h = ln_f(x_final) and logits b = W h,
-
-        KL = Σ p log p − Σ p b + logsumexp(b) = neg_entropy − ē·h + logsumexp(b),
-
-    so only logsumexp needs the (R, V) logits (float64 from the model's dtype, ``chunk`` rows
-    at a time); the identity is checked against :func:`kl_from_logits` by the naive engine."""
+    row r against example ``rows[r]`` of ``clean_logp`` (B, V) float64: the logits in the
+    model's dtype, then :func:`kl_from_logits`, ``chunk`` rows at a time (memory: a few
+    chunk × V float64 arrays)."""
     h = final_state(model, x)
-    lse = torch.cat(
+    return torch.cat(
         [
-            torch.logsumexp((h[i : i + chunk] @ model.wte.weight.T).double(), -1)
+            kl_from_logits(clean_logp[rows[i : i + chunk]], h[i : i + chunk] @ model.wte.weight.T)
             for i in range(0, len(h), chunk)
         ]
     )
-    return clean.neg_entropy[rows] - (h.double() * clean.mean_row[rows]).sum(-1) + lse
 
 
 def writer_deltas(model, z_clean: dict, z_ref: dict, layers: range) -> list[torch.Tensor]:
@@ -221,7 +283,6 @@ def edge_kl_batch(
     L, _H = model.cfg.n_layer, model.cfg.n_head
     B, T = clean.shape
     clean_logp, cc, z_clean, z_ref = _caches(model, clean, ref)
-    clean_out = CleanOutput.of(model, clean_logp)
     differ = (clean != ref).any(dim=0).nonzero()
     p = min(int(differ[0]) if len(differ) else T, T - 1)
     out = torch.zeros(B, len(edges), dtype=torch.float64, device=clean.device)
@@ -286,7 +347,7 @@ def edge_kl_batch(
             h = block.after_z(cc[site(rl, "hook_resid_pre")][eb[1], start:], z)
             h = _downstream(model, cc, rl, p, h, eb[1])
             out[eb[1], torch.as_tensor(idx[e0 : e0 + E], device=clean.device)[eb[0]]] = final_kl(
-                model, clean_out, eb[1], h
+                model, clean_logp, eb[1], h
             )
         if progress is not None:
             progress(len(sub))
@@ -327,8 +388,10 @@ def edge_kl(
 ) -> np.ndarray:
     """KL(P_clean ‖ P_edge-patched) (N, E) float64 per example and edge (default: every edge,
     :func:`all_edges` order). ``batch_size`` bounds the examples and ``max_rows`` the
-    edge × example rows of one forward (memory ∝ max_rows · T · max(d_mlp, d_model) and
-    max_rows · V at the final position). ``progress(k)``: k more edges done per batch."""
+    edge × example rows of one forward (memory ∝ max_rows · T · max(d_mlp, d_model), plus a
+    few 256 × V float64 arrays for the KL). The KL's noise floor is the module's: run a
+    float64 model where KLs are small (~1e-11 where KL → 0 in float32, ~1e-13 in float64).
+    ``progress(k)``: k more edges done per batch."""
     _require(model)
     edges = all_edges(model.cfg.n_layer, model.cfg.n_head) if edges is None else edges
     return _per_batch(

@@ -78,6 +78,46 @@ def read_task(path: str | os.PathLike, splits: Sequence[str] | None = None) -> T
     )
 
 
+def first_per_condition(
+    task: TaskSplits,
+    split: str,
+    n: int,
+    path: str | os.PathLike,
+    conditions: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """The first ``n`` examples of ``split`` in canonical order (ascending ``example_id``)
+    with n/4 per condition: the first n/4 of each of the task's conditions (default
+    ``tasks.CONDITIONS[task.name]``), kept in canonical order (docs §15.1 CHOICE: the 16
+    examples of Table 7 and ACDC). Refuses, naming ``path``, the split and the counts, an
+    ``n`` that the conditions do not divide, a condition with fewer than n/4 examples and
+    an example whose condition is not the task's."""
+    from headgeom.data.tasks import CONDITIONS
+
+    if conditions is None:
+        if task.name not in CONDITIONS:
+            raise ValueError(f"{path}: task {task.name!r} has no known conditions")
+        conditions = CONDITIONS[task.name]
+    conditions = list(conditions)
+    if n < 1 or n % len(conditions):
+        raise ValueError(
+            f"{path}: {n} examples cannot be split evenly over the {len(conditions)} "
+            f"conditions {conditions}"
+        )
+    part = task.frame[task.frame["split"] == split].sort_values("example_id", kind="stable")
+    counts = {c: int((part["condition"] == c).sum()) for c in conditions}
+    unknown = sorted(set(part["condition"]) - set(conditions))
+    if unknown:
+        raise ValueError(f"{path}: split {split!r} has conditions {unknown} not in {conditions}")
+    short = {c: k for c, k in counts.items() if k < n // len(conditions)}
+    if short:
+        raise ValueError(
+            f"{path}: split {split!r} has too few examples of condition(s) {sorted(short)} for "
+            f"{n // len(conditions)} per condition (counts {counts})"
+        )
+    chosen = part.groupby("condition", sort=False).head(n // len(conditions))
+    return chosen.reset_index(drop=True)
+
+
 @dataclass(frozen=True)
 class PatchInputs:
     """Model-id inputs of a task's examples, one entry per example."""
