@@ -19,7 +19,7 @@ import sys
 
 import pyarrow.parquet as pq
 
-from headgeom import results
+from headgeom import checks, results
 from headgeom.analysis import clamps
 from headgeom.analysis.clamp_analyses import EFFECTS_TOLERANCE, clamp_tables
 from headgeom.analysis.effects import effect_matrix
@@ -80,10 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         **results.provenance(manifest),
         **sources,
         "split": args.split,
-        "check_C12_max_abs_logit_residual": out.c12,
-        "check_C12_tolerance": clamps.C12_TOLERANCE,
-        "check_C13_max_abs_direct_residual": out.c13,
-        "check_C13_tolerance": clamps.C13_TOLERANCE,
+        **checks.record("C12", out.c12, clamps.C12_TOLERANCE, note="max |logit residual|"),
+        **checks.record("C13", out.c13, clamps.C13_TOLERANCE, note="max |direct residual|"),
         "check_effects_max_abs_residual": out.effects_residual,
         "check_effects_tolerance": EFFECTS_TOLERANCE,
         "device": str(device),
@@ -92,9 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     results.CLAMP_PAIRS.write(args.out_pairs, out.pairs, metadata)
     results.CLAMP_PATHS.write(args.out_paths, out.paths, metadata)
     results.CLAMP_LUMPED.write(args.out_lumped, out.lumped, metadata)
-    checks = f"C12 {out.c12:.2g}, C13 {out.c13:.2g}, Δ(∅) {out.effects_residual:.2g}"
+    checked = f"C12 {out.c12:.2g}, C13 {out.c13:.2g}, Δ(∅) {out.effects_residual:.2g}"
     print(f"wrote {len(out.pairs)} pairs, {len(out.paths)} paths, {len(out.lumped)} "
-          f"lumped rows ({checks})", file=sys.stderr)  # fmt: skip
+          f"lumped rows ({checked})", file=sys.stderr)  # fmt: skip
     return 0
 
 
