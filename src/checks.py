@@ -30,16 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     frame = checks.table(rows)
     failed = checks.failures(frame)
     if len(failed):
-        lines = [
-            f"  {r.check}{'.' + r.part if r.part else ''} {r.path or r.scope}: residual "
-            f"{r.residual:.6g} > {r.tolerance:.3g} ({r.note})"
-            for r in failed.itertuples()
-        ]
+        lines = [f"  {checks.describe(row)}" for _, row in failed.iterrows()]
         raise SystemExit("enforced checks failed (docs §18):\n" + "\n".join(lines))
     results.CHECKS.write(args.out, frame, {"analysis": "checks", "n_files": len(files),
                                            **results.provenance()})  # fmt: skip
-    counts = frame["passed"].value_counts(dropna=False).to_dict()
-    print(f"{len(frame)} checks from {len(files)} files: {counts}", file=sys.stderr)
+    print(f"{checks.summary_line(frame)} (from {len(files)} files)", file=sys.stderr)
     return 0
 
 

@@ -347,6 +347,23 @@ def failures(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["enforced"] & frame["passed"].eq(False).fillna(False)]
 
 
+def describe(row: Mapping[str, Any]) -> str:
+    """One line of a checks row: id, where, residual against tolerance, note."""
+    part = row["part"] if isinstance(row["part"], str) else None
+    name = f"{row['check']}.{part}" if part else row["check"]
+    where = row["path"] if isinstance(row["path"], str) else row["scope"]
+    residual = "n/a" if pd.isna(row["residual"]) else f"{row['residual']:.6g}"
+    return f"{name} {where}: residual {residual} > {row['tolerance']:.3g} ({row['note']})"
+
+
+def summary_line(frame: pd.DataFrame) -> str:
+    """How many checks passed, failed (reported only) and did not apply."""
+    passed = int(frame["passed"].eq(True).sum())
+    failed = int(frame["passed"].eq(False).sum())
+    return (f"{len(frame)} checks: {passed} passed, {failed} failed (reported only), "
+            f"{int(frame['passed'].isna().sum())} not applicable")  # fmt: skip
+
+
 # ----------------------------------------------------------------------------- computed checks
 #: C16 (docs §12.7): the 9 corpus-S models of paper Figure 4 — validation loss (§6.1) and
 #: evaluation N_eff for SVA, Quote, Plural (paper Table 6) — and the number of heads.

@@ -657,9 +657,7 @@ def build_basis_family(
 
     observed = {tuple(p["members"]): p["head_pairs_by_shared_dims"] for p in sharing_pairs(shared)}
     reference = _reference_sharing(D, d, m, r, polynomial, n_members)
-    mismatched = None
-    if reference is not None:  # member pairs whose sharing differs from §5.5 item 5
-        mismatched = sum(observed.get(k) != reference.get(k) for k in {*observed, *reference})
+    mismatched = None if reference is None else sharing_mismatches(observed, reference)
     if mismatched:
         raise BasisCheckError(
             f"C5 failed: sharing pairs {observed} differ from docs §5.5 item 5 {reference}"
@@ -725,6 +723,12 @@ def build_basis_family(
         top_cosine=top,
         checks=checks,
     )
+
+
+def sharing_mismatches(observed: Mapping[tuple, Any], reference: Mapping[tuple, Any]) -> int:
+    """C5: member pairs whose shared-dimension counts differ between two sharing patterns
+    ({(i, j): {"3": 64}}), counting a pair present in only one of them."""
+    return sum(observed.get(k) != reference.get(k) for k in {*observed, *reference})
 
 
 def _max_or_none(values: np.ndarray) -> float | None:
