@@ -37,6 +37,7 @@ include: "workflow/rules/coordinates.smk"  # issue 13 (§15.2)
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/document.smk"  # issue 14
 include: "workflow/rules/ablation.smk"  # issue 16
+include: "workflow/rules/checks.smk"  # docs §5.7, §18
 
 
 rule all:

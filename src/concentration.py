@@ -7,7 +7,9 @@
 
 One summary row per split and one heads row per (split, layer, head); with the three §12
 outputs, the analysis split (``--split``) also gets robustness, conditions and logo
-(headgeom.analysis.concentration; columns in headgeom.results).
+(headgeom.analysis.concentration; columns in headgeom.results). Checks C10 (e, E and N_eff
+recomputed from the effects file by another route) and C11 are logged in every output's
+metadata; C10 or C11 failing stops the job before anything is written.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import sys
 
 import pyarrow.parquet as pq
 
-from headgeom import results
+from headgeom import checks, results
 from headgeom.analysis import concentration as conc
 from headgeom.hashing import sha256_file
 from headgeom.io import read_parquet_metadata
@@ -66,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = read_parquet_metadata(args.effects)
     shape = [int(json.loads(meta[k])) if k in meta else None for k in ("n_layers", "n_heads")]
     out = conc.concentration_tables(effects, *shape, args.split, args.resampling, args.effects)
+    c10 = conc.check_c10(args.effects, out.heads, out.summary, out.n_layers, out.n_heads)
 
     metadata = {
         "analysis": "concentration",
@@ -76,20 +79,26 @@ def main(argv: list[str] | None = None) -> int:
         **results.provenance(),
         "n_layers": out.n_layers,
         "n_heads": out.n_heads,
-        "check_C11_max_rel_residual": out.c11,
-        "check_C11_tolerance": conc.C11_TOLERANCE,
+        **checks.enforce(
+            "C10",
+            c10,
+            conc.C10_TOLERANCE,
+            where=args.effects,
+            what="per-head means of the per-example effects vs e, E, N_eff",
+            note="max |Δ| of e, E and N_eff, every split",
+        ),
+        **checks.record("C11", out.c11, conc.C11_TOLERANCE, "rel"),
     }
     results.HEADS.write(args.out_heads, out.heads, metadata)
     results.SUMMARY.write(args.out_summary, out.summary, metadata)
-    print(f"{out.identity}: {len(out.summary)} splits, C11 {out.c11:.2g}", file=sys.stderr)
+    checked = f"C10 {c10:.2g}, C11 {out.c11:.2g}"
+    print(f"{out.identity}: {len(out.summary)} splits, {checked}", file=sys.stderr)
     if args.resampling is None:
         return 0
     metadata = {
         **metadata,
         "analysis_split": args.split,
         **args.resampling.metadata(),
-        "check_C10_max_abs_diff": float(out.robustness["check_C10_max_abs_diff"].iloc[0]),
-        "check_C10_tolerance": conc.C10_TOLERANCE,
     }
     results.ROBUSTNESS.write(args.out_robustness, out.robustness, metadata)
     results.CONDITIONS.write(args.out_conditions, out.conditions, metadata)

@@ -8,8 +8,10 @@ Writes ``--out-pk`` (one row per (kind, source head, target head, read type): th
 kernel between a source head's write space and a later head's write space or weight-space
 read space) and ``--out-summary`` (one row per (model, seed): V self-alignment, scaled
 idempotence, check C14 and inter-layer PK on the same versus other head index); see
-headgeom.analysis.geometry_summary. If C14 applies and fails, nothing is written. The
-checkpoint is verified against its manifest before anything else is read.
+headgeom.analysis.geometry_summary. If C14 applies and fails, nothing is written; the
+designed-PK check of §9.4 (frozen head blocks: d / 0 / the family's cross-member PK) does
+the same at the paper's size and is only reported below it. The checkpoint is verified
+against its manifest before anything else is read.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ import sys
 import pandas as pd
 
 from headgeom import results
-from headgeom.analysis.geometry_summary import c14_metadata, geometry_tables
+from headgeom.analysis.geometry_summary import c14_metadata, designed_pk_metadata, geometry_tables
 from headgeom.analysis.subspace import RANK_RTOL
+from headgeom.model import registry, zoo
 from headgeom.model.checkpoint import load_verified
 from headgeom.runtime import set_threads
 
@@ -44,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     model, _, manifest = load_verified(args.checkpoint, args.manifest)
     cfg = model.cfg
     geo = geometry_tables(model, args.model_name, args.seed, args.checkpoint)
+    paper_size = zoo.is_paper_size(registry.geometry_of(cfg).name, cfg.to_dict())
+    designed = designed_pk_metadata(geo, cfg.d_model, cfg.d_head, paper_size)
     s = geo.summary
     print(
         f"{cfg.n_layer}×{cfg.n_head} heads, {len(geo.pk)} PK pairs; Proposition 1 applies: "
@@ -65,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         "rank_rtol": RANK_RTOL,
         "space": "weight space: U = Im W_O, R_{X,0} = Im W_Xᵀ (docs §9.1), float64",
         **c14_metadata(geo),
+        **designed,
         "threads": args.threads,
     }
     results.GEOMETRY_PK.write(args.out_pk, geo.pk, metadata)

@@ -15,7 +15,7 @@ import sys
 
 import pyarrow.parquet as pq
 
-from headgeom import results
+from headgeom import checks, results
 from headgeom.analysis import leakage
 from headgeom.analysis.leakage import require_free_readers
 from headgeom.data.task_files import model_inputs, read_task
@@ -76,20 +76,18 @@ def main(argv: list[str] | None = None) -> int:
         "n_heads": model.cfg.n_head,
         **checkpoint,
         "effects_sha256": sha256_file(args.effects),
-        "check_C8_max_abs_residual": out.c8.value,
-        "check_C8_tolerance": out.c8.tolerance,
-        "check_C9_max_abs_residual": out.c9.value,
-        "check_C9_tolerance": out.c9.tolerance,
+        **checks.record("C8", out.c8.value, out.c8.tolerance),
+        **checks.record("C9", out.c9.value, out.c9.tolerance),
         "read_space": "folded: Im(P_c diag(gamma_LN1) W_X^T) (docs §9.2)",
         "rho_definition": "PK(U, R) / dim U (isotropic expectation, docs §9.5)",
         "device": str(device),
         "threads": args.threads,
     }
     results.LEAKAGE.write(args.out, table, metadata)
-    checks = ", ".join(
+    checked = ", ".join(
         f"{name} {r.value:.2g} ≤ {r.tolerance:.2g}" for name, r in (("C8", out.c8), ("C9", out.c9))
     )
-    print(f"wrote {len(table)} rows to {args.out} ({checks})", file=sys.stderr)
+    print(f"wrote {len(table)} rows to {args.out} ({checked})", file=sys.stderr)
     return 0
 
 

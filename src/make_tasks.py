@@ -6,7 +6,9 @@
 
 One row per example (clean/reference GPT-2 ids, answer ids, split, condition, lexical group).
 The file metadata carries the generator seed, config and its hash, the lexicon partition and
-``dataset_sha256`` (canonical JSON of the example records), which downstream records cite.
+``dataset_sha256`` (canonical JSON of the example records), which downstream records cite,
+and check C7 (equal lengths, one differing token, single-token answers) rerun on the stored
+examples; a violation fails the job.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from headgeom import results
+from headgeom import checks, results
 from headgeom.data import tasks
 from headgeom.data.lexicon import GROUP_SLOT
 from headgeom.data.tokenizer import load_gpt2_tokenizer, tokenizer_files_sha256
@@ -35,7 +37,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--config-json is not valid JSON ({err})")
 
     cfg = tasks.resolve_task_config(args.task, raw)
-    df, partition = tasks.generate_task(args.task, load_gpt2_tokenizer(), cfg)
+    tokenizer = load_gpt2_tokenizer()
+    df, partition = tasks.generate_task(args.task, tokenizer, cfg)
+    c7 = checks.enforce("C7", tasks.c7_mismatches(df, tokenizer), 0, "count", where=args.out,
+                        note=f"examples of {len(df)} violating docs §8.1")  # fmt: skip
     dataset_sha256 = tasks.dataset_sha256(df)
     results.TASK.write(
         args.out,
@@ -52,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             "tokenizer_files_sha256": tokenizer_files_sha256(),
             "n_examples": len(df),
             "dataset_sha256": dataset_sha256,
+            **c7,
             **results.provenance(),
         },
     )

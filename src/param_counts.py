@@ -6,7 +6,8 @@
 Each run gives its study model name, seed, repository and display names, geometry, corpus
 and the model section of its run config (headgeom.analysis.param_counts). The vocabulary
 size is the row count of ``--vocab`` (a compacted demo vocabulary) or, without it, GPT-2's
-50,257. Any count that differs from docs §6.1 fails the job ([CHECK] §4.4).
+50,257. Any count that differs from docs §6.1 fails the job (check C1, logged in the
+file's metadata: headgeom.checks).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from headgeom import results
-from headgeom.analysis.param_counts import check_runs, count_runs
+from headgeom.analysis.param_counts import c1_metadata, check_runs, count_runs
 from headgeom.data.tokenizer import VOCAB_SIZE
 from headgeom.hashing import content_hash
 from headgeom.runtime import set_threads
@@ -40,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     runs = check_runs(json.loads(args.runs_json))
     n_vocab = pq.read_metadata(args.vocab).num_rows if args.vocab else VOCAB_SIZE
     frame = count_runs(runs, n_vocab)
-    metadata = {"runs_hash": content_hash(runs), "n_vocab": n_vocab, **results.provenance()}
+    metadata = {"runs_hash": content_hash(runs), "n_vocab": n_vocab, **c1_metadata(frame)}
+    metadata.update(results.provenance())
     results.PARAM_COUNTS.write(args.out, frame, metadata)
     print(frame.drop(columns=["basis_family_hash", "note"]).to_string(index=False), file=sys.stderr)
     return 0

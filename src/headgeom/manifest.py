@@ -5,8 +5,9 @@ analysis verifies before it reads weights.
 ``checkpoint_manifest`` builds every manifest: the intermediate ones while training runs
 (their train log does not exist yet, so ``train_log_sha256`` is null) and the final one,
 which ``final_manifest`` writes only after checking that the checkpoint, the train log, the
-run config and the corpus manifest come from the same training run. The hashing primitives
-(canonical JSON, file SHA-256, manifest identity) are in ``headgeom.hashing``.
+run config and the corpus manifest come from the same training run, and with check C6. The
+hashing primitives (canonical JSON, file SHA-256, manifest identity) are in
+``headgeom.hashing``.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ import os
 import pyarrow.parquet as pq
 import torch
 
+from headgeom import checks
 from headgeom.hashing import manifest_hash, sha256_file
 from headgeom.io import read_json, read_parquet_metadata
 from headgeom.model import registry
 from headgeom.model.checkpoint import load_checkpoint
+from headgeom.model.frozen import check_frozen_buffers
 from headgeom.training.config import RunConfig
 
 # Corpus-manifest fields copied into ``data`` when present (names as in docs §2.3).
@@ -139,7 +142,9 @@ def final_manifest(
     """The manifest of a run's final checkpoint, after checking that the train log was
     produced by this run config from this corpus manifest, that the checkpoint bytes are the
     ones training wrote and hold this config's model, and that the log reaches the final
-    step. Any mismatch raises LineageError naming the files and both values."""
+    step. Any mismatch raises LineageError naming the files and both values. Check C6 (every
+    frozen buffer byte-identical to the one its record regenerates) runs here too, logged
+    under ``checks`` (headgeom.checks); a difference raises FrozenBufferError."""
     meta = read_parquet_metadata(train_log)  # str values as stored, others JSON
     missing = sorted(set(LOG_METADATA) - set(meta))
     if missing:
@@ -169,7 +174,8 @@ def final_manifest(
         raise LineageError(
             f"{train_log}: ends at step {last['step']}, config asks for {run.training.steps} steps"
         )
-    return checkpoint_manifest(
+    residuals = check_frozen_buffers(model, checkpoint)  # C6: raises on any difference
+    manifest = checkpoint_manifest(
         run=run,
         model=model,
         data=corpus_data_record(corpus_manifest, run.data_seed),
@@ -187,6 +193,10 @@ def final_manifest(
         train_log_sha256=sha256_file(train_log),
         corpus_manifest_sha256=corpus_hash,
     )
+    differing = sum(r != 0.0 for r in residuals.values())
+    note = f"persistent buffers not byte-identical to their record, of {len(residuals)}"
+    manifest["checks"] = checks.record("C6", differing, 0, "count", note=note)
+    return manifest
 
 
 # ----------------------------------------------------------------------------- edits (issue 12)

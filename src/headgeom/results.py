@@ -539,7 +539,6 @@ ROBUSTNESS = ResultTable(
             ("n_lexical_groups", pa.int64()),
             ("logo_max_rel_change", pa.float64()),
             ("logo_max_rel_change_group", pa.string()),
-            ("check_C10_max_abs_diff", pa.float64()),
         ],
     ),
     {
@@ -566,8 +565,6 @@ ROBUSTNESS = ResultTable(
         "logo_max_rel_change": "max over left-out lexical groups of |N_eff(without group) − "
         "N_eff| / N_eff (§12.6)",
         "logo_max_rel_change_group": "lexical group whose removal changes N_eff most",
-        "check_C10_max_abs_diff": "check C10: max |difference| between per-head means (and "
-        "N_eff) from the per-example arrays and from an independent group-by of the stored rows",
     },
     "analysis split of one (model, seed, task)",
 )
@@ -1599,3 +1596,53 @@ COORDINATE_DIRECTIONS = ResultTable(
     "run, task, site and direction",
 )
 TABLES.update({COORDINATE_DIRECTIONS.name: COORDINATE_DIRECTIONS})
+
+
+# ----------------------------------------------------------------------------- checks (§18)
+CHECKS = ResultTable(
+    "checks",
+    pa.schema(
+        [
+            ("check", pa.string()),
+            ("part", pa.string()),
+            ("title", pa.string()),
+            ("section", pa.string()),
+            ("rule", pa.string()),
+            ("path", pa.string()),
+            ("scope", pa.string()),
+            ("model", pa.string()),
+            ("seed", pa.int64()),
+            ("task", pa.string()),
+            ("kind", pa.string()),
+            ("residual", pa.float64()),
+            ("tolerance", pa.float64()),
+            ("passed", pa.bool_()),
+            ("enforced", pa.bool_()),
+            ("note", pa.string()),
+        ]
+    ),
+    {
+        "check": "C1–C16 of docs §18, designed-pk (§9.4) or loss-order (§7.3); "
+        "headgeom.checks.CATALOG",
+        "part": "which part of a check with several (C3: null closed form, rejection 1% rule, "
+        "range paper interval; C16: null all 9 models, twelve-head); null for one-part checks",
+        "title": "what the check compares",
+        "section": "the docs/methods.md section that defines it",
+        "rule": "the Snakemake rule that ran it (checks: computed by this rule from numbers)",
+        "path": "the artifact whose metadata logs it (null: computed by rule checks)",
+        "scope": "what inside the artifact the row covers (a basis family; a corpus), or null",
+        "model": "model of the run the artifact belongs to; null for a study-wide artifact",
+        "seed": "seed of that run; null for a study-wide artifact",
+        "task": "task of the artifact; null when it is not per task",
+        "kind": "abs: max absolute residual; rel: max relative residual; count: number of "
+        "mismatching items (exact checks)",
+        "residual": "the logged residual; null where the check does not apply to the artifact",
+        "tolerance": "the check passes when residual ≤ tolerance",
+        "passed": "residual ≤ tolerance; null where the check does not apply",
+        "enforced": "a failure stops the producing job; false where it is only reported "
+        "(designed-pk and loss-order below the paper's size)",
+        "note": "what the residual covers, or why the check does not apply",
+    },
+    "(check and part, artifact, scope)",
+)
+TABLES[CHECKS.name] = CHECKS

@@ -333,6 +333,51 @@ class Study:
             for m, s in self.runs
         ]
 
+    def basis_family_models(self) -> list[dict]:
+        """Every model whose frozen maps come from a Kerdock ⊗ Haar family, with its
+        geometry and model config (rule basis_family; docs §5.7)."""
+        return [
+            {"model": m, "geometry": spec["geometry"], "model_config": self.model_config(m)}
+            for m, spec in self.models.items()
+            if "basis_members" in self.model_config(m).get("geometry_params", {})
+        ]
+
+    def checks_inputs(self) -> list[dict]:
+        """Every artifact whose metadata logs checks of docs §18 (rule checks): its kind
+        (``headgeom.checks.EXPECTED``), path template name (common.smk PATHS) and wildcards.
+        ``run_log``: an imported model's run log, read for its validation loss only."""
+        out = [{"kind": "param_counts", "result": "param_counts"}]
+        if self.basis_family_models():
+            out.append({"kind": "basis_family", "result": "basis_family"})
+        out += [{"kind": "task", "result": "task", "task": t} for t in TASKS]
+        for m, s in self.runs:
+            run = {"model": m, "seed": s}
+            if self.is_imported(m):
+                out.append({"kind": "run_log", "result": "train_log", **run})
+            else:
+                out.append({"kind": "train_log", "result": "train_log", **run})
+                out.append({"kind": "manifest", "result": "manifest", **run})
+            out.append({"kind": "geometry_summary", "result": "geometry_summary", **run})
+            out += [{"kind": "summary", "result": "summary", **run, "task": t} for t in TASKS]
+        out += [
+            {"kind": "leakage", "result": "leakage", "model": m, "seed": s, "task": t}
+            for m, s in self.leakage_runs
+            for t in TASKS
+        ]
+        out += [
+            {"kind": "clamps", "result": "clamp_pairs", "model": m, "seed": s}
+            for m, s in self.clamp_runs("all")
+        ]
+        return out
+
+    def checks_runs(self) -> list[dict]:
+        """Every run's model, seed, geometry and corpus (the §7.3 loss-order check)."""
+        return [
+            {"model": m, "seed": s, "geometry": self.models[m]["geometry"],
+             "corpus": self.models[m].get("corpus")}
+            for m, s in self.runs
+        ]  # fmt: skip
+
     def intermediate_checkpoints(self, folder: str) -> list[str]:
         """Paths in a run's ``folder`` of every intermediate checkpoint (training.
         checkpoint_steps below the final step) and then of every one's manifest."""

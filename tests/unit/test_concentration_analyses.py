@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from headgeom import checks
 from headgeom.analysis.stats import concentration
 from headgeom.io import read_parquet_metadata, write_json, write_parquet
 from tests.scripts import load_script
@@ -152,7 +153,10 @@ def test_per_model_outputs_by_hand(tmp_path):
     assert robust["n_bootstrap"] == 300 and robust["bootstrap_seed"] == 3
     assert robust["n_permutations"] == 500 and robust["permutation_seed"] == 4
     assert 0 < robust["N_index_p_lower"] <= 1 and robust["index_meaningful"]
-    assert robust["check_C10_max_abs_diff"] < 1e-12
+    for path in paths.values():  # C10 and C11 in every output's metadata (headgeom.checks)
+        logged = checks.parse(read_parquet_metadata(path), path)
+        assert logged["C10"].residual < 1e-12 and logged["C10"].tolerance == 1e-5
+        assert logged["C11"].kind == "rel" and logged["C11"].residual < 1e-12
 
     conditions = frames["conditions"].set_index("condition")
     assert conditions.loc["A", "N_eff"] == pytest.approx(1.0)  # one head

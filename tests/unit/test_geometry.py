@@ -9,10 +9,12 @@ import json
 import numpy as np
 import pytest
 
+from headgeom import checks
 from headgeom.analysis.subspace import projection_kernel, shared_dimensions
 from headgeom.hashing import canonical_json, content_hash
 from headgeom.model.kerdock import (
     PRIMITIVE_POLYNOMIALS,
+    RELATIONS,
     BasisCheckError,
     BinaryField,
     bent_differences,
@@ -25,7 +27,10 @@ from headgeom.model.kerdock import (
     kerdock_shape,
     mub_cross_gram,
     mub_factor,
+    non_bent_differences,
     polynomial_terms,
+    sharing_consequences,
+    sharing_mismatches,
     stream_seed,
     sylvester_hadamard,
     walsh_magnitudes,
@@ -129,6 +134,9 @@ def test_bent_check_detects_a_non_bent_difference():
     forms = kerdock_forms(4)
     forms[2] = forms[1] ^ (np.arange(16) & 1)  # differs from Q_1 by a linear form: not bent
     assert bent_differences(forms)[1] is False
+    # C4's logged count: Q_1 + Q_2 is linear (Walsh magnitudes 16 and 0); any other pair
+    # still differs by a Kerdock difference plus at most that linear form, which keeps it bent
+    assert non_bent_differences(forms) == (28, 1)
 
 
 def test_kerdock_forms_have_the_stated_alternating_forms():
@@ -254,6 +262,47 @@ def test_paper_shared_three_dimensional_pattern(paper):
     assert c5["matches_reference"] is True
     assert c5["max_cosine_sharing_head_pairs"] <= 0.83  # paper: remaining cosines <= 0.83
     assert c5["max_cosine_non_sharing_members"] <= 0.75  # spec reconstruction: <= 0.75
+
+
+def test_paper_checks_are_logged_in_the_fixed_format(paper):
+    """C2–C5 as headgeom.checks reads them back; C3.range and C5 apply at this shape."""
+    logged = checks.parse(paper.check_metadata())
+    assert set(logged) == {"C2", "C3", "C3.rejection", "C3.range", "C4", "C5"}
+    assert all(c.passed for c in logged.values())
+    assert logged["C3.range"].residual == 0.0  # every PK inside [1365/256, 1366/256]
+    # the 1% rule's residual is the largest |PK − 16/3| / (16/3): at most (1366/256 − 16/3)
+    # / (16/3) = 1/2048 by the closed form of §5.5 item 3
+    assert logged["C3.rejection"].residual <= 1 / 2048 + 1e-12
+    assert logged["C4"].residual == 0 and logged["C5"].residual == 0
+    assert logged["C4"].note.startswith("non-bent differences among 8128 pairs of 128 forms")
+
+
+def test_sharing_mismatches_count_pairs_that_differ_or_are_missing():
+    reference = {(0, 1): {"3": 64}, (2, 3): {"3": 64}}
+    assert sharing_mismatches(dict(reference), reference) == 0
+    assert sharing_mismatches({(0, 1): {"3": 64}, (2, 3): {"3": 16}}, reference) == 1
+    assert sharing_mismatches({(0, 1): {"3": 64}, (4, 5): {"3": 64}}, reference) == 2
+
+
+@pytest.mark.parametrize(
+    "write, read, counts",
+    [
+        # docs §5.5 item 6 from the pairs of item 5: (2k, 2k+1), (12+i, 16+i), (8+i, 20+i)
+        (range(12), [], {"write-write": 6}),  # write-rotated: layers 2k and 2k+1
+        # all-rotated: reads 12+l; shared only write–write, read–read and within a layer
+        (range(12), range(12, 24), {"write-write": 6, "read-read": 10,
+                                    "write-same-layer-read": 4}),
+        # all-rotated-self: each pair (2k, 2k+1) links write 2k to the reader of layer 2k+1
+        (range(12), range(12), {"write-write": 6, "read-read": 6, "write-later-read": 6,
+                                "read-later-write": 6}),
+    ],
+)  # fmt: skip
+def test_paper_sharing_consequences(paper, write, read, counts):
+    found = sharing_consequences(paper, {"write": list(write), "read": list(read)})
+    assert found["counts"] == {**dict.fromkeys(RELATIONS, 0), **counts}
+    if read and read[0] == 12:  # all-rotated: member 8 written by layer 8, 20 read by it
+        same = [p for p in found["pairs"] if p["relation"] == "write-same-layer-read"]
+        assert [8, 20] in [p["members"] for p in same] and [8, 8] in [p["layers"] for p in same]
 
 
 def test_paper_record(paper):

@@ -112,7 +112,7 @@ def test_projection_counts_the_paper_dag(dry_run):
     assert rules["train"]["jobs"] == 21
     assert rules["train"]["units"] == 21 * 65_536 * 32 * 512
     assert rules["patch_heads"]["jobs"] == 63
-    assert rules["patch_heads"]["units"] == 63 * (300 + 240 + 240 + 32)
+    assert rules["patch_heads"]["units"] == 63 * (300 + 240 + 240)  # holdout reserved (§16.1)
     assert rules["leakage"]["jobs"] == 5 * 3 and rules["leakage"]["units"] == 15 * 240
     # issue 12: write-common and write-rotated-r (corpus R) at steps 256, 1,024, 4,096,
     # 16,384; SVA's discovery split (300) only

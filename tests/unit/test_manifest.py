@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from headgeom import checks
 from headgeom.hashing import (
     ManifestMismatchError,
     canonical_json,
@@ -160,6 +161,8 @@ def test_train_log_columns_and_metadata(run):
     assert meta["model_name"] == "write-common-axis" and json.loads(meta["seed"]) == 1
     model, vocab = load_checkpoint(run / "model.safetensors")
     assert json.loads(meta["n_params"]) == model.n_params()
+    c15 = checks.parse(meta)["C15"]  # the step-0 regeneration, logged in the train log
+    assert c15.kind == "count" and c15.residual == 0 and c15.passed
     corpus_vocab = pq.read_table(run / "vocab.parquet").column("gpt2_id").to_numpy()
     np.testing.assert_array_equal(vocab, corpus_vocab)
 
@@ -186,6 +189,8 @@ def test_checkpoint_manifest_fields(run):
     assert m["display_name"] == m["model_name"] == "write-common-axis"
     assert m["config_hash"] == content_hash(CONFIG) and m["config"] == CONFIG
     assert m["init_seed"] == 1 and m["basis_family_hash"] is None
+    c6 = checks.parse(m["checks"])["C6"]  # docs §18: logged in the manifest it guards
+    assert c6.kind == "count" and c6.residual == 0 and c6.passed
     assert m["data"]["dataset"] == "embedded-demo"
     assert m["data"]["corpus_sha256"] == corpus["train_sha256"]
     assert m["data"]["val_sha256"] == corpus["val_sha256"]

@@ -133,6 +133,9 @@ PATHS = {
         "figure_sources": "figures/{figure}.sources.json",
         # issue 14: the results catalog
         "catalog": "catalog.parquet",
+        # docs §5.7, §18: the basis family record and the study's checks table
+        "basis_family": "geometry/basis_family.json",
+        "checks": "checks.parquet",
     }.items()
 }
 
@@ -216,9 +219,11 @@ def final_outputs(catalog=True):
         for t in STUDY.document_tables
         for x in ("md", "csv", "tex")
     ]
+    # docs §18: every logged acceptance check in one table (also read by the document)
+    checks = [PATHS["checks"]]
     return (
         tables + figures + [PATHS["param_counts"]] + per_run_task + pairs + cross_model
-        + exclusivity + ablation + document + ([PATHS["catalog"]] if catalog else [])
+        + exclusivity + ablation + document + checks + ([PATHS["catalog"]] if catalog else [])
     )
 
 
@@ -387,6 +392,22 @@ def document_input_args(wildcards, input):
         if paths:
             groups.append(f"--input {key.replace('__', ':', 1)} " + " ".join(paths))
     return " ".join(groups)
+
+
+# ------------------------------------------------------------------ checks (docs §18)
+def checks_files():
+    """Every artifact whose metadata logs acceptance checks (STUDY.checks_inputs): kind,
+    path and the run and task it belongs to (rule checks)."""
+    files = []
+    for item in STUDY.checks_inputs():
+        wildcards = {k: item[k] for k in ("model", "seed", "task") if k in item}
+        files.append({"kind": item["kind"], "path": PATHS[item["result"]].format(**wildcards),
+                      "model": None, "seed": None, "task": None, **wildcards})  # fmt: skip
+    return files
+
+
+def checks_paths(wildcards):
+    return [f["path"] for f in checks_files()]
 
 
 def catalog_templates(wildcards):

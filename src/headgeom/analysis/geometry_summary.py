@@ -4,7 +4,8 @@
 The measurements are in :mod:`headgeom.analysis.weightspace`; this module assembles them into
 ``results.GEOMETRY_PK`` and ``results.GEOMETRY_SUMMARY`` rows and runs check C14: where every
 layer's writes form an orthogonal decomposition of R^D (detected from the weights),
-Σ_h PK(U^{l,h}, R) = dim R must hold to 1e-8, else the run stops.
+Σ_h PK(U^{l,h}, R) = dim R must hold to 1e-8, else the run stops; and the designed-PK check
+of §9.4 (:func:`designed_pk`) on the frozen head blocks.
 """
 
 from __future__ import annotations
@@ -13,18 +14,31 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import torch
 
+from headgeom import checks
 from headgeom.analysis.weightspace import (
     PROP1_TOLERANCE,
     head_maps,
     head_spaces,
     idempotence,
     index_stats,
+    pk_matrix,
     proposition1,
     self_alignment,
     write_read_pk,
     write_write_pk,
 )
+
+#: The designed-PK check (docs §9.4): measured PKs of frozen head blocks equal their designed
+#: values to this absolute error. PKs are sums of d² squared inner products of float64
+#: orthonormal bases (D entries each) from an SVD; the bound 4·d·D·ε_64 is 4.4e-11 at
+#: D = 768, d = 64, orders below the smallest designed gap (1/256 between cross-member PKs).
+DESIGNED_PK_EPS_FACTOR = 4
+
+
+def designed_pk_tolerance(d_model: int, d_head: int) -> float:
+    return DESIGNED_PK_EPS_FACTOR * d_head * d_model * float(np.finfo(np.float64).eps)
 
 
 @dataclass(frozen=True)
@@ -34,6 +48,8 @@ class Geometry:
     prop1_applies: bool
     prop1_max_residual: float
     decomposition_residual: float
+    designed_pk_residual: float | None = None  # None: no frozen head blocks to check
+    designed_pk_pairs: int = 0
 
 
 def _mean(values: pd.Series) -> float:
@@ -88,14 +104,90 @@ def geometry_tables(model, model_name: str, seed: int, checkpoint: str) -> Geome
     }
     for kind, frame in (("write_write", ww), ("write_read", wr)):
         summary.update({f"{kind}_pk_{k}": v for k, v in index_stats(frame).items()})
-    return Geometry(pk, summary, prop1.applies, prop1.max_residual, prop1.decomposition_residual)
+    designed, n_designed = designed_pk(model, spaces)
+    return Geometry(
+        pk,
+        summary,
+        prop1.applies,
+        prop1.max_residual,
+        prop1.decomposition_residual,
+        designed,
+        n_designed,
+    )
+
+
+def designed_pk(model, spaces) -> tuple[float | None, int]:
+    """The designed-PK check (docs §9.4): max |measured − designed| PK over the frozen head
+    blocks of ``model`` (None where it has none), and how many pairs it covers.
+
+    Measured: write spaces U^{l,h} (``spaces``, from the forward pass's W_O) and the block
+    readers' frozen blocks S^{l,h}. Designed, from ``registry.frozen_bases`` and the basis
+    family: d for the same block of one basis (the same index of the axis basis or of one
+    member), 0 for two blocks of one basis, ``family.pk`` across members (docs §5.5 item 3;
+    paper: 64 / 0 / 5.332–5.336). Pairs: writes of layers l < l', and with block readers
+    the write of l and the reader of l' ≥ l (all-rotated-self: 64 on its own diagonal)."""
+    from headgeom.model import registry
+    from headgeom.model.geometries import AXIS
+
+    cfg = model.cfg
+    bases = registry.frozen_bases(cfg)
+    if "write" not in bases:
+        return None, 0
+    family = registry.basis_family(cfg)
+    H, d = cfg.n_head, cfg.d_head
+
+    def expected(a, b) -> np.ndarray | None:  # (H, H) designed PK of basis a vs basis b
+        if a == b:
+            return d * np.eye(H)
+        if AXIS in (a, b):
+            return None
+        return family.pk[a, b]
+
+    with torch.no_grad():
+        reads = [_blocks64(block.attn.reader) for block in model.blocks] if "read" in bases else []
+    worst, n = 0.0, 0
+    L = len(spaces.write)
+    pairs = [("write", a, b) for a in range(L) for b in range(a + 1, L)]
+    pairs += [("read", a, b) for a in range(L) for b in range(a, L)] if reads else []
+    for role, a, b in pairs:  # the write of layer a against the write or reader of layer b
+        want = expected(bases["write"][a], bases[role][b])
+        if want is None:
+            continue
+        other = spaces.write[b] if role == "write" else list(reads[b])
+        got = pk_matrix(spaces.write[a], other)
+        worst = max(worst, float(np.max(np.abs(got - want))))
+        n += got.size
+    return worst, n
+
+
+def _blocks64(reader) -> np.ndarray:
+    """S_h of a block reader, (H, D, d) float64 (its frozen basis)."""
+    return reader.read_blocks().detach().cpu().to(torch.float64).numpy()
 
 
 def c14_metadata(geometry: Geometry) -> dict:
     """Check C14 as file metadata (the residual is null where it does not apply)."""
     residual = geometry.prop1_max_residual
+    note = None if geometry.prop1_applies else "writes do not decompose R^D orthogonally"
     return {
         "check_C14_applies": geometry.prop1_applies,
-        "check_C14_max_abs_residual": None if np.isnan(residual) else residual,
-        "check_C14_tolerance": PROP1_TOLERANCE,
-    }
+        **checks.record("C14", None if np.isnan(residual) else residual, PROP1_TOLERANCE,
+                        note=note),
+    }  # fmt: skip
+
+
+def designed_pk_metadata(geometry: Geometry, d_model: int, d_head: int, paper_size: bool) -> dict:
+    """The designed-PK check (docs §9.4) as file metadata: enforced (a failure stops the job)
+    at the paper's size, reported below it (toy models)."""
+    tolerance = designed_pk_tolerance(d_model, d_head)
+    note = (f"{geometry.designed_pk_pairs} frozen head-block pairs"
+            if geometry.designed_pk_residual is not None
+            else "no frozen head blocks")  # fmt: skip
+    return checks.enforce(
+        "designed-pk",
+        geometry.designed_pk_residual,
+        tolerance,
+        enforced=paper_size,
+        what="a frozen head-block PK differs from its designed value (docs §9.4)",
+        note=note,
+    )

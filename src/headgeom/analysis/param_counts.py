@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import pandas as pd
 import torch
 
-from headgeom import results
+from headgeom import checks, results
 from headgeom.hashing import content_hash
 from headgeom.model import registry, zoo
 
@@ -76,6 +76,20 @@ def count_runs(runs: Sequence[dict], n_vocab: int) -> pd.DataFrame:
             for r in wrong.itertuples()
         ]
         raise SystemExit(
-            "parameter counts differ from docs §6.1 ([CHECK] §4.4):\n" + "\n".join(lines)
+            "check C1 failed: parameter counts differ from docs §6.1 ([CHECK] §4.4):\n"
+            + "\n".join(lines)
         )
     return frame
+
+
+def c1_metadata(frame: pd.DataFrame) -> dict:
+    """Check C1 (docs §18) as file metadata: max |n_params − expected_n_params| over the runs
+    with a §6.1 integer (null when none has the paper's size)."""
+    known = frame.dropna(subset=["n_params", "expected_n_params"])
+    residual = None
+    if len(known):
+        diff = known["n_params"].astype("int64") - known["expected_n_params"].astype("int64")
+        residual = int(diff.abs().max())
+    note = (f"{len(known)} of {len(frame)} runs have a §6.1 integer (the paper's size and "
+            "GPT-2 vocabulary)")  # fmt: skip
+    return checks.record("C1", residual, 0, note=note)

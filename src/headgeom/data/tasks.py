@@ -127,6 +127,29 @@ def validate_example(
     return ValidatedExample(clean_ids, ref_ids, diffs[0], correct_id, incorrect_id)
 
 
+def c7_mismatches(df: pd.DataFrame, tok: Tokenizer) -> int:
+    """Check C7 (docs §18) on the stored examples, independently of how they were drawn: the
+    number of rows whose clean and reference ids differ in length or not at exactly
+    ``diff_position``, whose answers are not distinct single tokens (``correct_text`` →
+    ``[correct_id]``), or whose texts do not tokenise to their stored ids."""
+    bad = 0
+    for row in df.itertuples(index=False):
+        clean, ref = [int(i) for i in row.clean_ids], [int(i) for i in row.ref_ids]
+        same_length = len(clean) == len(ref)
+        diffs = [i for i, (a, b) in enumerate(zip(clean, ref, strict=False)) if a != b]
+        ok = (
+            same_length
+            and diffs == [int(row.diff_position)]
+            and encode(tok, row.correct_text) == [int(row.correct_id)]
+            and encode(tok, row.incorrect_text) == [int(row.incorrect_id)]
+            and int(row.correct_id) != int(row.incorrect_id)
+            and encode(tok, row.clean_text) == clean
+            and encode(tok, row.ref_text) == ref
+        )
+        bad += not ok
+    return bad
+
+
 # --- per-task example construction ----------------------------------------------------------------
 # Each builder gets the condition index, the lexical-group item, the split's partition and
 # an RNG, and returns (clean, ref, correct, incorrect) texts.

@@ -21,19 +21,44 @@ VOCAB_KEY = "vocab.gpt2_ids"  # model id i <-> GPT-2 id vocab[i] (compacted demo
 HEADER_KEY = "headgeom"  # canonical JSON: {"model_config": {...}, ...metadata}
 
 
-def save_checkpoint(
-    path: str | os.PathLike, model: GPT, vocab: np.ndarray, metadata: dict | None = None
-) -> None:
-    """Write weights, frozen buffers and the vocabulary map; the model config rides in the
-    safetensors header so a checkpoint rebuilds its own model."""
+def checkpoint_contents(
+    model: GPT, vocab: np.ndarray, metadata: dict | None = None
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """(tensors, header) of the checkpoint of ``model``: what :func:`save_checkpoint` writes;
+    the file's bytes are a function of these alone."""
     tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     tensors[VOCAB_KEY] = torch.as_tensor(np.asarray(vocab, dtype=np.int64))
     # One header key: safetensors writes several keys in no fixed order, which would make
     # identical checkpoints differ in bytes.
     record = {"model_config": model.cfg.to_dict(), **(metadata or {})}
-    header = {HEADER_KEY: canonical_json(record).decode("utf-8")}
+    return tensors, {HEADER_KEY: canonical_json(record).decode("utf-8")}
+
+
+def save_checkpoint(
+    path: str | os.PathLike, model: GPT, vocab: np.ndarray, metadata: dict | None = None
+) -> None:
+    """Write weights, frozen buffers and the vocabulary map; the model config rides in the
+    safetensors header so a checkpoint rebuilds its own model."""
+    tensors, header = checkpoint_contents(model, vocab, metadata)
     with atomic_path(path) as tmp:
         save_file(tensors, str(tmp), metadata=header)
+
+
+def differing_contents(a: tuple[dict, dict], b: tuple[dict, dict]) -> int:
+    """How many entries of two :func:`checkpoint_contents` differ in bytes: tensors (name,
+    dtype, shape or raw bytes) and the header (counted as one); 0 means identical files."""
+    (ta, ha), (tb, hb) = a, b
+    bad = int(ha != hb) + len(set(ta) ^ set(tb))
+    for name in set(ta) & set(tb):
+        x, y = ta[name], tb[name]
+        same = x.dtype == y.dtype and x.shape == y.shape
+        bad += not (same and torch.equal(_raw(x), _raw(y)))
+    return bad
+
+
+def _raw(t: torch.Tensor) -> torch.Tensor:
+    """The bytes of ``t`` as a flat uint8 tensor (a view: -0.0 and NaN payloads count)."""
+    return t.reshape(-1).contiguous().view(torch.uint8)
 
 
 def load_checkpoint(path: str | os.PathLike) -> tuple[GPT, np.ndarray]:

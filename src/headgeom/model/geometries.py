@@ -541,6 +541,44 @@ def _combine(*parts: Callable[[ModelShape, Mapping], dict]):
 
 
 # --------------------------------------------------------------------------- factories
+#: A frozen basis of :func:`frozen_bases`: the coordinate blocks E_h, or a family member index.
+AXIS = "axis"
+
+
+def _axis_writes(cfg: ModelShape) -> dict[str, list]:
+    return {"write": [AXIS] * cfg.n_layer}
+
+
+def _common_writes(cfg: ModelShape) -> dict[str, list]:
+    return {"write": [0] * cfg.n_layer}
+
+
+def _rotated_writes(cfg: ModelShape) -> dict[str, list]:
+    return {"write": list(range(cfg.n_layer))}
+
+
+def _axis_reads(cfg: ModelShape) -> dict[str, list]:
+    return {"read": [AXIS] * cfg.n_layer}
+
+
+def _all_common_axis_bases(cfg: ModelShape) -> dict[str, list]:
+    return {**_axis_writes(cfg), **_axis_reads(cfg)}
+
+
+def _all_rotated_bases(cfg: ModelShape) -> dict[str, list]:
+    return {**_rotated_writes(cfg), "read": [cfg.n_layer + i for i in range(cfg.n_layer)]}
+
+
+def _all_rotated_self_bases(cfg: ModelShape) -> dict[str, list]:
+    return {**_rotated_writes(cfg), "read": list(range(cfg.n_layer))}
+
+
+def _basis(cfg: ModelShape, role: str, layer: int) -> torch.Tensor:
+    """The frozen basis ``role`` ("write" or "read") of ``layer`` (docs §5.6)."""
+    which = frozen_bases(cfg)[role][layer]
+    return coordinate_blocks(cfg) if which == AXIS else member(cfg, which)
+
+
 def _frozen(cfg: ModelShape, basis: torch.Tensor) -> FrozenWriter:
     p = cfg.geometry_params
     return FrozenWriter(cfg, basis, p["write_scale"], bias=p.get("attn_out_bias", True))
@@ -550,32 +588,19 @@ def _learned(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
     return FreeReader(cfg), LearnedWriter(cfg)
 
 
-def _write_common_axis(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
-    return FreeReader(cfg), _frozen(cfg, coordinate_blocks(cfg))
-
-
-def _write_common(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
-    return FreeReader(cfg), _frozen(cfg, member(cfg, 0))
-
-
-def _write_rotated(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
-    return FreeReader(cfg), _frozen(cfg, member(cfg, layer))
+def _frozen_writes(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
+    """write-common-axis, write-common, write-rotated (and the axis variants): free readers."""
+    return FreeReader(cfg), _frozen(cfg, _basis(cfg, "write", layer))
 
 
 def _read_common(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
-    return BlockReader(cfg, coordinate_blocks(cfg)), LearnedWriter(cfg)
+    return BlockReader(cfg, _basis(cfg, "read", layer)), LearnedWriter(cfg)
 
 
-def _all_common_axis(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
-    return BlockReader(cfg, coordinate_blocks(cfg)), _frozen(cfg, coordinate_blocks(cfg))
-
-
-def _all_rotated(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
-    return BlockReader(cfg, member(cfg, cfg.n_layer + layer)), _frozen(cfg, member(cfg, layer))
-
-
-def _all_rotated_self(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
-    return BlockReader(cfg, member(cfg, layer)), _frozen(cfg, member(cfg, layer))
+def _frozen_reads_and_writes(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
+    """all-common-axis, all-rotated, all-rotated-self: block readers and frozen writes."""
+    reader = BlockReader(cfg, _basis(cfg, "read", layer))
+    return reader, _frozen(cfg, _basis(cfg, "write", layer))
 
 
 def _fixeddiag_geometry(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
@@ -583,7 +608,7 @@ def _fixeddiag_geometry(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Modu
 
 
 def _value384(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
-    return ValueAdapterReader(cfg), _frozen(cfg, coordinate_blocks(cfg))
+    return ValueAdapterReader(cfg), _frozen(cfg, _basis(cfg, "write", layer))
 
 
 def _write_routed_a(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:
@@ -682,7 +707,11 @@ class Geometry:
     * ``size`` — the sizing rule: the study's base architecture -> this geometry's sizes
       (raises :class:`SizeError`);
     * ``gpt2_form`` — exactly GPT-2's parameterisation (exportable to transformers and
-      TransformerLens); ``baseline`` — the unconstrained model every Δ compares with.
+      TransformerLens); ``baseline`` — the unconstrained model every Δ compares with;
+    * ``frozen_bases`` — GPT only: ``cfg -> {"write": [...], "read": [...]}``, per layer the
+      frozen basis its writes and block readers use (:data:`AXIS` or a family member,
+      docs §5.6); the factory builds from it, and the designed-PK check (§9.4) and the basis
+      family record (§5.5 item 6) read it. Absent roles are learned (or not a plain basis).
     """
 
     name: str
@@ -695,6 +724,7 @@ class Geometry:
     size: SizeFn = _base_size
     gpt2_form: bool = False
     baseline: bool = False
+    frozen_bases: Callable[[ModelShape], dict[str, list]] | None = None
 
     @property
     def stored_geometry(self) -> str:
@@ -720,30 +750,34 @@ GEOMETRIES: Mapping[str, Geometry] = MappingProxyType(
         g.name: g
         for g in (
             Geometry(name="learned", build=_learned, gpt2_form=True, baseline=True, **_GPT_FREE),
-            Geometry(name="write-common-axis", build=_write_common_axis, params=_AXIS,
-                     **_GPT_FREE),
-            Geometry(name="write-common", build=_write_common,
-                     params=_combine(_kerdock(lambda c: 1), _scale), **_GPT_FREE),
-            Geometry(name="write-rotated", build=_write_rotated,
-                     params=_combine(_kerdock(lambda c: c.n_layer), _scale), **_GPT_FREE),
+            Geometry(name="write-common-axis", build=_frozen_writes, params=_AXIS,
+                     frozen_bases=_axis_writes, **_GPT_FREE),
+            Geometry(name="write-common", build=_frozen_writes,
+                     params=_combine(_kerdock(lambda c: 1), _scale),
+                     frozen_bases=_common_writes, **_GPT_FREE),
+            Geometry(name="write-rotated", build=_frozen_writes,
+                     params=_combine(_kerdock(lambda c: c.n_layer), _scale),
+                     frozen_bases=_rotated_writes, **_GPT_FREE),
             Geometry(name="read-common", build=_read_common, params=_combine(_lanes, _block),
+                     frozen_bases=_axis_reads, **_GPT_BLOCK),
+            Geometry(name="all-common-axis", build=_frozen_reads_and_writes,
+                     params=_combine(_AXIS, _block), frozen_bases=_all_common_axis_bases,
                      **_GPT_BLOCK),
-            Geometry(name="all-common-axis", build=_all_common_axis,
-                     params=_combine(_AXIS, _block), **_GPT_BLOCK),
-            Geometry(name="all-rotated", build=_all_rotated,
+            Geometry(name="all-rotated", build=_frozen_reads_and_writes,
                      params=_combine(_kerdock(lambda c: 2 * c.n_layer), _scale, _block),
-                     **_GPT_BLOCK),
-            Geometry(name="all-rotated-self", build=_all_rotated_self,
+                     frozen_bases=_all_rotated_bases, **_GPT_BLOCK),
+            Geometry(name="all-rotated-self", build=_frozen_reads_and_writes,
                      params=_combine(_kerdock(lambda c: c.n_layer), _scale, _block),
-                     **_GPT_BLOCK),
+                     frozen_bases=_all_rotated_self_bases, **_GPT_BLOCK),
             Geometry(name="fixeddiag", build=_fixeddiag_geometry, params=_fixeddiag,
                      **_GPT_FREE),
-            Geometry(name="identity-original", build=_write_common_axis,
-                     params=_combine(_lanes, lambda c, g: _scale(c, g, 1.0)), **_GPT_FREE),
+            Geometry(name="identity-original", build=_frozen_writes,
+                     params=_combine(_lanes, lambda c, g: _scale(c, g, 1.0)),
+                     frozen_bases=_axis_writes, **_GPT_FREE),
             Geometry(name="value384", build=_value384, params=_combine(_AXIS, _value_adapter),
-                     **_GPT_FREE),
-            Geometry(name="mlp3456", build=_write_common_axis, params=_AXIS, size=_wider_mlp,
-                     **_GPT_FREE),
+                     frozen_bases=_axis_writes, **_GPT_FREE),
+            Geometry(name="mlp3456", build=_frozen_writes, params=_AXIS, size=_wider_mlp,
+                     frozen_bases=_axis_writes, **_GPT_FREE),
             Geometry(name="write-routed-a", build=_write_routed_a, params=_routed(_sum_hub),
                      size=_routed_heads, **_GPT_FREE),
             Geometry(name="write-routed-b", build=_write_routed_b,
@@ -779,6 +813,13 @@ def resolve_geometry_params(cfg: ModelShape) -> dict[str, Any]:
             f"it takes {sorted(params) or 'none'}"
         )
     return dict(sorted(params.items()))
+
+
+def frozen_bases(cfg: ModelShape) -> dict[str, list]:
+    """Per role ("write", "read") and layer, the frozen basis of ``cfg``'s geometry:
+    :data:`AXIS` or a member index of its basis family; {} for a geometry with none."""
+    spec = block_geometry(cfg.geometry)
+    return {} if spec.frozen_bases is None else spec.frozen_bases(cfg)
 
 
 def make_geometry(cfg: ModelShape, layer: int) -> tuple[nn.Module, nn.Module]:

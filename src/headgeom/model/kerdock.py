@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +61,9 @@ PAPER_SHARING: dict[tuple[int, int], int] = {
     **{(i, i + 12): 16 for i in (8, 9, 10, 11)},
 }
 PAPER_SHARED_DIMS = 3
+#: C3 at the paper's shape (docs §5.5 item 3): every cross-member head-block PK lies in
+#: [1365/256, 1366/256] = [5.33203, 5.33594] (paper: 5.3320–5.3359).
+PAPER_PK_RANGE = (1365 / 256, 1366 / 256)
 
 
 class BasisCheckError(RuntimeError):
@@ -200,17 +204,24 @@ def walsh_magnitudes(form: np.ndarray) -> np.ndarray:
     return np.abs(walsh_transform(1 - 2 * np.asarray(form, dtype=np.int64)))
 
 
-def bent_differences(forms: np.ndarray) -> tuple[int, bool]:
-    """C4: (number of pairs, whether every pairwise difference Q_u + Q_v is bent)."""
+def non_bent_differences(forms: np.ndarray) -> tuple[int, int]:
+    """C4: (number of pairs u < v, how many differences Q_u + Q_v are not bent)."""
     forms = np.asarray(forms, dtype=np.uint8)
     n_forms, n = forms.shape
     flat = math.isqrt(n)
     if flat * flat != n:
         raise ValueError(f"bent functions need an even number of variables, got 2^m = {n}")
-    all_bent = True
+    not_bent = 0
     for u in range(n_forms - 1):  # one row against all later rows: O(n_forms·n) memory
-        all_bent &= bool(np.all(walsh_magnitudes(forms[u] ^ forms[u + 1 :]) == flat))
-    return n_forms * (n_forms - 1) // 2, all_bent
+        magnitudes = walsh_magnitudes(forms[u] ^ forms[u + 1 :])
+        not_bent += int(np.sum(np.any(magnitudes != flat, axis=-1)))
+    return n_forms * (n_forms - 1) // 2, not_bent
+
+
+def bent_differences(forms: np.ndarray) -> tuple[int, bool]:
+    """C4: (number of pairs, whether every pairwise difference Q_u + Q_v is bent)."""
+    n_pairs, not_bent = non_bent_differences(forms)
+    return n_pairs, not_bent == 0
 
 
 def sylvester_hadamard(n: int) -> np.ndarray:
@@ -416,6 +427,29 @@ class BasisFamily:
         """``basis_family_hash``: content hash of :meth:`record` (docs §2.3, §5.7)."""
         return content_hash(self.record())
 
+    def check_metadata(self) -> dict[str, Any]:
+        """C2–C5 in the logged format of ``headgeom.checks`` (the family was refused at
+        construction if any failed). C3.range and C5 apply at the paper's shape only."""
+        from headgeom.checks import record
+
+        c3, c4, c5 = self.checks["C3"], self.checks["C4"], self.checks["C5"]
+        return {
+            **record("C2", self.checks["C2"]["max_abs_residual"], ORTHOGONALITY_TOL,
+                     note="max |B_i^T B_i - I| over the members (float64)"),
+            **record("C3", c3["closed_form_max_abs_residual"], PK_CLOSED_FORM_TOL,
+                     note="cross-member PK - (d^2/D + delta^T (K o K) delta / n)"),
+            **record("C3.rejection", c3["max_rel_deviation"], self.pk_rel_tol, "rel",
+                     note="max |PK - d^2/D| / (d^2/D) (rejection rule, §5.5 item 4)"),
+            **record("C3.range", c3["paper_range_residual"], PK_CLOSED_FORM_TOL,
+                     note="distance outside [1365/256, 1366/256] (paper shape only)"),
+            **record("C4", c4["non_bent_pairs"], 0, "count",
+                     note=f"non-bent differences among {c4['pairs']} pairs of "
+                     f"{c4['forms']} forms"),
+            **record("C5", c5["mismatched_member_pairs"], 0, "count",
+                     note="member pairs whose sharing differs from §5.5 item 5 (paper shape "
+                     "only)"),
+        }  # fmt: skip
+
 
 def sharing_pairs(shared: np.ndarray) -> list[dict[str, Any]]:
     """Member pairs i < j of a (n, n, H, H) shared-dimension table that share a direction.
@@ -438,6 +472,57 @@ def sharing_pairs(shared: np.ndarray) -> list[dict[str, Any]]:
                     }
                 )
     return pairs
+
+
+#: How two uses of sharing members relate (docs §5.5 item 6): writes of two layers, readers
+#: of two layers, a write and a later layer's reader (the only relation a write can reach a
+#: reader by), a layer's write and its own reader (it reads before it writes) and a reader
+#: and a later layer's write (no path).
+RELATIONS = ("write-write", "read-read", "write-later-read", "write-same-layer-read",
+             "read-later-write")  # fmt: skip
+
+
+def sharing_consequences(
+    family: BasisFamily, bases: Mapping[str, Sequence[int | str]]
+) -> dict[str, Any]:
+    """Where a model's frozen bases (``{"write": [member per layer], "read": [...]}``; a
+    non-integer entry is the axis basis) share directions: every pair of uses whose members
+    are a sharing pair of ``family`` (docs §5.5 item 6), with the relation (:data:`RELATIONS`),
+    layers, members and shared head pairs, and a count per relation."""
+    shared = {tuple(p["members"]): p for p in family.sharing_pairs()}
+    uses = [
+        (role, layer, member)
+        for role in ("write", "read")
+        for layer, member in enumerate(bases.get(role, []))
+        if isinstance(member, int) and not isinstance(member, bool)
+    ]
+    pairs = []
+    for a, (role_a, layer_a, member_a) in enumerate(uses):
+        for role_b, layer_b, member_b in uses[a + 1 :]:
+            key = (min(member_a, member_b), max(member_a, member_b))
+            if key not in shared:
+                continue
+            if role_a == role_b:
+                relation = f"{role_a}-{role_b}"
+                layers = sorted((layer_a, layer_b))
+            else:  # role_a is "write": uses list writes first
+                relation = (
+                    "write-later-read" if layer_a < layer_b
+                    else "write-same-layer-read" if layer_a == layer_b
+                    else "read-later-write"
+                )  # fmt: skip
+                layers = [layer_a, layer_b]
+            pairs.append(
+                {
+                    "relation": relation,
+                    "layers": layers,
+                    "members": [member_a, member_b],
+                    "head_pairs": shared[key]["head_pairs"],
+                    "head_pairs_by_shared_dims": shared[key]["head_pairs_by_shared_dims"],
+                }
+            )
+    counts = {r: sum(p["relation"] == r for p in pairs) for r in RELATIONS}
+    return {"counts": counts, "pairs": pairs}
 
 
 def _member_pair_geometry(
@@ -512,9 +597,12 @@ def build_basis_family(
         raise ValueError(f"stream template {stream_template!r} must depend on the member {{i}}")
 
     all_forms = kerdock_forms(m, polynomial)
-    n_pairs, all_bent = bent_differences(all_forms)
+    n_pairs, not_bent = non_bent_differences(all_forms)
+    all_bent = not_bent == 0
     if not all_bent:
-        raise BasisCheckError(f"C4 failed: a pairwise Kerdock difference is not bent (m={m})")
+        raise BasisCheckError(
+            f"C4 failed: {not_bent} of {n_pairs} pairwise Kerdock differences are not bent (m={m})"
+        )
     forms = all_forms[:n_members].copy()
     haar = np.stack([haar_factor(i, r, stream_template) for i in range(n_members)])
     mub = np.stack([mub_factor(f) for f in forms])
@@ -569,10 +657,20 @@ def build_basis_family(
 
     observed = {tuple(p["members"]): p["head_pairs_by_shared_dims"] for p in sharing_pairs(shared)}
     reference = _reference_sharing(D, d, m, r, polynomial, n_members)
-    if reference is not None and observed != reference:
+    mismatched = None if reference is None else sharing_mismatches(observed, reference)
+    if mismatched:
         raise BasisCheckError(
             f"C5 failed: sharing pairs {observed} differ from docs §5.5 item 5 {reference}"
         )
+    range_residual = None  # C3 at the paper's shape: distance outside [1365/256, 1366/256]
+    if reference is not None and cross_pk.size:
+        low, high = PAPER_PK_RANGE
+        range_residual = float(np.max(np.maximum(low - cross_pk, cross_pk - high).clip(0.0)))
+        if range_residual > PK_CLOSED_FORM_TOL:
+            raise BasisCheckError(
+                f"C3 failed: a cross-member PK lies {range_residual:.3e} outside "
+                f"[1365/256, 1366/256] (docs §5.5 item 3)"
+            )
     cross4 = cross[:, :, None, None]
     shares_dims = shared > 0  # per head pair
     member_shares = np.broadcast_to(shares_dims.any(axis=(2, 3), keepdims=True), shared.shape)
@@ -586,13 +684,20 @@ def build_basis_family(
             "rel_tolerance": pk_rel_tol,
             "closed_form_max_abs_residual": closed_residual,
             "closed_form_tolerance": PK_CLOSED_FORM_TOL,
+            "paper_range_residual": range_residual,
         },
-        "C4": {"forms": int(all_forms.shape[0]), "pairs": n_pairs, "all_bent": all_bent},
+        "C4": {
+            "forms": int(all_forms.shape[0]),
+            "pairs": n_pairs,
+            "all_bent": all_bent,
+            "non_bent_pairs": not_bent,
+        },
         "C5": {
             "shared_tolerance": SHARED_TOL,
             "sharing_member_pairs": len(observed),
             "reference": "METHODS §5.5 item 5" if reference is not None else None,
             "matches_reference": True if reference is not None else None,
+            "mismatched_member_pairs": mismatched,
             # largest principal cosine that is not shared, in three groups of head pairs
             "max_cosine_sharing_head_pairs": _max_or_none(top[cross4 & shares_dims]),
             "max_cosine_other_head_pairs_of_sharing_members": _max_or_none(
@@ -620,6 +725,12 @@ def build_basis_family(
     )
 
 
+def sharing_mismatches(observed: Mapping[tuple, Any], reference: Mapping[tuple, Any]) -> int:
+    """C5: member pairs whose shared-dimension counts differ between two sharing patterns
+    ({(i, j): {"3": 64}}), counting a pair present in only one of them."""
+    return sum(observed.get(k) != reference.get(k) for k in {*observed, *reference})
+
+
 def _max_or_none(values: np.ndarray) -> float | None:
     return float(values.max()) if values.size else None
 
@@ -635,4 +746,27 @@ def _reference_sharing(
         pair: {str(PAPER_SHARED_DIMS): count}
         for pair, count in PAPER_SHARING.items()
         if pair[1] < n_members
+    }
+
+
+def family_entry(family: BasisFamily, models: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One family of the basis family file (``geometry/basis_family.json``): its §5.7 record
+    and ``basis_family_hash`` (the content hash of the record, as in the manifests), checks
+    C2–C5 in the logged format (``checks``) with the construction's own numbers
+    (``construction``), and per model that uses it (``{model, geometry, bases}``) where its
+    frozen bases share directions (§5.5 item 6, :func:`sharing_consequences`)."""
+    return {
+        "basis_family_hash": family.family_hash,
+        "record": family.record(),
+        "checks": family.check_metadata(),
+        "construction": family.checks,
+        "models": [
+            {
+                "model": m["model"],
+                "geometry": m["geometry"],
+                "bases": dict(m["bases"]),
+                "sharing": sharing_consequences(family, m["bases"]),
+            }
+            for m in models
+        ],
     }

@@ -13,8 +13,9 @@ a string and never probes a model with ``hasattr``:
   sites with their axes, and what the analysis engines may assume of it (``fast_patching``,
   ``prefix_reuse``);
 * a model config: :func:`config_from_dict` (the dict of a run config or checkpoint header ->
-  its typed config), :func:`geometry_of` and :func:`basis_family` (typed config -> its
-  geometry record, its Kerdock ⊗ Haar family or None), and :func:`build_model`, the one
+  its typed config), :func:`geometry_of`, :func:`basis_family` and :func:`frozen_bases`
+  (typed config -> its geometry record, its Kerdock ⊗ Haar family or None, the frozen basis
+  of each layer's writes and block reads), and :func:`build_model`, the one
   constructor that training, checkpoints, the zoo and the benchmarks use.
 
 Adding a geometry is one record in ``headgeom.model.geometries.GEOMETRIES``; adding an
@@ -173,6 +174,15 @@ def basis_family(cfg: Any) -> BasisFamily | None:
     if not architecture(cfg.architecture).geometry_params:
         return None
     return geometries.basis_family(cfg)
+
+
+def frozen_bases(cfg: Any) -> dict[str, list]:
+    """Per role ("write", "read") and layer, the frozen basis of a typed model config:
+    ``geometries.AXIS`` or a member of its basis family (docs §5.6); {} when it has none
+    (learned maps, routings, multiscreen tiles)."""
+    if not architecture(cfg.architecture).geometry_params:
+        return {}
+    return geometries.frozen_bases(cfg)
 
 
 def build_model(model_config: Mapping[str, Any], n_vocab: int | None = None) -> nn.Module:

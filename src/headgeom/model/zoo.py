@@ -250,6 +250,17 @@ def _shape(model_config: Mapping) -> dict[str, Any]:
     return {k: v for k, v in flat.items() if not isinstance(v, float)}
 
 
+def is_paper_size(geometry: str, model_config: Mapping) -> bool:
+    """The model has the paper's size for its geometry (docs §6.1): every integer, boolean
+    and string field of its model config equals the paper configuration's (``n_vocab`` is not
+    compared). Checks that hold only at that size (docs §9.4, §7.3) are enforced there."""
+    if geometry not in PAPER_N_PARAMS:
+        return False
+    shape = {k: v for k, v in _shape(model_config).items() if k != "n_vocab"}
+    paper = {k: v for k, v in _shape(paper_model_config(geometry)).items() if k != "n_vocab"}
+    return shape == paper
+
+
 def expected_n_params(geometry: str, model_config: Mapping, n_vocab: int) -> int | None:
     """The exact paper count (docs §6.1) when the model has the paper's size, else None."""
     if geometry not in PAPER_N_PARAMS or n_vocab != PAPER_N_VOCAB:

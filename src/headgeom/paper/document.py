@@ -1,6 +1,7 @@
 """The study as a document (issue 14): the paper tables not in ``headgeom.paper.tables``
 (Table 1, the paper's ten-row Table 2, Table 4), the §12.1/§12.5 counts, seed-level
-statistics and the paper-vs-run comparison (``headgeom.paper.comparison``), each a pure
+statistics, the paper-vs-run comparison (``headgeom.paper.comparison``) and the table of
+numerical acceptance checks (docs §18), each a pure
 function of result Parquets taken by kind, like every paper table (docs §17).
 
 Rule ``make_document`` builds the tables of ``selections.DOCUMENT_TABLES`` in one job;
@@ -752,6 +753,63 @@ def table1(inputs: Inputs, context: Context | None = None) -> Table:
     return Table("table1", frame, [Block(cells)], caption)
 
 
+# ----------------------------------------------------------------------------- checks (§18)
+CHECK_COLUMNS = results.CHECKS.names
+
+
+def _residual_text(value: float, kind: str) -> str:
+    if value is None or pd.isna(value):
+        return "—"
+    return f"{int(value)}" if kind == "count" else f"{value:.2e}"
+
+
+def _passed_text(group: pd.DataFrame) -> str:
+    applies = group[group["passed"].notna()]
+    text = f"{int(applies['passed'].astype(bool).sum())}/{len(applies)}" if len(applies) else "—"
+    failed_reported = applies[~applies["passed"].astype(bool) & ~applies["enforced"]]
+    if len(failed_reported):
+        text += f" ({len(failed_reported)} failed, reported only)"
+    skipped = len(group) - len(applies)
+    return text + (f"; {skipped} n/a" if skipped else "")
+
+
+def checks(inputs: Inputs, context: Context | None = None) -> Table:
+    """The numerical acceptance checks (docs §18; ``checks.parquet``): one line per check
+    (and part) and the rule that runs it: how many artifacts log it, the largest residual,
+    the tolerance and how many pass; the CSV keeps every logged check."""
+    frame = read_kind(need_kind(inputs, "checks", "checks"), CHECK_COLUMNS, "checks")
+    rows = []
+    keys = ["check", "part", "rule"]
+    for (check, part, rule), group in frame.groupby(keys, sort=False, dropna=False):
+        kind = group["kind"].dropna().iloc[0] if group["kind"].notna().any() else "abs"
+        tol = group["tolerance"].dropna()
+        tolerance = "—" if tol.empty else _residual_text(tol.min(), kind)
+        if len(tol) and tol.max() > tol.min():
+            tolerance += f"–{_residual_text(tol.max(), kind)}"
+        name = check if part is None or pd.isna(part) else f"{check}.{part}"
+        rows.append(
+            {
+                "Check": name,
+                "Compares": group["title"].iloc[0],
+                "Rule": rule,
+                "Artifacts": str(len(group)),
+                "Largest residual": _residual_text(group["residual"].max(), kind),
+                "Tolerance": tolerance,
+                "Passed": _passed_text(group),
+            }
+        )
+    n_fail = int((frame["passed"].eq(False)).sum())
+    caption = (
+        "Numerical acceptance checks (docs §18): per check and the rule that runs it, the "
+        "artifacts that log it, the largest residual (count checks: mismatching items), its "
+        "tolerance and how many pass (n/a: the check does not apply there, e.g. C14 where "
+        "the writes do not decompose R^D). Every enforced check stopped its job had it failed; "
+        "designed-pk (§9.4) and loss-order (§7.3) are only reported below the paper's size"
+        + (f"; {n_fail} reported check(s) failed." if n_fail else ".")
+    )
+    return Table("checks", frame, [Block(pd.DataFrame(rows))], caption)
+
+
 def _comparison(inputs: Inputs, context: Context | None = None) -> Table:
     from headgeom.paper.comparison import comparison_table
 
@@ -767,6 +825,7 @@ BUILDERS: dict[str, Callable[..., Table]] = {
     "counts": counts,
     "seeds": seeds,
     "comparison": _comparison,
+    "checks": checks,
 }
 #: Every paper table, for src/make_table.py (Table 2: the paper's ten rows).
 TABLE_BUILDERS: dict[str, Callable[[Inputs], Table]] = {**tables.BUILDERS, "table2": table2_paper}

@@ -394,7 +394,8 @@ PAPER_FIGURES = (*PAPER_FIGURES, "figure6abc")
 #: each a builder of headgeom.paper.document. Wiring a new one in: its name here, its
 #: builder in headgeom.paper.document.BUILDERS, its inputs in PAPER_INPUTS, its section in
 #: OUTPUT_SECTIONS.
-DOCUMENT_TABLES = ("table1", "table2_all_runs", "table4", "counts", "seeds", "comparison")
+DOCUMENT_TABLES = ("table1", "table2_all_runs", "table4", "counts", "seeds", "comparison",
+                   "checks")  # fmt: skip
 PAPER_INPUTS.update(
     {
         "table2": {
@@ -417,6 +418,7 @@ PAPER_INPUTS.update(
             "coordinates": ("coordinates", "coordinates"),  # issue 13 (docs §15.2)
         },
         "table4": {"runs": ("train_log", "runs")},
+        "checks": {"checks": ("checks", None)},  # docs §18: every logged acceptance check
         "counts": {
             "runs": ("train_log", "runs"),
             "summaries": ("summary", "runs"),
@@ -469,6 +471,7 @@ PAPER_INPUTS["table6_all_runs"] = {
 OUTPUT_SECTIONS: dict[str, str] = {
     "table1": "Summary",
     "comparison": "Summary",
+    "checks": "Summary",
     "table2": "§4 Setup",
     "table2_all_runs": "§4 Setup",
     "table4": "§4 Setup",
@@ -497,7 +500,7 @@ OUTPUT_SECTIONS: dict[str, str] = {
 }
 #: Outputs that summarise others; they do not make a run "used by" their section.
 SUMMARY_OUTPUTS = {"table1", "comparison", "table2_all_runs", "table4", "seeds", "table6", "table5"}
-SUMMARY_OUTPUTS |= {"table6_all_runs"}
+SUMMARY_OUTPUTS |= {"table6_all_runs", "checks"}
 
 # ----------------------------------------------------------------------------- ablation (issue 16)
 #: The block ablation atlas (table and figure) and the mode-comparison table; run sets

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from headgeom import results
+from headgeom import checks, results
 from headgeom.data.corpus import compact, read_tokens, read_vocab
 from headgeom.hashing import (
     ManifestMismatchError,
@@ -40,7 +40,7 @@ from headgeom.hashing import (
 )
 from headgeom.io import atomic_path, read_json, write_json
 from headgeom.manifest import checkpoint_manifest, corpus_data_record
-from headgeom.model.checkpoint import save_checkpoint
+from headgeom.model.checkpoint import checkpoint_contents, differing_contents, save_checkpoint
 from headgeom.training.config import (
     RunConfig,
     checkpoint_manifest_name,
@@ -117,6 +117,20 @@ def _check_staged(resume_dir: Path, state: dict) -> None:
             ) from None
 
 
+def step0_regeneration(run: RunConfig, model: torch.nn.Module, vocab: np.ndarray) -> dict:
+    """Check C15 (docs §7.3): the step-0 model regenerated from the seed (a second
+    :func:`initial_model`) has the checkpoint bytes of ``model``, the initialisation training
+    starts from and saves as step 0. Seeding then building leaves every RNG where the first
+    build left it, so training continues unchanged. Raises on a difference."""
+    again = initial_model(run, n_vocab=len(vocab))
+    differing = differing_contents(checkpoint_contents(model, vocab),
+                                   checkpoint_contents(again, vocab))  # fmt: skip
+    n = len(model.state_dict()) + 2  # tensors, vocabulary map, header
+    return checks.enforce("C15", differing, 0, "count", where=run.config_id,
+                          what="the step-0 checkpoint regenerated from the seed differs",
+                          note=f"checkpoint entries differing in bytes, of {n}")  # fmt: skip
+
+
 def train_job(
     run: RunConfig,
     corpus: CorpusFiles,
@@ -174,6 +188,7 @@ def train_job(
     val_ids = compact(read_tokens(corpus.val), vocab, dtype=id_dtype)
 
     model = initial_model(run, n_vocab=len(vocab))
+    c15 = step0_regeneration(run, model, vocab)
     print(
         f"{run.config_id}: {model.n_params():,} trainable parameters, "
         f"{len(train_ids):,} train / {len(val_ids):,} val tokens ({sampling}), "
@@ -246,6 +261,7 @@ def train_job(
         "train_seconds": result.seconds,
         results.SOURCE_FREEZE: source,
         "environment": env,
+        **c15,
     }
     results.TRAIN_LOG.write(out.log, result.log, metadata)
     # The state goes first: a kill mid-cleanup then restarts from scratch (same bytes).

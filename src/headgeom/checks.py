@@ -1,0 +1,509 @@
+"""The numerical acceptance checks (docs §18: C1–C16, and the designed values of §9.4 and
+§7.3): one format for a logged check, and the study's ``checks`` table collected from them.
+
+A stage that runs a check records it in the metadata of the file it guards (a Parquet's
+key-value metadata, or the top-level ``checks`` object of a JSON artifact) with
+:func:`record`, or with :func:`enforce`, which also stops the job when the check fails:
+
+=================================  ==========================================================
+key                                value
+=================================  ==========================================================
+``check_<ID>_max_abs_residual``    largest absolute residual (``kind="abs"``), or
+``check_<ID>_max_rel_residual``    largest relative residual (``kind="rel"``), or
+``check_<ID>_mismatches``          number of items that differ (``kind="count"``, exact checks)
+``check_<ID>_tolerance``           the check passes when residual ≤ tolerance
+``check_<ID>_enforced``            false only where a failure is reported, not fatal (§9.4 and
+                                   §7.3 below paper size)
+``check_<ID>_note``                optional: what the residual covers
+=================================  ==========================================================
+
+``<ID>`` is a check of :data:`CATALOG` (``C8``, ``designed-pk``), optionally with a part after
+a dot (``C3.rejection``). A residual of null means the check does not apply to that artifact
+(C14 where the writes do not decompose R^D; C1 away from the paper's size). Rule ``checks``
+gathers every logged check of the DAG with :func:`collect` and adds the two computed from
+numbers alone (:func:`cross_run_checks`: C16 and the §7.3 loss ordering).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+KINDS = {"abs": "max_abs_residual", "rel": "max_rel_residual", "count": "mismatches"}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check of docs §18 (or of §9.4 / §7.3): what it compares and where it is defined."""
+
+    id: str
+    title: str
+    section: str
+
+
+#: Every check the workflow logs, in docs §18 order.
+CATALOG: dict[str, Check] = {
+    c.id: c
+    for c in (
+        Check("C1", "parameter counts equal the exact integers of §6.1", "§4.4, §6.1"),
+        Check("C2", "largest entry of abs(B_iᵀB_i − I) over the basis members (float64)",
+              "§5.5 item 1"),
+        Check("C3", "cross-member head-block PKs: closed form, 1% rule, paper range", "§5.5 3–4"),
+        Check("C4", "every pairwise Kerdock difference is bent", "§5.4 step 4"),
+        Check("C5", "member pairs sharing 3-dim subspaces match §5.5", "§5.5 item 5"),
+        Check("C6", "frozen buffers unchanged after training", "§7.1"),
+        Check("C7", "prompts: equal length, one differing token, single-token answers", "§8.1"),
+        Check("C8", "patched − clean attention output = δ_i", "§11.2"),
+        Check("C9", "head-patch effects recomputed from δ equal the stored ones", "§11.2"),
+        Check("C10", "per-head means of the per-example effects reproduce e and N_eff", "§10.2"),
+        Check("C11", "N_eff = N_index · N_layer_given_index", "§10.3"),
+        Check("C12", "everything clamped, nothing patched → clean logits", "§13.3"),
+        Check("C13", "both clamp conditions reproduce the direct values", "§13.3"),
+        Check("C14", "Proposition 1: Σ_h PK(U^{l,h}, R) = dim R", "§9.4"),
+        Check("C15", "step-0 checkpoint regenerated from the seed is byte-identical", "§7.3"),
+        Check("C16", "Spearman(loss, N_eff) from the paper's Table 6 numbers", "§12.7"),
+        Check("designed-pk", "frozen head-block PKs: d same index, 0 other, d²/D across members "
+              "(paper: 64 / 0 / 5.332–5.336)", "§9.4"),
+        Check("loss-order", "validation loss within a corpus: learned < write-* < read-common "
+              "< all-*", "§7.3"),
+    )
+}  # fmt: skip
+
+_KEY = re.compile(
+    r"^check_(?P<id>[A-Za-z0-9-]+(?:\.[a-z0-9-]+)?)_"
+    # legacy spellings (max_abs_logit_residual, max_abs_diff) read as their kind
+    r"(?P<field>max_(?P<kind>abs|rel)(?:_[a-z]+)?_(?:residual|diff)|mismatches|tolerance|"
+    r"enforced|note|applies)$"
+)
+
+
+class CheckFailed(ArithmeticError):
+    """A check's residual exceeds its tolerance (the job stops; nothing is written)."""
+
+
+def passes(residual: float | None, tolerance: float) -> bool | None:
+    """residual ≤ tolerance; None where the check does not apply (residual None); a NaN
+    residual fails."""
+    if residual is None:
+        return None
+    return bool(residual <= tolerance)
+
+
+def record(
+    check: str,
+    residual: float | None,
+    tolerance: float,
+    kind: str = "abs",
+    *,
+    enforced: bool = True,
+    note: str | None = None,
+) -> dict[str, Any]:
+    """The metadata keys of one logged check (see the module text)."""
+    if check.split(".")[0] not in CATALOG:
+        raise ValueError(f"unknown check {check!r}; known: {list(CATALOG)}")
+    if kind not in KINDS:
+        raise ValueError(f"check {check}: kind {kind!r} is not one of {list(KINDS)}")
+    value = None if residual is None else (int(residual) if kind == "count" else float(residual))
+    out: dict[str, Any] = {
+        f"check_{check}_{KINDS[kind]}": value,
+        f"check_{check}_tolerance": float(tolerance),
+    }
+    if not enforced:
+        out[f"check_{check}_enforced"] = False
+    if note:
+        out[f"check_{check}_note"] = note
+    return out
+
+
+def enforce(
+    check: str,
+    residual: float | None,
+    tolerance: float,
+    kind: str = "abs",
+    *,
+    where: str | os.PathLike = "",
+    what: str = "",
+    enforced: bool = True,
+    note: str | None = None,
+) -> dict[str, Any]:
+    """:func:`record`, raising :class:`CheckFailed` (naming ``where`` and ``what``) when an
+    enforced check fails."""
+    if enforced and passes(residual, tolerance) is False:
+        label = {"abs": "max |residual|", "rel": "max relative residual", "count": "mismatches"}
+        place = f"{where}: " if str(where) else ""
+        detail = f" ({what})" if what else ""
+        raise CheckFailed(
+            f"{place}check {check} failed{detail}: {label[kind]} {residual:.6g} > tolerance "
+            f"{tolerance:.3g} (docs §18)"
+        )
+    return record(check, residual, tolerance, kind, enforced=enforced, note=note)
+
+
+# ----------------------------------------------------------------------------- reading
+@dataclass(frozen=True)
+class Logged:
+    """One logged check as read back from an artifact."""
+
+    check: str
+    kind: str | None
+    residual: float | None
+    tolerance: float | None
+    enforced: bool
+    note: str | None
+
+    @property
+    def passed(self) -> bool | None:
+        return None if self.tolerance is None else passes(self.residual, self.tolerance)
+
+
+def _decoded(value: Any) -> Any:
+    """A metadata value: Parquet metadata holds JSON text (io.write_parquet), JSON artifacts
+    hold the value itself."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def parse(metadata: Mapping[str, Any], where: str | os.PathLike = "") -> dict[str, Logged]:
+    """Every check of :data:`CATALOG` logged in ``metadata``, by id (with its part). A
+    residual without a tolerance, a tolerance without a residual or a value that is not a
+    number is an error naming ``where`` and the key."""
+    fields: dict[str, dict[str, Any]] = {}
+    for key, raw in metadata.items():
+        match = _KEY.match(key)
+        if match is None or match["id"].split(".")[0] not in CATALOG:
+            continue  # not a §18 check (e.g. clamps' check_effects_*)
+        field = match["field"]
+        entry = fields.setdefault(match["id"], {})
+        value = _decoded(raw)
+        if match["kind"] or field == "mismatches":
+            kind = match["kind"] or "count"
+            if "kind" in entry:
+                raise ValueError(f"{where}: check {match['id']} has two residual keys")
+            entry.update(kind=kind, residual=value, key=key)
+        else:
+            entry[field] = value
+    out = {}
+    for check, entry in fields.items():
+        applies = entry.get("applies", True)
+        if "tolerance" not in entry and applies is not False:
+            raise KeyError(f"{where}: metadata has a residual of check {check} but no "
+                           f"'check_{check}_tolerance'")  # fmt: skip
+        if "kind" not in entry and applies is not False:
+            raise KeyError(f"{where}: metadata has 'check_{check}_tolerance' but no residual "
+                           f"key (check_{check}_max_abs_residual, _max_rel_residual or "
+                           "_mismatches)")  # fmt: skip
+        residual, tolerance = entry.get("residual"), entry.get("tolerance")
+        for name, value in (("residual", residual), ("tolerance", tolerance)):
+            if value is not None and not _is_number(value):
+                raise ValueError(f"{where}: check {check} {name} is {value!r}, not a number")
+        out[check] = Logged(
+            check=check,
+            kind=entry.get("kind"),
+            residual=None if residual is None or applies is False else float(residual),
+            tolerance=None if tolerance is None else float(tolerance),
+            enforced=bool(entry.get("enforced", True)),
+            note=entry.get("note"),
+        )
+    return out
+
+
+def artifact_checks(path: str | os.PathLike) -> list[tuple[str | None, dict[str, Logged]]]:
+    """The logged checks of one artifact as (scope, checks) groups: a Parquet's metadata (one
+    group), a JSON artifact's top-level ``checks`` (one group) or the ``checks`` of each of
+    its ``families`` (the basis family record, one group per family)."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        from headgeom.io import read_parquet_metadata
+
+        return [(None, parse(read_parquet_metadata(path), path))]
+    from headgeom.io import read_json
+
+    obj = read_json(path)
+    if not isinstance(obj, dict):
+        raise ValueError(f"{path}: expected a JSON object with 'checks' or 'families'")
+    if "families" in obj:
+        return [
+            (family_scope(f), parse(f.get("checks", {}), f"{path} family {i}"))
+            for i, f in enumerate(obj["families"])
+        ]
+    return [(None, parse(obj.get("checks", {}), path))]
+
+
+def family_scope(family: Mapping[str, Any]) -> str:
+    """How a checks row names one basis family of ``geometry/basis_family.json``."""
+    record = family["record"]
+    return (f"basis family D={record['d_model']} d={record['d_head']} "
+            f"{record['n_members']} members ({family['basis_family_hash'][:12]})")  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- collecting
+#: The checks each input kind of rule ``checks`` must carry (a missing one is an error).
+EXPECTED: dict[str, tuple[str, ...]] = {
+    "param_counts": ("C1",),
+    "basis_family": ("C2", "C3", "C3.rejection", "C3.range", "C4", "C5"),
+    "manifest": ("C6",),
+    "task": ("C7",),
+    "leakage": ("C8", "C9"),
+    "summary": ("C10", "C11"),
+    "clamps": ("C12", "C13"),
+    "geometry_summary": ("C14", "designed-pk"),
+    "train_log": ("C15",),
+    "run_log": (),  # an imported model's run log: its validation loss only
+}
+#: The rule that writes each input kind.
+RULES = {
+    "param_counts": "param_counts",
+    "basis_family": "basis_family",
+    "manifest": "hash_checkpoint",
+    "task": "make_tasks",
+    "leakage": "leakage",
+    "summary": "concentration",
+    "clamps": "clamps",
+    "geometry_summary": "geometry_stats",
+    "train_log": "train",
+    "run_log": "import_model",
+}
+COLUMNS = ["check", "part", "title", "section", "rule", "path", "scope", "model", "seed",
+           "task", "kind", "residual", "tolerance", "passed", "enforced", "note"]  # fmt: skip
+
+
+def _row(logged: Logged, **where: Any) -> dict[str, Any]:
+    base, _, part = logged.check.partition(".")
+    spec = CATALOG[base]
+    return {
+        "check": base,
+        "part": part or None,
+        "title": spec.title,
+        "section": spec.section,
+        **where,
+        "kind": logged.kind,
+        "residual": logged.residual,
+        "tolerance": logged.tolerance,
+        "passed": logged.passed,
+        "enforced": logged.enforced,
+        "note": logged.note if logged.residual is not None else (logged.note or "does not apply"),
+    }
+
+
+def collect(files: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of every check logged in ``files`` (each ``{kind, path, model?, seed?, task?}``):
+    one per (file, scope, check), refusing a file that lacks a check its kind carries."""
+    rows = []
+    for f in files:
+        kind, path = f["kind"], str(f["path"])
+        if kind not in EXPECTED:
+            raise ValueError(f"{path}: unknown checks input kind {kind!r}; known {list(EXPECTED)}")
+        for scope, found in artifact_checks(path):
+            missing = [c for c in EXPECTED[kind] if c not in found]
+            if missing:
+                raise KeyError(
+                    f"{path}: no logged check {', '.join(missing)} (expected keys "
+                    f"check_<ID>_tolerance and a residual; rerun rule {RULES[kind]})"
+                )
+            where = {
+                "rule": RULES[kind],
+                "path": path,
+                "scope": scope,
+                "model": f.get("model"),
+                "seed": f.get("seed"),
+                "task": f.get("task"),
+            }
+            rows += [_row(found[c], **where) for c in sorted(found, key=_order)]
+    return rows
+
+
+#: The order of a check's parts in the table (others after these, alphabetically).
+PARTS = {"C3": ("", "rejection", "range"), "C16": ("", "twelve-head")}
+
+
+def _order(check: str) -> tuple[int, int, str]:
+    base, _, part = check.partition(".")
+    known = PARTS.get(base, ("",))
+    rank = known.index(part) if part in known else len(known)
+    return list(CATALOG).index(base), rank, part
+
+
+def table(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """``results.CHECKS`` frame of ``rows`` in docs §18 order (stable within a check)."""
+    frame = pd.DataFrame(list(rows), columns=COLUMNS)
+    frame["_order"] = frame["check"].map(list(CATALOG).index)
+    frame = frame.sort_values("_order", kind="stable").drop(columns="_order")
+    frame["seed"] = frame["seed"].astype("Int64")
+    frame["passed"] = frame["passed"].astype("boolean")
+    return frame.reset_index(drop=True)
+
+
+def failures(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows of enforced checks that failed (these stop rule ``checks``)."""
+    return frame[frame["enforced"] & frame["passed"].eq(False).fillna(False)]
+
+
+def describe(row: Mapping[str, Any]) -> str:
+    """One line of a checks row: id, where, residual against tolerance, note."""
+    part = row["part"] if isinstance(row["part"], str) else None
+    name = f"{row['check']}.{part}" if part else row["check"]
+    where = row["path"] if isinstance(row["path"], str) else row["scope"]
+    residual = "n/a" if pd.isna(row["residual"]) else f"{row['residual']:.6g}"
+    return f"{name} {where}: residual {residual} > {row['tolerance']:.3g} ({row['note']})"
+
+
+def summary_line(frame: pd.DataFrame) -> str:
+    """How many checks passed, failed (reported only) and did not apply."""
+    passed = int(frame["passed"].eq(True).sum())
+    failed = int(frame["passed"].eq(False).sum())
+    return (f"{len(frame)} checks: {passed} passed, {failed} failed (reported only), "
+            f"{int(frame['passed'].isna().sum())} not applicable")  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- computed checks
+#: C16 (docs §12.7): evaluation N_eff for SVA, Quote, Plural (paper Table 6) of the 9
+#: corpus-S models of paper Figure 4; their validation losses (§6.1) and head counts come
+#: from the model zoo (``zoo.CONFIGURATIONS``, ``zoo.paper_model_config``).
+PAPER_FIGURE4_N_EFF: dict[str, tuple[float, float, float]] = {
+    "learned": (10.4, 12.0, 9.2),
+    "write-rotated": (16.2, 22.2, 22.2),
+    "read-common": (8.1, 11.0, 10.0),
+    "all-common-axis": (8.1, 12.7, 3.9),
+    "all-rotated": (9.1, 11.4, 3.6),
+    "all-rotated-self": (8.8, 7.9, 3.9),
+    "write-routed-a": (18.9, 31.6, 20.3),
+    "write-routed-b": (29.1, 29.0, 21.6),
+    "write-routed-c": (31.1, 39.7, 15.8),
+}
+#: The paper's values to its printed three decimals: half a unit of the last digit.
+C16_EXPECTED = {"all": -0.767, "twelve-head": -0.943}
+C16_TOLERANCE = 5e-4
+
+
+def paper_figure4() -> dict[str, tuple[float, tuple[float, float, float], int]]:
+    """geometry -> (validation loss, N_eff per task, heads per layer) of the Figure 4 models."""
+    from headgeom.model import zoo
+
+    out = {}
+    for geometry, n_eff in PAPER_FIGURE4_N_EFF.items():
+        config = next(c for c in zoo.CONFIGURATIONS if c.geometry == geometry and c.corpus == "S")
+        n_head = zoo.paper_model_config(geometry)["n_head"]
+        out[geometry] = (config.val_loss[config.seeds[0]], n_eff, n_head)
+    return out
+
+
+def c16() -> list[dict[str, Any]]:
+    """C16 recomputed with the project's own statistics (``stats.spearman``,
+    ``stats.geometric_mean``) from the paper's numbers (:func:`paper_figure4`)."""
+    from headgeom.analysis.stats import geometric_mean, spearman
+
+    models = paper_figure4()
+    loss = np.array([v[0] for v in models.values()])
+    n_eff = geometric_mean(np.array([v[1] for v in models.values()]))
+    twelve = np.array([v[2] == 12 for v in models.values()])
+    rows = []
+    for part, mask in (("all", np.ones_like(twelve)), ("twelve-head", twelve)):
+        rho, _ = spearman(loss[mask], n_eff[mask])
+        check = "C16" if part == "all" else f"C16.{part}"
+        logged = Logged(
+            check, "abs", abs(rho - C16_EXPECTED[part]), C16_TOLERANCE, True,
+            f"Spearman {rho:.4f} over {int(mask.sum())} models; paper {C16_EXPECTED[part]}",
+        )  # fmt: skip
+        rows.append(_row(logged, **_computed("paper Table 6 N_eff and §6.1 losses")))
+    return rows
+
+
+def _computed(source: str) -> dict[str, Any]:
+    return {"rule": "checks", "path": None, "scope": source, "model": None, "seed": None,
+            "task": None}  # fmt: skip
+
+
+#: docs §7.3 [CHECK]: the ordering of validation losses within a corpus, by geometry class.
+LOSS_CLASSES: dict[str, int] = {
+    "learned": 0,
+    "write-common-axis": 1,
+    "write-common": 1,
+    "write-rotated": 1,
+    "read-common": 2,
+    "all-common-axis": 3,
+    "all-rotated": 3,
+    "all-rotated-self": 3,
+}
+LOSS_CLASS_NAMES = ("learned", "write-*", "read-common", "all-*")
+
+
+def loss_order(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The §7.3 ordering: per corpus, every run of a lower class (``LOSS_CLASSES``) has a
+    strictly lower validation loss than every run of a higher class. ``runs``: ``{model,
+    seed, geometry, corpus, val_loss, paper_size}``; one row per corpus with runs of at least
+    two classes; residual = the number of out-of-order run pairs (tolerance 0); enforced
+    only when every run compared has the paper's size."""
+    by_corpus: dict[Any, list[Mapping[str, Any]]] = {}
+    for run in runs:
+        if run["geometry"] in LOSS_CLASSES and run.get("val_loss") is not None:
+            by_corpus.setdefault(run.get("corpus"), []).append(run)
+    rows = []
+    for corpus, members in by_corpus.items():
+        if len({LOSS_CLASSES[r["geometry"]] for r in members}) < 2:
+            continue
+        bad, worst = [], None
+        for a in members:
+            for b in members:
+                if LOSS_CLASSES[a["geometry"]] < LOSS_CLASSES[b["geometry"]]:
+                    if not a["val_loss"] < b["val_loss"]:
+                        bad.append((a, b))
+                        gap = a["val_loss"] - b["val_loss"]
+                        worst = gap if worst is None else max(worst, gap)
+        shown = "; ".join(f"{a['model']} s{a['seed']} {a['val_loss']:.4f} ≥ {b['model']} "
+                          f"s{b['seed']} {b['val_loss']:.4f}" for a, b in bad[:3])  # fmt: skip
+        note = f"{len(members)} runs; " + (f"out of order: {shown}" if bad else "in order")
+        enforced = all(r.get("paper_size") for r in members)
+        label = "" if corpus is None else f"corpus {corpus}"
+        logged = Logged("loss-order", "count", len(bad), 0.0, enforced, note)
+        rows.append(_row(logged, **{**_computed("validation losses of the runs"),
+                                    "scope": label or "every run"}))  # fmt: skip
+    return rows
+
+
+def loss_runs(
+    files: Sequence[Mapping[str, Any]], runs: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """``runs`` (``{model, seed, geometry, corpus}``) with the validation loss their run log
+    records (``val_loss_nats``, None without one) and whether they have the paper's size
+    (``expected_n_params`` of the parameter counts is set), for :func:`loss_order`."""
+    import pyarrow.parquet as pq
+
+    from headgeom.io import read_parquet_metadata
+
+    logs = {(f["model"], int(f["seed"])): f["path"] for f in files
+            if f["kind"] in ("train_log", "run_log")}  # fmt: skip
+    paper: dict[tuple[str, int], bool] = {}
+    for f in files:
+        if f["kind"] == "param_counts":
+            counts = pq.read_table(f["path"], columns=["model", "seed", "expected_n_params"])
+            for row in counts.to_pylist():
+                paper[(row["model"], int(row["seed"]))] = row["expected_n_params"] is not None
+    out = []
+    for run in runs:
+        key = (run["model"], int(run["seed"]))
+        meta = read_parquet_metadata(logs[key]) if key in logs else {}
+        loss = _decoded(meta.get("val_loss_nats"))
+        out.append({**run, "val_loss": loss if _is_number(loss) else None,
+                    "paper_size": paper.get(key, False)})  # fmt: skip
+    return out
+
+
+def cross_run_checks(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The checks computed from numbers alone: C16 and the §7.3 loss ordering."""
+    return c16() + loss_order(runs)
