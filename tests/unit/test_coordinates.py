@@ -257,3 +257,16 @@ def test_direction_rows_rank_select_and_name_every_direction():
     assert by[11]["magnitude_validation"] == 11.0 and by[11]["magnitude_decile"] == 9
     after = C.direction_rows("after_wo", validation, evaluation, d)
     assert all(r["head"] is None and r["index_in_head"] is None for r in after)
+
+
+def test_a_site_too_small_for_a_null_has_none():
+    """16 directions, 10 selected: no matched set of 10 exists outside the selection, so the
+    null columns are NaN and the site beats nothing (the micro study's shape)."""
+    G = 16
+    val_mean = np.linspace(1.0, 2.0, G)
+    val, ev, mags = planted(val_mean, val_mean, np.arange(G, dtype=float))
+    out = C.site_summary(val, ev, mags, 50, seed=3)
+    assert out["null_strata"] == "none: 16 directions, 10 selected"
+    assert np.isnan(out["null_p_value"]) and np.isnan(out["null_max"])
+    assert out["beats_every_random_set"] is False
+    assert out["share_evaluation"] == pytest.approx(val_mean[6:].sum() / val_mean.sum())

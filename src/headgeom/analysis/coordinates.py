@@ -391,14 +391,24 @@ def site_summary(
     selected = share(e_eval, chosen)
     positive = e_eval[e_eval > 0].sum()
 
+    # a site with fewer unselected directions than selected ones (a micro model) has no
+    # matched null: its null columns are NaN and it beats nothing, rather than failing
+    has_null = e_val.size - chosen.size >= chosen.size
+
     def shares(include_selected):
+        if not has_null or positive <= 0:
+            return np.full(n_sets, np.nan)
         rng = np.random.default_rng(seed)
         sets = matched_random_sets(magnitude, chosen, n_sets, rng, include_selected, site_name)
-        return e_eval[sets].sum(1) / positive if positive > 0 else np.full(n_sets, np.nan)
+        return e_eval[sets].sum(1) / positive
 
     null, old = shares(False), shares(True)
-    test, test_old = null_comparison(selected, null), null_comparison(selected, old)
     nan = np.all(np.isnan(null))
+    no_test = {"p_value": float("nan"), "fraction_at_least": float("nan"), "beats": False}
+    test, test_old = (
+        (null_comparison(selected, null), null_comparison(selected, old)) if not nan
+        else (no_test, no_test)
+    )  # fmt: skip
     return {
         "n_directions": int(e_val.size),
         "k": int(k),
@@ -414,7 +424,11 @@ def site_summary(
         "null_fraction_at_least": test["fraction_at_least"],
         "null_p_value": test["p_value"],
         "beats_every_random_set": test["beats"],
-        "null_strata": strata_label(null_strata(magnitude, chosen, site_name)),
+        "null_strata": (
+            strata_label(null_strata(magnitude, chosen, site_name))
+            if has_null
+            else f"none: {e_val.size} directions, {chosen.size} selected"
+        ),
         "null_incl_selected_mean": float("nan") if nan else float(np.mean(old)),
         "null_incl_selected_max": float("nan") if nan else float(np.max(old)),
         "null_incl_selected_p_value": test_old["p_value"],
