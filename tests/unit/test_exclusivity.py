@@ -19,6 +19,7 @@ from headgeom.analysis.leakage import (
 )
 from headgeom.analysis.patching import patch_all_heads, replace_head
 from headgeom.analysis.stats import effects_from_drops
+from headgeom.analysis.tolerance import model_dtype, rounding_tolerance
 from headgeom.data.task_files import PatchInputs
 from headgeom.model.config import ModelConfig
 from headgeom.model.gpt import GPT, site
@@ -160,12 +161,17 @@ def _run(model, inputs):
 
 def test_direct_equals_total_when_nothing_lies_between_source_and_reader():
     """Layer 0's MLP writes nothing: the patched residual entering layer 1 is x + δ exactly."""
-    table = _run(_model(zero_mlp0=True), _inputs())
+    model = _model(zero_mlp0=True)
+    table = _run(model, _inputs())
     assert len(table) and table["response_cosine"].notna().all()
-    np.testing.assert_allclose(table["response_cosine"], 1.0, atol=1e-5)
-    np.testing.assert_allclose(table["response_norm_ratio"], 1.0, atol=1e-4)
-    np.testing.assert_allclose(table["response_projection"], 1.0, atol=1e-4)
-    np.testing.assert_allclose(table["tv_total"], table["tv_direct"], atol=1e-5)
+    # The two routes to the reader's input round differently at the attention output, the
+    # residual sum with δ and the reader (LN and projection): 3 stages, at scale 1 for these
+    # pooled ratios and attention probabilities (the responses are within 10× of the largest
+    # |q, k, v| here and pooling averages their roundings: measured ≤ 7e-8)
+    tol = rounding_tolerance(model_dtype(model), 1.0, 3)
+    for column in ("response_cosine", "response_norm_ratio", "response_projection"):
+        np.testing.assert_allclose(table[column], 1.0, rtol=0, atol=tol, err_msg=column)
+    np.testing.assert_allclose(table["tv_total"], table["tv_direct"], rtol=0, atol=tol)
 
 
 def test_responses_and_tv_match_a_naive_full_forward():

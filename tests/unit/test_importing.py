@@ -17,6 +17,7 @@ from safetensors.torch import load_file
 from headgeom.analysis.patching import patch_all_heads_fast
 from headgeom.model.importing import ModelImportError, import_hf_gpt2, import_model
 from headgeom.model.interop import export_hf
+from tests.tolerances import largest, peer_patch_tolerance, peer_tolerance
 from tests.unit.test_interop import learned_model
 from tests.weights import large_random_weights
 
@@ -54,6 +55,15 @@ def examples(n: int, T: int, seed: int = 1):
     return clean, ref, correct, incorrect
 
 
+@torch.no_grad()
+def assert_logits_equal_transformers(model, hf, ids) -> None:
+    """Our forward against transformers' on the same weights: independent implementations,
+    2 (L + 1) rounded stages at the largest |logit| (``tests.tolerances.peer_tolerance``)."""
+    want = hf(ids).logits
+    tol = peer_tolerance(model, largest(want))
+    torch.testing.assert_close(model(ids), want, atol=tol, rtol=0)
+
+
 def test_imported_logits_equal_transformers(tmp_path):
     hf = save_tiny(tmp_path / "gpt2")
     model, vocab, record = import_hf_gpt2(tmp_path / "gpt2")
@@ -61,8 +71,7 @@ def test_imported_logits_equal_transformers(tmp_path):
     np.testing.assert_array_equal(vocab, np.arange(V))  # the full GPT-2 vocabulary
     assert set(record["files_sha256"]) == {"config.json", "model.safetensors"}
     ids = torch.as_tensor(examples(3, 12)[0])
-    with torch.no_grad():
-        torch.testing.assert_close(model(ids), hf(ids).logits, atol=1e-5, rtol=0)
+    assert_logits_equal_transformers(model, hf, ids)
 
 
 def test_head_patch_effects_equal_transformer_lens_on_the_same_weights(tmp_path):
@@ -91,6 +100,8 @@ def test_head_patch_effects_equal_transformer_lens_on_the_same_weights(tmp_path)
     )
     drops = clean_ld[:, None, None] - patched
     assert np.abs(drops).max() > 1e-2
+    # ours and TransformerLens, independent implementations: 2 (L + 1) stages at |logit|
+    tol = peer_patch_tolerance(model, clean, ref)
     for i in range(4):
         idx = [i]
         good, bad = torch.as_tensor(correct[idx]), torch.as_tensor(incorrect[idx])
@@ -103,7 +114,7 @@ def test_head_patch_effects_equal_transformer_lens_on_the_same_weights(tmp_path)
             _, cache = tl.run_with_cache(r)
             base = float(ld(tl(c)))
             tl_patched = get_act_patch_attn_head_out_all_pos(tl, c, cache, ld)
-        np.testing.assert_allclose(drops[i], base - tl_patched.double().numpy(), atol=1e-4)
+        np.testing.assert_allclose(drops[i], base - tl_patched.double().numpy(), rtol=0, atol=tol)
 
 
 def test_export_import_round_trip_is_byte_identical(tmp_path):
@@ -136,8 +147,7 @@ def test_prefixless_keys_and_untied_copy_of_lm_head_are_read(tmp_path):
     save_file(plain, str(tmp_path / "gpt2" / "model.safetensors"))
     model, _, _ = import_hf_gpt2(tmp_path / "gpt2")
     ids = torch.as_tensor(examples(1, 5)[0])
-    with torch.no_grad():
-        torch.testing.assert_close(model(ids), hf(ids).logits, atol=1e-5, rtol=0)
+    assert_logits_equal_transformers(model, hf, ids)
 
 
 def test_pickle_only_weights_need_the_opt_in(tmp_path):
@@ -149,8 +159,7 @@ def test_pickle_only_weights_need_the_opt_in(tmp_path):
     model, _, record = import_hf_gpt2(tmp_path / "gpt2", allow_pickle=True)
     assert record["pickle"] is True and "pytorch_model.bin" in record["files_sha256"]
     ids = torch.as_tensor(examples(1, 5)[0])
-    with torch.no_grad():
-        torch.testing.assert_close(model(ids), hf(ids).logits, atol=1e-5, rtol=0)
+    assert_logits_equal_transformers(model, hf, ids)
 
 
 @pytest.mark.parametrize(
