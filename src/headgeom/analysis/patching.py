@@ -25,7 +25,7 @@ Engines, all with the same arguments and ``(clean_ld (N,), patched_ld (N, L, H))
 
 * :func:`patch_all_heads` — plain: one full clean forward per head (the reference);
 * :func:`patch_all_heads_fast` — exact and fast: layer resumption, clean-prefix KV reuse,
-  stacked heads, answer logits only (equal to the plain engine within 1e-5);
+  stacked heads, answer logits only (equal to the plain engine within float32 round-off);
 * :func:`attribution_patch` — APPROXIMATE first-order estimate (2 forwards + 1 backward per
   batch), a pre-filter only.
 
@@ -468,7 +468,7 @@ def patch_all_heads_fast(
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`patch_all_heads` by the fast engine (:func:`patch_batch_fast`): same
     arguments, same ``(clean_ld (N,), patched_ld (N, L, H))`` and progress total, equal
-    within fp32 round-off (1e-5).
+    within fp32 round-off (a few ulps of the largest logit per block, docs §2.6).
 
     ``batch_size`` bounds the examples and ``max_rows`` the rows (head patches × examples)
     of one forward, hence memory. Within a length group examples are sorted by their first
@@ -608,7 +608,8 @@ def perturbation_check(
 
     The patched attention output comes from the real z patch through the model's own writer
     (site ``blocks.{l}.hook_attn_out``); δ from :func:`patch_perturbations` (or ``delta``).
-    Tolerance 1e-5 in float32 (docs §11.2, §18).
+    Its tolerance follows from the dtype and the largest |attention output| (two rounded W_O
+    sums, ``analysis.tolerance``; docs §2.6, §11.2).
     """
     if delta is None:
         delta = patch_perturbations(model, clean, ref, layer)
