@@ -69,6 +69,7 @@ from headgeom.analysis.patching import (
     length_batches,
     supports_prefix_reuse,
 )
+from headgeom.analysis.tolerance import forward_tolerance
 from headgeom.model.geometries import READ_TYPES
 from headgeom.model.gpt import site
 
@@ -133,13 +134,6 @@ def _require(model: torch.nn.Module) -> None:
 
 
 # --------------------------------------------------------------------------- shared pieces
-#: Rounding of a logit per layer, in units of eps · (logit scale): each of the L blocks and
-#: the unembedding adds a few eps relative to the scale (LayerNorm renormalises, so errors
-#: add per layer instead of compounding). Measured in float32 against float64: ≤ 3.1 on
-#: 3–4-layer random models of every geometry, against 4·(L + 1) = 16–20 here.
-ROUNDING_PER_LAYER = 4
-
-
 def logit_scale(model) -> float:
     """A weight-only bound on every logit |b_v| = |w_v·h| ≤ ‖h‖·max_v ‖w_v‖ (Cauchy–Schwarz),
     with ‖h‖ ≤ √D·max|γ| + ‖β‖ for the final LayerNorm's output h = γ ⊙ n + β, ‖n‖ ≤ √D."""
@@ -150,10 +144,11 @@ def logit_scale(model) -> float:
 
 
 def logit_rounding(model) -> float:
-    """δ, a bound on the rounding error of any final-position logit in the model's dtype:
-    ROUNDING_PER_LAYER · (L + 1) · eps(dtype) · :func:`logit_scale`."""
-    eps = torch.finfo(next(model.parameters()).dtype).eps
-    return ROUNDING_PER_LAYER * (model.cfg.n_layer + 1) * eps * logit_scale(model)
+    """δ, a bound on the rounding error of any final-position logit in the model's dtype: the
+    forward's tolerance (``analysis.tolerance``: 4 ulps per block and the unembedding) at
+    the weight-only :func:`logit_scale`. Measured in float32 against float64: ≤ 3.1 ulps of
+    that scale on 3–4-layer random models of every geometry, against 4·(L + 1) = 16–20."""
+    return forward_tolerance(model, logit_scale(model))
 
 
 def summation_floor(clean_logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
