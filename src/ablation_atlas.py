@@ -37,7 +37,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--n-mean-windows", type=int, default=64, help="windows for the means")
     p.add_argument("--n-eval-windows", type=int, default=64, help="windows for the measures")
     p.add_argument("--batch-size", type=int, default=16, help="windows per forward")
-    p.add_argument("--max-rows", type=int, default=1024, help="edits × inputs per forward")
+    p.add_argument(
+        "--work-mb", type=int, default=2048, help="working memory of the stacked forwards and KLs"
+    )
     p.add_argument(
         "--n-retention", type=int, default=0, help="first N evaluation prompts per task (0: all)"
     )
@@ -48,7 +50,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.n_retention < 0:
         p.error(f"--n-retention must be at least 0, got {args.n_retention}")
-    for name in ("n_mean_windows", "n_eval_windows", "batch_size", "max_rows"):
+    for name in ("n_mean_windows", "n_eval_windows", "batch_size", "work_mb"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
     return args
@@ -102,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             eval_windows,
             tasks,
             args.batch_size,
-            args.max_rows,
+            args.work_mb * 2**20,
             progress=bar.update,
         )
     atlas = atlas.assign(model=manifest["model_name"], seed=int(manifest["init_seed"]))
@@ -118,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         "retention_prompts": {t.name: len(t.clean_ids) for t in tasks},
         **baseline,
         "batch_size": args.batch_size,
-        "max_rows": args.max_rows,
+        "work_mb": args.work_mb,
         "threads": args.threads,
         "dtype": "float32 forward, float64 KL and moments",
     }

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+import pandas as pd
 import pyarrow.parquet as pq
 
 from headgeom import results
@@ -41,6 +42,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                        ("geometry", str)):  # fmt: skip
         p.add_argument(f"--{name}", nargs="+", type=kind, required=True)
     p.add_argument("--sequences", type=int, default=32, help="validation windows (§14.4)")
+    p.add_argument(
+        "--backward-sequences", type=int, default=8, help="sequences per backward (memory)"
+    )
     p.add_argument("--task", required=True, help="tasks/sva.parquet")
     p.add_argument("--val-tokens", required=True, help="the corpus's val_tokens.parquet")
     p.add_argument("--heads", required=True, help="final SVA heads Parquet (lane index)")
@@ -69,16 +73,14 @@ def load_step(checkpoint: str, manifest: str, step: int):
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     set_threads(args.threads)
+    # one model in memory at a time: the final checkpoint first (its vocabulary and context
+    # set the inputs), then each earlier step, loaded, measured and dropped
     final_model, vocab, final = load_verified(args.checkpoint, args.manifest)
     final_step = int(final["step"])
-    loaded = {
-        s: load_step(c, m, s)
-        for s, c, m in zip(
-            args.checkpoint_steps, args.step_checkpoints, args.step_manifests, strict=True
-        )
-    }
-    loaded[final_step] = (final_model, vocab, final)  # fmt: skip
-    missing = sorted(set(args.timeline_steps + args.value_gradient_steps) - set(loaded))
+    paths = dict(zip(args.checkpoint_steps, zip(args.step_checkpoints, args.step_manifests,
+                                                strict=True), strict=True))  # fmt: skip
+    paths.pop(final_step, None)
+    missing = sorted(set(args.timeline_steps + args.value_gradient_steps) - {*paths, final_step})
     if missing:
         raise ValueError(f"no checkpoint given for steps {missing}")
 
@@ -86,16 +88,28 @@ def main(argv: list[str] | None = None) -> int:
     sva = model_inputs(task.frame, vocab)
     lane = dyn.final_lane_index(pq.read_table(args.heads).to_pandas(), args.lane_split)
     timeline_steps = [*args.timeline_steps, final_step]
-    tau = dyn.tau_table([(s, loaded[s][0], loaded[s][2]) for s in timeline_steps], sva, lane,
-                        final_step)  # fmt: skip
     windows = validation_windows(
         compact(read_tokens(args.val_tokens), vocab), final_model.cfg.n_ctx
     )
     val_in, val_out = windows[0][: args.sequences], windows[1][: args.sequences]
     vgrad_steps = sorted({*args.value_gradient_steps, final_step})
-    vgrad = dyn.value_gradient_table([(s, loaded[s][0], loaded[s][2]) for s in vgrad_steps],
-                                     val_in, val_out, final_step)  # fmt: skip
-    entries = [(s, loaded[s][2], e, la, g) for s, e, la, g in
+    records, tau_rows, vgrad_rows = {}, {}, {}
+    for s in [final_step] + sorted(set(timeline_steps + vgrad_steps) - {final_step}):
+        if s == final_step:
+            model, record, final_model = final_model, final, None  # dropped after its step
+        else:
+            model, _, record = load_step(*paths[s], s)
+        records[s] = record
+        if s in timeline_steps:
+            tau_rows[s] = dyn.tau_table([(s, model, record)], sva, lane, final_step)
+        if s in vgrad_steps:
+            vgrad_rows[s] = dyn.value_gradient_table(
+                [(s, model, record)], val_in, val_out, final_step, args.backward_sequences
+            )
+        del model
+    tau = pd.concat([tau_rows[s] for s in timeline_steps], ignore_index=True)
+    vgrad = pd.concat([vgrad_rows[s] for s in vgrad_steps], ignore_index=True)
+    entries = [(s, records[s], e, la, g) for s, e, la, g in
                zip(timeline_steps, args.evals, args.lanes, args.geometry, strict=True)]  # fmt: skip
     timeline = dyn.timeline_table(entries, final_step, args.lane_split)
     run = {"model": final["model_name"], "seed": int(final["init_seed"])}

@@ -313,10 +313,19 @@ class Study:
         return int(self.models[model].get("steps", self.config["training"]["steps"]))
 
     def training_of(self, model: str) -> dict:
-        """The training block of ``model``'s run config: training with its own length."""
-        training = self.config["training"]
-        own = self.steps_of(model)
-        return training if own == training["steps"] else {**training, "steps": own}
+        """The training block of ``model``'s run config: training with its own length, and
+        intermediate checkpoints only for the timeline models (rule dynamics reads them;
+        nothing reads another model's, so they are not written: ~0.5 GB each at paper size)."""
+        training = dict(self.config["training"])
+        training["steps"] = self.steps_of(model)
+        if model not in self.timeline_models:
+            training["checkpoint_steps"] = []
+        return training
+
+    @property
+    def timeline_models(self) -> list[str]:
+        """Models with a timeline run (their runs keep training.checkpoint_steps)."""
+        return list(dict.fromkeys(m for m, _ in self.dynamics_runs("timeline")))
 
     def param_count_runs(self) -> list[dict]:
         """Every run with the model section of its run config (rule param_counts)."""

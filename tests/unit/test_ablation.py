@@ -124,7 +124,7 @@ def test_mean_ablation_of_a_constant_write_changes_nothing_zero_ablation_does():
     torch.testing.assert_close(mean, base, atol=tol, rtol=0)
     assert (zero - base).abs().max() > 1e-2
     # and the atlas sees it: KL 0 for mean, > 0 for zero; constant part 1
-    rows, _ = ablation.block_atlas(model, means, ids, [], batch_size=4, max_rows=64)
+    rows, _ = ablation.block_atlas(model, means, ids, [], batch_size=4)
     mlp1 = rows[(rows["block"] == "mlp") & (rows["layer"] == 1)].set_index("ablation")
     assert mlp1.loc["mean", "kl"] == pytest.approx(0.0, abs=1e-9)
     assert mlp1.loc["zero", "kl"] > 1e-4
@@ -151,13 +151,57 @@ def test_atlas_kl_is_the_definition_in_float64_and_float32():
     for dtype, rtol in ((torch.float64, 1e-9), (torch.float32, 1e-3)):
         # float32: logits within δ ≈ 4·(L+1)·eps₃₂·max|logit| ≈ 3e-5 (max|logit| 14) move
         # these KLs (0.24–2.6) by ≲ 2δ·√(2·KL), under 2e-4 relative (measured: 4e-7)
-        rows, _ = ablation.block_atlas(model.to(dtype), means, ids, [], 4, 64, modes=("zero",))
+        rows, _ = ablation.block_atlas(model.to(dtype), means, ids, [], 4, modes=("zero",))
         assert (rows["kl"] >= 0).all()
         for (k, lay, h), want in zip(cases, expected, strict=True):
             row = rows[(rows["block"] == k) & (rows["layer"] == lay)]
             row = row[row["head"] == h] if k == "head" else row
             assert float(row["kl"].iloc[0]) == pytest.approx(want, rel=rtol), (dtype, k)
     assert min(expected) > 1e-3  # not vacuous
+
+
+def test_chunked_atlas_equals_the_unchunked_one_in_float64():
+    # a budget that splits windows, edits and positions gives the same KLs, top-1 changes,
+    # retention and descriptors as one that holds everything at once (float64: rows and
+    # positions are unembedded independently, so chunking only reorders float64 sums)
+    torch.manual_seed(6)  # a vocabulary large enough for the KL's share of the budget
+    cfg = zoo.derive_model_config("learned", TINY, {})
+    model, ids = perturbed(registry.build_model(cfg, 160), 6).double(), windows(n=5, T=12)
+    means = ablation.write_means(model, windows(seed=9))
+    rng = np.random.default_rng(1)
+    task = ablation.TaskPrompts(
+        "sva", [rng.integers(0, N_VOCAB, 6) for _ in range(9)], rng.integers(0, N_VOCAB, 9),
+        rng.integers(0, N_VOCAB, 9),
+    )  # fmt: skip
+    n_edits = len(ablation.atlas_edits(model))
+    small = 24 * ablation.forward_row_bytes(model.cfg, 11, 8)  # 12 rows: 4 windows × 2 edits
+    plan = ablation.atlas_plan(model, 11, 4, small, 6, n_edits)
+    assert plan.windows < 5 and plan.edits < n_edits and plan.positions < 11  # all chunked
+    big = ablation.atlas_plan(model, 11, 8, 2**30, 6, n_edits)
+    assert big.windows >= 5 and big.edits == n_edits and big.positions == 11  # none chunked
+    got, _ = ablation.block_atlas(model, means, ids, [task], batch_size=4, work_bytes=small)
+    want, _ = ablation.block_atlas(model, means, ids, [task], batch_size=8, work_bytes=2**30)
+    pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=0, atol=1e-12)
+    assert (want["kl"] > 1e-4).sum() > n_edits // 2  # not vacuous
+
+
+def test_atlas_budget_too_small_is_a_clear_error():
+    model = tiny()
+    with pytest.raises(ValueError, match=r"ablation.work_mb .* below two rows"):
+        ablation.atlas_plan(model, 11, 4, 1000)
+
+
+def test_atlas_peak_formula_at_paper_shape_is_bounded_by_its_budget():
+    # the plan's own estimate stays within the budget at the paper's shape (no model is
+    # built: the plan needs only cfg, the vocabulary and the dtype's size)
+    from types import SimpleNamespace
+
+    cfg = SimpleNamespace(n_layer=12, n_head=12, d_model=768, d_mlp=3072, n_vocab=50257)
+    paper = SimpleNamespace(cfg=cfg, parameters=lambda: iter([torch.zeros(1)]))
+    for mb in (2048, 4096, 16384):
+        plan = ablation.atlas_plan(paper, 511, 16, mb * 2**20, 12, n_edits=12 * 14 * 2)
+        assert plan.peak_bytes <= mb * 2**20, (mb, plan)
+        assert plan.windows * (1 + plan.edits) * plan.positions * 50257 * 8 < mb * 2**20
 
 
 @pytest.mark.parametrize("kind,layer", [("mlp", 0), ("mlp", 2), ("attn", 0), ("attn", 1)])

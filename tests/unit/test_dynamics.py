@@ -160,6 +160,19 @@ def test_value_gradient_traces_match_directional_finite_differences():
             assert bool(row["own_largest"]) == bool(abs(fd[h, h]) > others.max())
 
 
+def test_value_gradients_accumulated_over_chunks_equal_one_backward():
+    # Σ_c (B_c/B)·∂L_c = ∂L of the mean over every token: chunks of 1, 2 (uneven) and all
+    model = tiny("write-common-axis").double()
+    rng = np.random.default_rng(4)
+    x = torch.as_tensor(rng.integers(0, N_VOCAB, (5, 9)))
+    y = torch.as_tensor(rng.integers(0, N_VOCAB, (5, 9)))
+    whole = value_gradient_traces(model, x, y)
+    for chunk in (1, 2, 5):
+        got = value_gradient_traces(model, x, y, chunk=chunk)
+        pd.testing.assert_frame_equal(got, whole, check_exact=False, rtol=1e-12, atol=0)
+    assert (whole["own_trace"].abs() > 1e-6).all()  # not vacuous
+
+
 def test_value_gradient_own_term_of_a_constructed_case():
     """Identity-type writes O_h = g·E_h: the own term is g·tr of G_h's own-lane columns,
     with G_h read off the V rows of GPT-2's c_attn gradient (q | k | v layout) by hand."""

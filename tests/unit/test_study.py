@@ -432,15 +432,28 @@ def test_a_model_can_train_longer_than_training_steps(micro):
     study = Study.from_config(micro)
     own = study.train_config(first, micro["models"][first]["seeds"][0])["training"]
     assert own["steps"] == 3 * micro["training"]["steps"]
-    assert {k: v for k, v in own.items() if k != "steps"} == {
-        k: v for k, v in study.config["training"].items() if k != "steps"
+    same = ("steps", "checkpoint_steps")  # checkpoint_steps: see the next test
+    assert {k: v for k, v in own.items() if k not in same} == {
+        k: v for k, v in study.config["training"].items() if k not in same
     }
     others = [m for m in study.models if m != first]
-    for model in others:  # the others keep training.steps, the very same dict
-        assert (
-            study.train_config(model, study.models[model]["seeds"][0])["training"]
-            is (study.config["training"])
-        )
+    for model in others:  # the others keep training.steps
+        theirs = study.train_config(model, study.models[model]["seeds"][0])["training"]
+        assert theirs["steps"] == study.config["training"]["steps"]
+        assert {k: v for k, v in theirs.items() if k != "checkpoint_steps"} == {
+            k: v for k, v in study.config["training"].items() if k != "checkpoint_steps"
+        }
+
+
+def test_only_timeline_models_keep_intermediate_checkpoints():
+    # rule dynamics reads the timeline runs' checkpoints; nothing reads the others'
+    study = Study.from_config(load("config"))
+    assert study.timeline_models == ["write-common"]
+    for model in study.models:
+        steps = study.train_config(model, study.models[model]["seeds"][0])["training"]
+        want = study.config["training"]["checkpoint_steps"] if model == "write-common" else []
+        assert steps["checkpoint_steps"] == want, model
+    assert study.config["training"]["checkpoint_steps"] == [0, 8, 32, 128, 512]
 
 
 def test_a_models_steps_may_not_add_checkpoints_the_others_lack(micro):

@@ -20,18 +20,20 @@ rule ablation_atlas:
         n_mean=STUDY.stage("ablation")["n_mean_windows"],
         n_eval=STUDY.stage("ablation")["n_eval_windows"],
         batch_size=STUDY.stage("ablation")["batch_size"],
-        max_rows=STUDY.stage("ablation")["max_rows"],
+        work_mb=STUDY.stage("ablation")["work_mb"],
         n_retention=STUDY.stage("ablation")["n_retention_examples"],
     threads: STUDY.threads("ablation_atlas")
     resources:
-        **STUDY.resources("ablation_atlas", mem_mb=2000, runtime=20),
+        **STUDY.resources(
+            "ablation_atlas", mem_mb=STUDY.stage("ablation")["work_mb"] + 2000, runtime=20
+        ),
     conda:
         "../../envs/headgeom.yaml"
     shell:
         "python src/ablation_atlas.py --checkpoint {input.checkpoint} "
         "--manifest {input.manifest} --val-tokens {input.val} --tasks {input.tasks} "
         "--n-mean-windows {params.n_mean} --n-eval-windows {params.n_eval} "
-        "--batch-size {params.batch_size} --max-rows {params.max_rows} "
+        "--batch-size {params.batch_size} --work-mb {params.work_mb} "
         "--n-retention {params.n_retention} --threads {threads} "
         "--out-means {output.means} --out-atlas {output.atlas} 2> {log}"
 

@@ -12,6 +12,7 @@ SRC = Path(workflow.basedir) / "src"
 shell.prefix(f"set -euo pipefail; export PYTHONPATH={SRC}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; ")
 # The workflow reads the study with the same library (this checkout's, first).
 sys.path.insert(0, str(SRC))
+from headgeom import config_layers  # noqa: E402
 from headgeom.paper.selections import PAPER_FIGURES, PAPER_TABLES  # noqa: E402
 from headgeom.study import TASKS, Study, StudyConfigError  # noqa: E402
 
@@ -24,8 +25,16 @@ def checked(check, *args):
         sys.exit(f"Invalid study config:\n{err}")
 
 
+def extended(config):
+    """The config with its `extends` chain applied (headgeom.config_layers)."""
+    try:
+        return config_layers.resolve(config)
+    except (ValueError, OSError) as err:
+        sys.exit(f"Invalid study config:\n{err}")
+
+
 # Schema: headgeom.study.SCHEMA; the Snakefile checks `resources` keys against the rules.
-STUDY = checked(Study.from_config, config)
+STUDY = checked(Study.from_config, extended(config))
 
 
 wildcard_constraints:

@@ -117,6 +117,7 @@ rule dynamics:
         timeline_steps=" ".join(map(str, STUDY.timeline_steps)),
         value_gradient_steps=" ".join(map(str, STUDY.stage("dynamics")["value_gradient_steps"])),
         sequences=STUDY.stage("dynamics")["value_gradient_sequences"],
+        backward=STUDY.stage("dynamics")["backward_sequences"],
         lane_split=STUDY.stage("lanes")["split"],
     threads: STUDY.threads("dynamics")
     resources:
@@ -128,7 +129,7 @@ rule dynamics:
         "--checkpoint-steps {params.checkpoint_steps} --step-checkpoints {input.step_checkpoints} "
         "--step-manifests {input.step_manifests} --timeline-steps {params.timeline_steps} "
         "--value-gradient-steps {params.value_gradient_steps} --sequences {params.sequences} "
-        "--task {input.task} --val-tokens {input.val} --heads {input.heads} "
+        "--backward-sequences {params.backward} --task {input.task} --val-tokens {input.val} --heads {input.heads} "
         "--lane-split {params.lane_split} --evals {input.evals} --lanes {input.lanes} "
         "--geometry {input.geometry} --threads {threads} --out-timeline {output.timeline} "
         "--out-tau {output.tau} --out-value-gradients {output.value_gradients} 2> {log}"

@@ -4,7 +4,10 @@
 # the same bytes; train.py deletes it when done).
 rule train:
     wildcard_constraints:
-        model=STUDY.model_pattern(STUDY.trained_models),  # issue 15: not imported models
+        # trained (not imported) models without a timeline: no intermediate checkpoints
+        model=STUDY.model_pattern(
+            m for m in STUDY.trained_models if m not in STUDY.timeline_models
+        ),
     input:
         train=model_corpus("train"),
         val=model_corpus("val"),
@@ -13,7 +16,6 @@ rule train:
     output:
         checkpoint=PATHS["checkpoint"],
         log=PATHS["train_log"],
-        intermediate=STUDY.intermediate_checkpoints(PATHS["checkpoints"]),
     log:
         log_of("train", "{model}-s{seed}"),
     benchmark:
@@ -33,6 +35,20 @@ rule train:
         "--corpus-manifest {input.corpus_manifest} "
         "--checkpoint {output.checkpoint} --log {output.log} "
         "--checkpoint-dir {params.checkpoint_dir} --resume-dir {params.resume_dir} 2> {log}"
+
+
+# The timeline models (rule dynamics) also keep training.checkpoint_steps.
+use rule train as train_timeline with:
+    wildcard_constraints:
+        model=STUDY.model_pattern(STUDY.timeline_models),
+    output:
+        checkpoint=PATHS["checkpoint"],
+        log=PATHS["train_log"],
+        intermediate=STUDY.intermediate_checkpoints(PATHS["checkpoints"]),
+    log:
+        log_of("train", "{model}-s{seed}"),
+    benchmark:
+        benchmark_of("train", "{model}-s{seed}")
 
 
 rule hash_checkpoint:

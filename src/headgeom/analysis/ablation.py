@@ -260,26 +260,46 @@ class _Moments:
         return size, _constant_from(self.sum_w, self.sum_sq, self.n)
 
 
-def _add_descriptors(model, cache: Mapping[str, torch.Tensor], moments: dict) -> None:
-    """Add one batch's writes at positions t ≥ 1 to ``moments`` ((kind, layer, head) ->
-    :class:`_Moments`): attention block, MLP block, and each head's W_O^h z^h (no bias)."""
-    for layer in range(model.cfg.n_layer):
-        resid = cache[site(layer, "hook_resid_pre")][:, 1:]
-        writes = {("attn", None): cache[site(layer, "hook_attn_out")][:, 1:]}
-        if has_mlp(model):
-            writes[("mlp", None)] = cache[site(layer, "hook_mlp_out")][:, 1:]
-        z = cache[site(layer, "attn.hook_z")][:, 1:].double()  # (B, T-1, H, d)
-        maps = model.blocks[layer].attn.writer.write_maps().detach().double().to(z.device)
-        for h in range(model.cfg.n_head):
-            writes[("head", h)] = z[:, :, h] @ maps[h].T
-        for (kind, head), w in writes.items():
-            moments.setdefault((kind, layer, head), _Moments()).add(w, resid)
+def descriptor_hooks(model, moments: dict) -> dict[str, Callable]:
+    """Hooks adding one unedited forward's writes at positions t ≥ 1 to ``moments``
+    ((kind, layer, head) -> :class:`_Moments`) as the forward passes each site: the
+    attention block, the MLP block and each head's W_O^h z^h (no bias), each beside the
+    residual entering its layer. Only one layer's residual is held at a time."""
+    resid: dict[int, torch.Tensor] = {}
+    mlp = has_mlp(model)
 
+    def add(kind, layer, head, w):
+        moments.setdefault((kind, layer, head), _Moments()).add(w, resid[layer])
 
-def _descriptor_sites(model) -> list[str]:
-    own = ("hook_resid_pre", "attn.hook_z", "hook_attn_out")
-    own += ("hook_mlp_out",) if has_mlp(model) else ()
-    return [site(layer, n) for layer in range(model.cfg.n_layer) for n in own]
+    def hooks_of(layer: int) -> dict[str, Callable]:
+        def pre(x):
+            resid[layer] = x[:, 1:]
+
+        def z_hook(z):
+            z = z[:, 1:].double()  # (B, T-1, H, d)
+            maps = model.blocks[layer].attn.writer.write_maps().detach().double().to(z.device)
+            for h in range(model.cfg.n_head):
+                add("head", layer, h, z[:, :, h] @ maps[h].T)
+
+        def attn_out(w):
+            add("attn", layer, None, w[:, 1:])
+            if not mlp:
+                del resid[layer]
+
+        def mlp_out(w):
+            add("mlp", layer, None, w[:, 1:])
+            del resid[layer]
+
+        out = {
+            site(layer, "hook_resid_pre"): pre,
+            site(layer, "attn.hook_z"): z_hook,
+            site(layer, "hook_attn_out"): attn_out,
+        }
+        if mlp:
+            out[site(layer, "hook_mlp_out")] = mlp_out
+        return out
+
+    return {name: fn for layer in range(model.cfg.n_layer) for name, fn in hooks_of(layer).items()}
 
 
 def stacked_hooks(
@@ -320,6 +340,87 @@ def _stacked_forward(model, ids, chunk, means, last_only=False) -> torch.Tensor:
     with model.hooks(stacked_hooks(chunk, means, len(ids))):
         logits = model(rows, last_only=last_only)
     return logits.view(len(chunk), len(ids), *logits.shape[1:])
+
+
+# ----------------------------------------------------------------------------- memory
+#: Bytes per vocabulary entry of one (row, position) while a chunk's KL is formed: the
+#: logits in the model's dtype (s), then float64 log-probabilities, log p − log q and the
+#: product p·(log p − log q) (3 × 8); the unedited side holds logits, log p and p (s + 16).
+KL_BYTES_EDITED, KL_BYTES_BASE = 24, 16
+
+
+def forward_row_bytes(cfg, n_pos: int, elem: int) -> int:
+    """Activation bytes of one row of a no-grad forward over ``n_pos`` positions: the
+    residual and its copies (LN, attention output, hook clones, writes: 8·D), the MLP's
+    hidden layer before and after GELU (2·d_mlp) and the attention scores and
+    probabilities (2·H·T), in the model's dtype (``elem`` bytes)."""
+    d_mlp = getattr(cfg, "d_mlp", 0) or 0
+    return elem * n_pos * (8 * cfg.d_model + 2 * d_mlp + 2 * cfg.n_head * n_pos)
+
+
+@dataclass(frozen=True)
+class AtlasPlan:
+    """How the atlas splits its work so that its working memory stays within a budget:
+    ``windows`` evaluation windows per batch, ``edits`` edits per stacked forward (rows =
+    edits × windows), ``positions`` positions unembedded at a time, ``retention_rows``
+    rows (edits × prompts) per stacked task forward; ``peak_bytes`` the estimate
+    (:func:`atlas_plan`)."""
+
+    windows: int
+    edits: int
+    positions: int
+    retention_rows: int
+    peak_bytes: int
+
+
+def atlas_plan(
+    model, n_pos: int, batch_size: int, work_bytes: int, prompt_len: int = 0, n_edits: int = 0
+):
+    """The :class:`AtlasPlan` for inputs of ``n_pos`` positions and a working-memory
+    budget of ``work_bytes`` (the model's weights and the means are not part of it), for
+    ``n_edits`` edits (0: as many per forward as the budget holds).
+
+    With s the model dtype's bytes, V the vocabulary, f(T) = :func:`forward_row_bytes`,
+    n windows, G edits and P positions, the peak is
+
+        n·f(T) + 32·n·T·D                  unedited forward and its descriptors
+      + G·n·f(T)                            one stacked forward (its final residual kept)
+      + P·V·(G·n·(s + 24) + n·(s + 16))     one position chunk's logits and KL terms
+
+    Half the budget goes to the forwards, half to the KL: with R = ⌊budget/2 ÷ f(T)⌋ rows,
+    n = min(batch_size, ⌊R/4⌋) (few windows, many edits: every edit chunk re-unembeds the
+    unedited windows), G = ⌊(budget/2 − n·f(T) − 32·n·T·D) ÷ (n·f(T))⌋, then
+    P = ⌊budget/2 ÷ (V·(G·n·(s+24) + n·(s+16)))⌋.
+    A task-retention row (prompt length T') holds its forward, the residual entering each
+    layer and its final-position logits: ⌊budget/2 ÷ max(f(T') + L·T'·D·s, V·(s + 8))⌋ rows."""
+    cfg = model.cfg
+    elem = next(model.parameters()).element_size()
+    f = forward_row_bytes(cfg, n_pos, elem)
+    half = work_bytes // 2
+    rows = half // f
+    if rows < 2:
+        raise ValueError(
+            f"ablation.work_mb ({work_bytes / 2**20:,.0f} MB) is below two rows of one "
+            f"{n_pos}-position forward ({2 * 2 * f / 2**20:,.0f} MB needed at least)"
+        )
+    # few windows, many edits: each edit chunk re-unembeds the unedited windows (1/G extra)
+    n = min(batch_size, max(1, rows // 4))
+    G = max(1, (half - n * f - 32 * n * n_pos * cfg.d_model) // (n * f))
+    G = min(G, n_edits) if n_edits else G
+    per_pos = cfg.n_vocab * (G * n * (elem + KL_BYTES_EDITED) + n * (elem + KL_BYTES_BASE))
+    P = min(n_pos, half // per_pos)
+    if P < 1:
+        raise ValueError(
+            f"ablation.work_mb ({work_bytes / 2**20:,.0f} MB) cannot hold one position's "
+            f"full-vocabulary KL of {G * n} rows ({2 * per_pos / 2**20:,.0f} MB needed)"
+        )
+    peak = (n + G * n) * f + 32 * n * n_pos * cfg.d_model + P * per_pos
+    # a retention row: its forward, the cached residual entering every layer (resumption)
+    # and, unresumed, its final-position logits in the model's dtype and float64
+    T = max(prompt_len, 1)
+    per_row = forward_row_bytes(cfg, T, elem) + cfg.n_layer * T * cfg.d_model * elem
+    retention = max(1, half // max(per_row, cfg.n_vocab * (elem + 8)))
+    return AtlasPlan(n, G, P, int(retention), int(peak))
 
 
 @torch.no_grad()
@@ -384,11 +485,13 @@ def block_atlas(
     eval_windows: torch.Tensor,
     tasks: Sequence[TaskPrompts],
     batch_size: int = 16,
-    max_rows: int = 1024,
+    work_bytes: int = 2 * 2**30,
     modes: Sequence[str] = ABLATIONS,
     progress: Callable[[int], object] | None = None,
+    edits: Sequence[Edit] | None = None,
 ) -> tuple[pd.DataFrame, dict]:
-    """One row per (block, layer, head, ablation): KL(original ‖ edited) of next-token
+    """One row per (block, layer, head, ablation) of ``edits`` (default
+    :func:`atlas_edits` of ``modes``): KL(original ‖ edited) of next-token
     distributions averaged over every input position of ``eval_windows`` (nats), the change
     in top-1 next-token accuracy (edited − original), task retention per task (share of
     evaluation prompts the unedited model gets right, LD > 0, that stay right), and the
@@ -400,45 +503,63 @@ def block_atlas(
     logits of ~10), elsewhere in proportion to the signal (~2|ε|·√(2·KL)); values within
     the float64 summation floor (~1e-13) of 0 read 0, below it the atlas raises.
 
-    Windows stream in batches of ``batch_size``: per batch one unedited forward (caching the
-    sites the descriptors need) and stacked forwards of the edits (:func:`stacked_hooks`, at
-    most ``max_rows`` rows each), so memory is bounded by one stacked forward's logits.
+    Memory is bounded by ``work_bytes`` (:func:`atlas_plan`, which states the formula),
+    never by windows × positions × vocabulary: windows stream in batches; per batch one
+    unedited forward to the final residual (the descriptors accumulate in its hooks, one
+    layer at a time), then stacked forwards of a chunk of edits (:func:`stacked_hooks`) to
+    their final residuals, unembedded and compared a chunk of positions at a time.
     ``progress(k)`` after k more edits of a batch. Returns ``(rows, baseline)``, baseline
     holding the unedited top-1 accuracy and task accuracy."""
-    edits = atlas_edits(model, modes)
+    edits = atlas_edits(model, modes) if edits is None else list(edits)
+    n_pos = eval_windows.shape[1] - 1
+    prompt_len = max((len(c) for t in tasks for c in t.clean_ids), default=1)
+    plan = atlas_plan(model, n_pos, batch_size, work_bytes, prompt_len, len(edits))
     kl_sum, top1_sum = np.zeros(len(edits)), np.zeros(len(edits))
-    base_top1, n_pos, moments = 0.0, 0, {}
+    base_top1, n_pos_total, moments = 0.0, 0, {}
     device = _device(model)
-    for ids in _batches(eval_windows, batch_size):
+    for ids in _batches(eval_windows, plan.windows):
         ids = ids.to(device)
         inputs, targets = ids[:, :-1], ids[:, 1:]
+        n = len(ids)
         # the unedited run on exactly the edited runs' inputs
-        logits, cache = model.run_with_cache(inputs, _descriptor_sites(model))
-        _add_descriptors(model, cache, moments)
-        base_logp = torch.log_softmax(logits.double(), dim=-1)
-        base_top1 += float((base_logp.argmax(-1) == targets).sum())
-        n_pos += targets.numel()
+        with model.hooks(descriptor_hooks(model, moments)):
+            base_resid = model.residual(inputs)
+        n_pos_total += targets.numel()
         start = 0
-        for chunk in _chunks(edits, max_rows // len(ids)):
-            logp = torch.log_softmax(_stacked_forward(model, inputs, chunk, means).double(), -1)
+        for c, chunk in enumerate(_chunks(edits, plan.edits)):
+            with model.hooks(stacked_hooks(chunk, means, n)):
+                resid = model.residual(inputs.repeat(len(chunk), 1))
+            resid = resid.view(len(chunk), n, *resid.shape[1:])
             g = slice(start, start + len(chunk))
-            kl_sum[g] += kl_of_logp(base_logp, logp).sum(dim=(1, 2)).cpu().numpy()
-            top1_sum[g] += (logp.argmax(-1) == targets).sum(dim=(1, 2)).cpu().numpy()
+            for p0 in range(0, n_pos, plan.positions):
+                p = slice(p0, p0 + plan.positions)
+                base_logp = torch.log_softmax(model.unembed(base_resid[:, p]).double(), -1)
+                if c == 0:
+                    base_top1 += float((base_logp.argmax(-1) == targets[:, p]).sum())
+                logp = torch.log_softmax(model.unembed(resid[:, :, p]).double(), -1)
+                kl_sum[g] += kl_of_logp(base_logp, logp).sum(dim=(1, 2)).cpu().numpy()
+                top1_sum[g] += (logp.argmax(-1) == targets[:, p]).sum(dim=(1, 2)).cpu().numpy()
+                del base_logp, logp
+            del resid
             start += len(chunk)
             if progress is not None:
                 progress(len(chunk))
-    retention = {t.name: _retention(model, t, edits, means, max_rows) for t in tasks}
+    retention = {t.name: _retention(model, t, edits, means, plan.retention_rows) for t in tasks}
     rows = []
     for i, edit in enumerate(edits):
         rows.append({
             "block": edit.kind, "layer": edit.layer, "head": edit.head, "label": edit.label,
             "ablation": edit.mode,
-            "kl": kl_sum[i] / n_pos,
-            "top1_base": base_top1 / n_pos,
-            "delta_top1": (top1_sum[i] - base_top1) / n_pos,
+            "kl": kl_sum[i] / n_pos_total,
+            "top1_base": base_top1 / n_pos_total,
+            "delta_top1": (top1_sum[i] - base_top1) / n_pos_total,
             **{f"retention_{name}": float(r[i]) for name, r in retention.items()},
             **dict(zip(("size", "constant_part"),
                        moments[(edit.kind, edit.layer, edit.head)].descriptors(), strict=True)),
         })  # fmt: skip
-    baseline = {"top1_base": base_top1 / n_pos, "n_eval_positions": n_pos}
+    baseline = {
+        "top1_base": base_top1 / n_pos_total,
+        "n_eval_positions": n_pos_total,
+        "plan": {k: getattr(plan, k) for k in AtlasPlan.__dataclass_fields__},
+    }
     return pd.DataFrame(rows), baseline

@@ -200,15 +200,23 @@ class GPT(nn.Module):
     def forward(self, ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
         """Logits (B, T, V) for model-vocabulary ids (B, T); (B, V) at the final position
         when ``last_only`` (patching needs only the answer position)."""
+        x = self.residual(ids)
+        return self.unembed(x[:, -1] if last_only else x)
+
+    def residual(self, ids: torch.Tensor) -> torch.Tensor:
+        """The residual (B, T, D) leaving the last block (after ``hook_resid_final``): the
+        forward without its unembedding, so a caller can unembed a few positions at a time
+        (a full-vocabulary KL over every position needs B·T·V logits otherwise)."""
         T = ids.shape[1]
         if T > self.cfg.n_ctx:
             raise ValueError(f"sequence length {T} exceeds the context {self.cfg.n_ctx}")
         x = self.wte(ids) + self.wpe(torch.arange(T, device=ids.device))
         for block in self.blocks:
             x = block(x)
-        x = self.hook_resid_final(x)
-        if last_only:
-            x = x[:, -1]
+        return self.hook_resid_final(x)
+
+    def unembed(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits (..., V) of residuals (..., D) from :meth:`residual`: ln_f, tied W_E^T."""
         return self.ln_f(x) @ self.wte.weight.T
 
     def answer_logits(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

@@ -323,6 +323,11 @@ class MultiscreenLM(nn.Module):
 
     def forward(self, ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
         """Logits (B, T, V); (B, V) at the final position when ``last_only``."""
+        x = self.residual(ids)
+        return self.unembed(x[:, -1] if last_only else x)
+
+    def residual(self, ids: torch.Tensor) -> torch.Tensor:
+        """The residual (B, T, d_E) leaving the last block (after ``hook_resid_final``)."""
         T = ids.shape[1]
         if T > self.cfg.n_ctx:
             raise ValueError(f"sequence length {T} exceeds the context {self.cfg.n_ctx}")
@@ -330,10 +335,11 @@ class MultiscreenLM(nn.Module):
         x = F.embedding(ids, emb) * torch.exp(self.s_e)
         for block in self.blocks:
             x = block(x)
-        x = self.hook_resid_final(x)
-        if last_only:
-            x = x[:, -1]
-        return (x @ emb.T) * torch.exp(self.s_f)
+        return self.hook_resid_final(x)
+
+    def unembed(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits (..., V) of residuals (..., d_E): the unit-normalised tied embedding, × f."""
+        return (x @ unit(self.wte.weight, self.cfg.norm_eps).T) * torch.exp(self.s_f)
 
     def answer_logits(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """Logits (R, K) of the token ids ``ids`` (R, K) at the final position, from the
