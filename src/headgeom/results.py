@@ -1542,7 +1542,9 @@ COORDINATES = ResultTable(
         "tolerance), i.e. null_p_value = 1/(1 + n_random_sets)",
         "null_strata": "the magnitude strata the random sets are matched on: decile indices "
         "(0 smallest), comma-separated, '+' joining deciles merged because a decile had fewer "
-        "non-selected directions than the selected set has in it (docs §15.2); 'none: …' where the site has fewer non-selected directions than selected ones (no null: its columns NaN, beats_every_random_set false)",
+        "non-selected directions than the selected set has in it (docs §15.2); 'none: …' where "
+        "the site has fewer non-selected directions than selected ones (no null: its columns "
+        "NaN, beats_every_random_set false)",
         "null_incl_selected_mean": "earlier draw, kept for comparison: mean share of random "
         "sets drawn from the whole decile, the selected directions included (biased upward; "
         "a set can be the selected set itself)",
