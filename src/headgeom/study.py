@@ -1093,8 +1093,16 @@ class Study:
         return [s for s in self.config["patching"]["splits"] if s in wanted]
 
     def _check_ablation_windows(self) -> None:
-        """The mean and measurement windows must fit in every corpus's validation file."""
+        """The mean and measurement windows must fit in every corpus's validation file (when
+        a stage reads them: the atlas, or patching in mean mode)."""
         block, n_ctx = self.config["ablation"], self.config["architecture"]["n_ctx"]
+        reads_means = (
+            self.atlas_runs
+            or self.config["patching"]["mode"] == "mean"
+            or ("mean" in block["modes"] and self.mode_runs)
+        )
+        if not reads_means:
+            return
         wanted = block["n_mean_windows"] + block["n_eval_windows"]
         for name, spec in self.corpora.items():
             n_val = spec.get("n_val_tokens")

@@ -1,0 +1,270 @@
+"""Cost model of the workflow: per rule, the work of one job in units that only config counts
+set, fitted from a finished run's Snakemake ``benchmark:`` files and projected to another
+study's counts (the rehearsal → the paper: same shapes, larger counts).
+
+For each rule R with ``units(study)`` (work per job) and ``rows(study)`` (inputs held in
+memory at once per job):
+
+    seconds(paper) = max_j s_j / units(rehearsal) · units(paper)
+    memory(paper)  = fixed + (max_j rss_j − fixed) · max(1, rows(paper) / rows(rehearsal))
+
+with s_j, rss_j the measured wall seconds and peak RSS (MB) of the rehearsal's jobs of R, and
+``fixed`` the RSS of loading the largest model (interpreter + torch + its weights, the
+``hash_checkpoint`` jobs' peak; 0 for rules that load no model). Proportional time (no fixed
+start-up term) over-estimates a job scaled up, never under-estimates it; the max over jobs
+covers the largest architecture family of the rule (16 heads, 21-layer multiscreen).
+Units are documented per rule in :data:`UNITS`; the fit and the projection are
+:func:`fit` and :func:`project`.
+
+    python -m headgeom.cost report results/rehearsal --configfile config/rehearsal.yaml \\
+        --target config/paper.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from headgeom import config_layers
+from headgeom.study import TASKS, Study
+
+#: Safety factor between a projection and the resource requested for it.
+MARGIN = 1.5
+#: Snakemake's default resources of the Slurm profile (slurm/config.yaml) and the rules'
+#: own fallbacks are per rule; a rule the config does not name gets at least this.
+DEFAULT_MEM_MB, DEFAULT_RUNTIME_MIN = 2000, 60
+
+
+def _split(study: Study, task: str, split: str) -> int:
+    return int(study.task_config(task)["splits"][split])
+
+
+def _patched(study: Study) -> int:
+    """Examples patched per task job: every split of patching.splits."""
+    return sum(_split(study, "sva", s) for s in study.stage("patching")["splits"])
+
+
+def _tokens_trained(study: Study) -> float:
+    t = study.stage("training")
+    n_ctx = study.config["architecture"]["n_ctx"]
+    n_evals = t["steps"] // t["eval_every"] + 1
+    n_val = min(spec.get("n_val_tokens", 0) for spec in study.corpora.values()) or n_ctx
+    return 3 * t["steps"] * t["batch_size"] * n_ctx + n_evals * n_val  # backward ≈ 2 forwards
+
+
+def _all_examples(study: Study) -> int:
+    return sum(_split(study, t, s) for t in TASKS for s in study.task_config(t)["splits"])
+
+
+def _dynamics(study: Study) -> float:
+    d, n_ctx = study.stage("dynamics"), study.config["architecture"]["n_ctx"]
+    timeline = (len(study.timeline_steps) + 1) * _split(study, "sva", "evaluation")
+    vgrad = len(d["value_gradient_steps"]) * d["value_gradient_sequences"] * n_ctx * 3
+    return timeline + vgrad
+
+
+def _one(study: Study) -> float:
+    return 1.0
+
+
+#: Work units of one job per rule (the docstring of each lambda is the unit's name).
+UNITS: dict[str, tuple[str, Callable[[Study], float]]] = {
+    "tokenize_corpus": ("train + validation tokens", lambda s: max(
+        spec["n_train_tokens"] + spec.get("n_val_tokens", 0) for spec in s.corpora.values())),
+    "train": ("forward-token equivalents (3 × trained + evaluated)", _tokens_trained),
+    "train_timeline": ("forward-token equivalents (3 × trained + evaluated)", _tokens_trained),
+    "evaluate_clean": ("task examples (every split)", _all_examples),
+    "evaluate_step": ("task examples (every split)", _all_examples),
+    "patch_heads": ("examples patched", _patched),
+    "patch_step": ("examples patched", _patched),
+    "patch_modes": ("examples patched", _patched),
+    "concentration": ("bootstrap + permutation draws", lambda s: s.stage("concentration")[
+        "n_bootstrap"] + s.stage("concentration")["n_permutations"]),
+    "concentration_step": ("bootstrap + permutation draws", lambda s: s.stage("concentration")[
+        "n_bootstrap"] + s.stage("concentration")["n_permutations"]),
+    "concentration_mode": ("bootstrap + permutation draws", lambda s: s.stage("concentration")[
+        "n_bootstrap"] + s.stage("concentration")["n_permutations"]),
+    "compare_concentration": ("bootstrap draws", lambda s: s.stage("concentration")[
+        "n_bootstrap"]),
+    "lanes": ("permutations", lambda s: s.stage("lanes")["n_permutations"]),
+    "lanes_step": ("permutations", lambda s: s.stage("lanes")["n_permutations"]),
+    "lanes_mode": ("permutations", lambda s: s.stage("lanes")["n_permutations"]),
+    "leakage": ("examples (3 tasks)", lambda s: 3 * _split(s, "sva", s.stage("leakage")[
+        "split"])),
+    "clamps": ("examples (3 tasks)", lambda s: 3 * _split(s, "sva", s.stage("clamps")["split"])),
+    "edges": ("examples", lambda s: s.stage("edges")["n_examples"]),
+    "acdc": ("examples", lambda s: s.stage("edges")["n_examples"]),
+    "coordinates": ("examples × tasks + random sets", lambda s: len(s.stage("coordinates")[
+        "tasks"]) * (_split(s, "sva", "validation") + _split(s, "sva", "evaluation"))
+        + s.stage("coordinates")["n_random_sets"]),
+    "dynamics": ("timeline examples + 3 × V-gradient tokens", _dynamics),
+    "scalar_ablation": ("edits × evaluation examples (3 tasks)", lambda s: (
+        s.stage("dynamics")["ablation_draws"] + 1) * 3 * _split(s, "sva", "evaluation")),
+    "ablation_atlas": ("evaluation windows", lambda s: s.stage("ablation")["n_eval_windows"]),
+}  # fmt: skip
+
+#: Inputs held in memory at once per job (rules not named hold a fixed amount).
+ROWS: dict[str, Callable[[Study], float]] = {
+    "train": lambda s: s.stage("training")["batch_size"],
+    "train_timeline": lambda s: s.stage("training")["batch_size"],
+    "patch_heads": lambda s: min(_patched(s), s.stage("patching")["batch_size"]),
+    "patch_step": lambda s: min(_patched(s), s.stage("patching")["batch_size"]),
+    "leakage": lambda s: _split(s, "sva", s.stage("leakage")["split"]),
+    "clamps": lambda s: min(_split(s, "sva", s.stage("clamps")["split"]),
+                            s.stage("clamps")["batch_size"]),
+    "edges": lambda s: min(s.stage("edges")["n_examples"], s.stage("edges")["batch_size"]),
+    "acdc": lambda s: s.stage("edges")["n_examples"],
+    "coordinates": lambda s: min(_split(s, "sva", "evaluation"),
+                                 s.stage("coordinates")["batch_size"]),
+    "dynamics": lambda s: min(s.stage("dynamics")["value_gradient_sequences"],
+                              s.stage("dynamics")["backward_sequences"]),
+    "concentration": lambda s: s.stage("concentration")["n_bootstrap"],
+    "compare_concentration": lambda s: s.stage("concentration")["n_bootstrap"],
+}  # fmt: skip
+
+#: Rules whose jobs load no model (their memory has no model part).
+NO_MODEL = {"tokenize_corpus", "make_tasks", "concentration", "concentration_step",
+            "compare_concentration", "lanes", "lanes_step", "exclusivity", "make_table",
+            "make_figure", "make_document", "catalog", "checks", "concentration_loss",
+            "param_counts", "basis_family", "compare_modes"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A rule's jobs in one run's benchmark files: count, max wall seconds, max RSS (MB)."""
+
+    rule: str
+    jobs: int
+    seconds: float
+    max_rss_mb: float
+
+
+def read_benchmarks(results: str | Path) -> dict[str, Measured]:
+    """Every rule's :class:`Measured` from ``<results>/benchmarks/<rule>[/<job>].tsv``."""
+    root = Path(results) / "benchmarks"
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: no benchmark files (run the study first)")
+    files: dict[str, list[Path]] = {}
+    for path in sorted(root.rglob("*.tsv")):
+        rule = path.relative_to(root).parts[0].removesuffix(".tsv")
+        files.setdefault(rule, []).append(path)
+    out = {}
+    for rule, paths in files.items():
+        rows = []
+        for path in paths:
+            with open(path) as f:
+                table = list(csv.DictReader(f, delimiter="\t"))
+            if not table or "s" not in table[0] or "max_rss" not in table[0]:
+                raise ValueError(f"{path}: not a Snakemake benchmark file (columns s, max_rss)")
+            rows += table
+        seconds = max(float(r["s"]) for r in rows)
+        rss = max(float(r["max_rss"]) if r["max_rss"] not in ("", "NA") else 0.0 for r in rows)
+        out[rule] = Measured(rule, len(paths), seconds, rss)
+    return out
+
+
+@dataclass(frozen=True)
+class Projection:
+    rule: str
+    jobs: int
+    measured_s: float
+    measured_mb: float
+    unit: str
+    units: float
+    target_units: float
+    seconds: float
+    memory_mb: float
+
+
+def fit(measured: Mapping[str, Measured], study: Study, target: Study) -> list[Projection]:
+    """:class:`Projection` of every measured rule from ``study``'s counts to ``target``'s."""
+    fixed = measured["hash_checkpoint"].max_rss_mb if "hash_checkpoint" in measured else 0.0
+    out = []
+    for rule, m in sorted(measured.items()):
+        unit, units_of = UNITS.get(rule, ("job", _one))
+        units, target_units = units_of(study), units_of(target)
+        seconds = m.seconds / units * target_units if units else m.seconds
+        base = 0.0 if rule in NO_MODEL else min(fixed, m.max_rss_mb)
+        rows = ROWS.get(rule)
+        ratio = max(1.0, rows(target) / rows(study)) if rows else 1.0
+        memory = base + (m.max_rss_mb - base) * ratio
+        out.append(Projection(rule, m.jobs, m.seconds, m.max_rss_mb, unit, units, target_units,
+                              seconds, memory))  # fmt: skip
+    return out
+
+
+def request(study: Study, rule: str) -> tuple[int, int]:
+    """(mem_mb, runtime minutes) a job of ``rule`` asks for under ``study``'s config: its
+    ``resources.<rule>``, then ``resources.default``, then the profile's defaults."""
+    table = study.config.get("resources") or {}
+    own, default = table.get(rule, {}), table.get("default", {})
+    mem = own.get("mem_mb", default.get("mem_mb", DEFAULT_MEM_MB))
+    runtime = own.get("runtime", default.get("runtime", DEFAULT_RUNTIME_MIN))
+    return int(mem), int(runtime)
+
+
+def suggested(p: Projection, margin: float = MARGIN) -> dict[str, int]:
+    """Resources covering a projection with ``margin``: MB rounded up to 500, minutes to 10."""
+    mem = int(math.ceil(p.memory_mb * margin / 500) * 500)
+    runtime = int(math.ceil(p.seconds * margin / 60 / 10) * 10)
+    return {"mem_mb": max(mem, 500), "runtime": max(runtime, 10)}
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:,.1f} h" if seconds >= 3600 else f"{seconds / 60:,.1f} min"
+
+
+def report(projections, target: Study, job_counts: Mapping[str, int] | None = None) -> str:
+    """A Markdown table: per rule the measured jobs, time and RSS, the units, the projection
+    to the target's counts on this CPU, the target's request and whether it covers it."""
+    lines = [
+        "| rule | jobs | measured s (max) | max RSS MB | unit | units → target | "
+        "projected / job (this CPU) | projected MB | request MB, min | covers |",
+        "|---|---:|---:|---:|---|---|---:|---:|---|---|",
+    ]
+    total = 0.0
+    for p in projections:
+        mem, runtime = request(target, p.rule)
+        ok = p.memory_mb <= mem and p.seconds <= runtime * 60
+        n = (job_counts or {}).get(p.rule, p.jobs)
+        total += n * p.seconds
+        lines.append(
+            f"| {p.rule} | {p.jobs} | {p.measured_s:,.1f} | {p.measured_mb:,.0f} | {p.unit} | "
+            f"{p.units:,.0f} → {p.target_units:,.0f} | {_hours(p.seconds)} | "
+            f"{p.memory_mb:,.0f} | {mem:,}, {runtime:,} | {'yes' if ok else 'NO'} |"
+        )
+    lines.append(f"\nProjected CPU time of the target study on this CPU: {_hours(total)} "
+                 "(one core per job).")  # fmt: skip
+    return "\n".join(lines)
+
+
+def _study(path: str) -> Study:
+    return Study.from_config(config_layers.load(path))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=["report", "resources"])
+    parser.add_argument("results", help="a finished run's results/<study> folder")
+    parser.add_argument("--configfile", required=True, help="the config of that run")
+    parser.add_argument("--target", required=True, help="the config to project to")
+    parser.add_argument("--margin", type=float, default=MARGIN)
+    args = parser.parse_args(argv)
+    measured = read_benchmarks(args.results)
+    study, target = _study(args.configfile), _study(args.target)
+    projections = fit(measured, study, target)
+    if args.command == "report":
+        print(report(projections, target))
+    else:
+        for p in projections:
+            print(f"  {p.rule}: {suggested(p, args.margin)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""The cost model (headgeom.cost): benchmark files read back, units from config counts, the
+projection by hand, and requests read from the config the way the workflow reads them."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from headgeom import cost
+from headgeom.study import Study
+from tests.e2e.conftest import REPO
+
+MICRO = yaml.safe_load((REPO / "tests" / "e2e" / "micro.yaml").read_text())
+
+
+def bench(root, rule, job, s, rss):
+    path = root / "benchmarks" / rule / f"{job}.tsv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+        f"{s}\t0:00:01\t{rss}\t1\t1\t1\t0\t0\t90\t{s}\n"
+    )
+
+
+def test_benchmarks_are_read_per_rule_with_their_maxima(tmp_path):
+    bench(tmp_path, "patch_heads", "a-s1-sva", 2.0, 300.0)
+    bench(tmp_path, "patch_heads", "a-s1-quote", 5.0, 250.0)
+    (tmp_path / "benchmarks" / "param_counts.tsv").write_text(
+        "s\th:m:s\tmax_rss\n1.5\t0:00:01\t120\n"
+    )
+    got = cost.read_benchmarks(tmp_path)
+    assert got["patch_heads"] == cost.Measured("patch_heads", 2, 5.0, 300.0)
+    assert got["param_counts"] == cost.Measured("param_counts", 1, 1.5, 120.0)
+
+
+def test_a_file_that_is_not_a_benchmark_is_refused_by_name(tmp_path):
+    path = tmp_path / "benchmarks" / "lanes" / "x.tsv"
+    path.parent.mkdir(parents=True)
+    path.write_text("a\tb\n1\t2\n")
+    with pytest.raises(ValueError, match=r"x.tsv: not a Snakemake benchmark file"):
+        cost.read_benchmarks(tmp_path)
+
+
+def test_projection_by_hand():
+    small = Study.from_config(MICRO)
+    big_cfg = copy.deepcopy(MICRO)
+    big_cfg["lanes"] = {**MICRO.get("lanes", {}), "n_permutations": 4 * small.stage("lanes")[
+        "n_permutations"]}  # fmt: skip
+    big_cfg["patching"] = {**MICRO.get("patching", {}), "batch_size": 2}
+    big = Study.from_config(big_cfg)
+    measured = {
+        "hash_checkpoint": cost.Measured("hash_checkpoint", 3, 1.0, 400.0),
+        "lanes": cost.Measured("lanes", 5, 10.0, 200.0),
+        "patch_heads": cost.Measured("patch_heads", 5, 8.0, 1000.0),
+    }
+    by_rule = {p.rule: p for p in cost.fit(measured, small, big)}
+    # lanes: time ∝ permutations (×4); loads no model, rows fixed: memory as measured
+    assert by_rule["lanes"].seconds == pytest.approx(40.0)
+    assert by_rule["lanes"].memory_mb == pytest.approx(200.0)
+    # patch_heads: same examples (time as measured); rows = min(examples, batch_size)
+    rows_small = min(cost._patched(small), small.stage("patching")["batch_size"])
+    rows_big = min(cost._patched(big), 2)
+    want = 400.0 + (1000.0 - 400.0) * max(1.0, rows_big / rows_small)
+    assert by_rule["patch_heads"].seconds == pytest.approx(8.0)
+    assert by_rule["patch_heads"].memory_mb == pytest.approx(want)
+
+
+def test_requests_are_the_rule_then_default_then_profile():
+    cfg = copy.deepcopy(MICRO)
+    cfg["resources"] = {"default": {"mem_mb": 3000}, "lanes": {"runtime": 5}}
+    study = Study.from_config(cfg)
+    assert cost.request(study, "lanes") == (3000, 5)
+    assert cost.request(study, "clamps") == (3000, cost.DEFAULT_RUNTIME_MIN)
+    assert cost.request(Study.from_config(MICRO), "clamps") == (
+        cost.DEFAULT_MEM_MB, cost.DEFAULT_RUNTIME_MIN)  # fmt: skip
+
+
+def test_suggested_requests_round_up_with_margin():
+    p = cost.Projection("x", 1, 1.0, 1.0, "job", 1, 1, seconds=610.0, memory_mb=1001.0)
+    # 1001 MB × 1.5 = 1501.5 → 2000 (next 500); 610 s × 1.5 = 15.25 min → 20 (next 10)
+    assert cost.suggested(p, margin=1.5) == {"mem_mb": 2000, "runtime": 20}
+    p = cost.Projection("x", 1, 1.0, 1.0, "job", 1, 1, seconds=30.0, memory_mb=100.0)
+    assert cost.suggested(p, margin=1.5) == {"mem_mb": 500, "runtime": 10}  # the floors
+
+
+def test_every_rule_has_units_or_is_fixed_work():
+    # a rule whose work grows with a count but has no unit would be projected as if it never
+    # grew; every rule of the workflow is one or the other
+    import re
+
+    text = "\n".join(p.read_text() for p in (REPO / "workflow" / "rules").glob("*.smk"))
+    rules = set(re.findall(r"^rule (\w+):", text, re.M))
+    rules |= set(re.findall(r"^use rule \w+ as (\w+)", text, re.M))
+    fixed = {"hash_checkpoint", "make_tasks", "param_counts", "basis_family", "geometry_stats",
+             "geometry_step", "exclusivity", "concentration_loss", "make_table", "make_figure",
+             "make_document", "catalog", "checks", "compare_modes", "export_hf",
+             "import_model"}  # fmt: skip
+    assert "train_timeline" in rules and "patch_heads" in rules  # the parse found them
+    assert not fixed & set(cost.UNITS)
+    assert rules - fixed <= set(cost.UNITS), sorted(rules - fixed - set(cost.UNITS))
