@@ -40,6 +40,24 @@ include: "workflow/rules/ablation.smk"  # issue 16
 include: "workflow/rules/checks.smk"  # docs §5.7, §18
 
 
+# Seconds-long jobs that only read Parquet and write tables, figures or small records run on
+# the submit host under a cluster profile instead of costing a submission each (slurm/config.yaml
+# groups the per-run statistics the same way).
+localrules:
+    make_tasks,
+    param_counts,
+    basis_family,
+    exclusivity,
+    compare_concentration,
+    concentration_loss,
+    compare_modes,
+    make_table,
+    make_figure,
+    make_document,
+    catalog,
+    checks,
+
+
 rule all:
     default_target: True
     input:

@@ -4,8 +4,9 @@ Run with `python -m pytest -m slurm tests/slurm -x` (root; installs Debian's slu
 munge when missing). It runs the micro study twice, once locally with `--cores 2` and once
 through sbatch from a submit host limited to `--cores 1`, and asserts that
 
-* every job of the DAG except the local target rule went through sbatch (a Slurm job id per
-  job in snakemake's log, a Slurm log file per id, the job COMPLETED in slurmctld);
+* every job of the DAG except the Snakefile's localrules went through sbatch, the profile's
+  groups as one submission per connected component (a Slurm job id per submission in
+  snakemake's log, a Slurm log file per id, the job COMPLETED in slurmctld);
 * each job got exactly what config asked for, not what `--cores 1` would allow (train:
   2 CPUs, 1500 MB, 20 min; the rest: 1 CPU, 500 MB, 10 min; all in the local partition);
 * every output has the same SHA-256 as the local run's: checkpoints (final and intermediate),
@@ -153,6 +154,40 @@ def runs(cluster, tmp_path_factory):
     return {"cfg": cfg, "local": local, "remote": remote, "proc": proc, "planned": planned}
 
 
+def profile_groups() -> dict[str, str]:
+    """rule -> group of the Slurm profile's `groups` (seconds-long jobs share a submission)."""
+    profile = yaml.safe_load((REPO / "slurm" / "config.yaml").read_text())
+    return dict(entry.split("=", 1) for entry in profile.get("groups", []))
+
+
+def local_rules() -> set[str]:
+    """The Snakefile's localrules (they run on the submit host, never through sbatch)."""
+    text = (REPO / "Snakefile").read_text()
+    block = re.search(r"^localrules:\n((?:    \w+,\n)+)", text, re.M)
+    assert block, "the Snakefile declares no localrules"
+    return set(re.findall(r"(\w+),", block.group(1))) | {"all"}
+
+
+def expected_submissions(planned: dict[str, int]) -> dict[str, int]:
+    """Submissions per rule or group: every planned job of a rule outside a group; one per
+    connected component of a group (each component starts with its group's first rule)."""
+    groups, local = profile_groups(), local_rules()
+    first = {"stats": ("concentration", "concentration_step", "concentration_mode"),
+             "run_summary": ("hash_checkpoint",)}  # fmt: skip
+    out = {f"rule_{r}": n for r, n in planned.items() if r not in local and r not in groups}
+    for group in set(groups.values()):
+        out[f"group_{group}"] = sum(planned.get(r, 0) for r in first[group])
+    return {k: v for k, v in out.items() if v}
+
+
+def submission_kind(folder: str) -> str:
+    """rule_<rule>, or group_<group> of the plugin's group_<group>_<its rules> log folder."""
+    for group in set(profile_groups().values()):
+        if folder.startswith(f"group_{group}_"):
+            return f"group_{group}"
+    return folder
+
+
 def submitted(runs) -> dict[str, str]:
     """Slurm job id of every submitted job, keyed by its Slurm log (rule/wildcards)."""
     text = runs["proc"].stdout + runs["proc"].stderr
@@ -161,11 +196,14 @@ def submitted(runs) -> dict[str, str]:
 
 
 def test_every_job_went_through_sbatch(runs, cluster):
+    """Every job but the local rules went through sbatch, a group's jobs as one submission."""
     jobs = submitted(runs)
-    expected = sum(n for rule, n in runs["planned"].items() if rule != "all")
-    assert expected > 20, runs["planned"]
+    want = expected_submissions(runs["planned"])
+    expected = sum(want.values())
+    assert expected > 20 and "group_stats" in want and "group_run_summary" in want, want
     assert len(jobs) == expected, (
-        f"{len(jobs)} Slurm submissions for {expected} planned jobs {runs['planned']}"
+        f"{len(jobs)} Slurm submissions for {expected} expected {want} "
+        f"(planned jobs {runs['planned']})"
     )
     assert len(set(jobs.values())) == len(jobs), "a Slurm job id was reused"
     logdir = runs["remote"] / ".snakemake" / "slurm_logs"
@@ -174,8 +212,11 @@ def test_every_job_went_through_sbatch(runs, cluster):
         assert path.is_relative_to(logdir) and path.name == f"{job_id}.log", log
         assert path.exists(), f"Slurm log {log} of job {job_id} missing"
         assert cluster.job(job_id)["JobState"] == "COMPLETED", job_id
-    rules = {Path(log).relative_to(logdir).parts[0].removeprefix("rule_") for log in jobs}
-    assert rules == set(runs["planned"]) - {"all"}
+    seen: dict[str, int] = {}
+    for log in jobs:
+        key = submission_kind(Path(log).relative_to(logdir).parts[0])
+        seen[key] = seen.get(key, 0) + 1
+    assert seen == want
 
 
 def test_jobs_got_what_config_asked_for(runs, cluster):
@@ -185,6 +226,8 @@ def test_jobs_got_what_config_asked_for(runs, cluster):
     for log, job_id in submitted(runs).items():
         rule = Path(log).relative_to(logdir).parts[0].removeprefix("rule_")
         want = TRAIN if rule == "train" else {**DEFAULT, "cpus_per_task": 1}
+        if rule.startswith("group_"):  # two jobs in a row: their times add, one CPU at a time
+            want = {**DEFAULT, "cpus_per_task": 1, "runtime": 2 * DEFAULT["runtime"]}
         job = cluster.job(job_id)
         got = {
             "cpus": int(job["NumCPUs"]),
