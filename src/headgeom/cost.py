@@ -35,9 +35,6 @@ from headgeom.study import TASKS, Study
 
 #: Safety factor between a projection and the resource requested for it.
 MARGIN = 1.5
-#: Snakemake's default resources of the Slurm profile (slurm/config.yaml) and the rules'
-#: own fallbacks are per rule; a rule the config does not name gets at least this.
-DEFAULT_MEM_MB, DEFAULT_RUNTIME_MIN = 2000, 60
 
 
 def _split(study: Study, task: str, split: str) -> int:
@@ -198,14 +195,49 @@ def fit(measured: Mapping[str, Measured], study: Study, target: Study) -> list[P
     return out
 
 
-def request(study: Study, rule: str) -> tuple[int, int]:
-    """(mem_mb, runtime minutes) a job of ``rule`` asks for under ``study``'s config: its
-    ``resources.<rule>``, then ``resources.default``, then the profile's defaults."""
-    table = study.config.get("resources") or {}
-    own, default = table.get(rule, {}), table.get("default", {})
-    mem = own.get("mem_mb", default.get("mem_mb", DEFAULT_MEM_MB))
-    runtime = own.get("runtime", default.get("runtime", DEFAULT_RUNTIME_MIN))
-    return int(mem), int(runtime)
+def planned_requests(configfile: str | Path, cwd: str | Path = ".") -> dict[str, dict]:
+    """Resources of each rule's first job as a dry run of the whole DAG under the Slurm
+    profile reports them (what sbatch is given: the rule's own defaults in its .smk file,
+    then config ``resources``, exactly as the workflow resolves them), with ``jobs`` (the
+    rule's planned job count)."""
+    import re
+    import subprocess
+
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--profile", "slurm", "--cores", "1",
+           f"--configfile={configfile}", "--forceall"]  # fmt: skip
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}{proc.stderr}")
+    found: dict[str, dict] = {}
+    # a group's jobs are listed indented inside its block: each with its own resources
+    for block in re.split(r"\n(?=\s*(?:local)?rule \w+:)", proc.stdout):
+        head = re.match(r"\s*(?:local)?rule (\w+):", block)
+        res = re.search(r"^\s+resources: (.*)$", block, re.M)
+        if not (head and res):
+            continue
+        if head.group(1) in found:
+            found[head.group(1)]["jobs"] += 1
+            continue
+        pairs = (item.split("=", 1) for item in res.group(1).split(", "))
+        found[head.group(1)] = {k: int(v) if re.fullmatch(r"-?\d+", v) else v
+                                for k, v in pairs}  # fmt: skip
+        found[head.group(1)]["jobs"] = 1
+    return found
+
+
+def local_rules(root: str | Path = ".") -> set[str]:
+    """The Snakefile's ``localrules`` (run on the submit host, never submitted) and ``all``."""
+    import re
+
+    text = (Path(root) / "Snakefile").read_text()
+    block = re.search(r"^localrules:\n((?:    \w+,\n)+)", text, re.M)
+    return (set(re.findall(r"(\w+),", block.group(1))) if block else set()) | {"all"}
+
+
+def request(planned: Mapping[str, dict], rule: str) -> tuple[int, int]:
+    """(mem_mb, runtime minutes) of a rule's planned jobs (:func:`planned_requests`)."""
+    res = planned[rule]
+    return int(res["mem_mb"]), int(res["runtime"])
 
 
 def suggested(p: Projection, margin: float = MARGIN) -> dict[str, int]:
@@ -219,22 +251,24 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:,.1f} h" if seconds >= 3600 else f"{seconds / 60:,.1f} min"
 
 
-def report(projections, target: Study, job_counts: Mapping[str, int] | None = None) -> str:
+def report(projections, planned: Mapping[str, dict]) -> str:
     """A Markdown table: per rule the measured jobs, time and RSS, the units, the projection
     to the target's counts on this CPU, the target's request and whether it covers it."""
     lines = [
-        "| rule | jobs | measured s (max) | max RSS MB | unit | units → target | "
-        "projected / job (this CPU) | projected MB | request MB, min | covers |",
-        "|---|---:|---:|---:|---|---|---:|---:|---|---|",
+        "| rule | jobs measured → target | measured s (max) | max RSS MB | unit | "
+        "units → target | projected / job (this CPU) | projected MB | request MB, min | covers |",
+        "|---|---|---:|---:|---|---|---:|---:|---|---|",
     ]
     total = 0.0
     for p in projections:
-        mem, runtime = request(target, p.rule)
+        if p.rule not in planned:
+            continue  # not a rule of the target's DAG
+        mem, runtime = request(planned, p.rule)
         ok = p.memory_mb <= mem and p.seconds <= runtime * 60
-        n = (job_counts or {}).get(p.rule, p.jobs)
-        total += n * p.seconds
+        total += p.seconds * planned[p.rule]["jobs"]
         lines.append(
-            f"| {p.rule} | {p.jobs} | {p.measured_s:,.1f} | {p.measured_mb:,.0f} | {p.unit} | "
+            f"| {p.rule} | {p.jobs} → {planned[p.rule]['jobs']} | {p.measured_s:,.1f} | "
+            f"{p.measured_mb:,.0f} | {p.unit} | "
             f"{p.units:,.0f} → {p.target_units:,.0f} | {_hours(p.seconds)} | "
             f"{p.memory_mb:,.0f} | {mem:,}, {runtime:,} | {'yes' if ok else 'NO'} |"
         )
@@ -259,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     study, target = _study(args.configfile), _study(args.target)
     projections = fit(measured, study, target)
     if args.command == "report":
-        print(report(projections, target))
+        print(report(projections, planned_requests(args.target)))
     else:
         for p in projections:
             print(f"  {p.rule}: {suggested(p, args.margin)}")

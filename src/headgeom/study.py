@@ -30,6 +30,8 @@ SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.
 #: Per-corpus keys: at the top of `corpus` for a single corpus, else per named corpus.
 _PER_CORPUS_KEYS = ("n_train_tokens", "order", "sampling")
 #: Passed to the Slurm executor plugin as they are (sbatch -p, -A, --gpus=<model>:<n>, -C, ...).
+#: Config ``resources`` scope applied to every rule that asks for a GPU (before ``default``).
+GPU_SCOPE = "gpu_default"
 SLURM_KEYS = ("slurm_partition", "slurm_account", "slurm_extra", "gpu_model", "constraint", "qos")
 
 
@@ -614,10 +616,19 @@ class Study:
     # requests come from config values, never from `threads`: `--cores all` caps threads to
     # the submit host's cores (snakemake #2447), and the Slurm plugin would otherwise derive
     # --cpus-per-task from the capped value.
-    def _resource(self, rule: str, key: str, fallback: Any) -> Any:
-        """``resources.<rule>.<key>``, then ``resources.default.<key>``, then ``fallback``."""
+    def _scopes(self, rule: str) -> tuple[str, ...]:
+        """Where a rule's resources are looked up, nearest first: ``resources.<rule>``, for a
+        GPU job ``resources.gpu_default`` (the GPU partition, gpu_model, constraint, CPUs per
+        GPU: set once for every GPU rule), then ``resources.default``."""
         table = self.config["resources"]
-        for scope in (rule, "default"):
+        gpu = next((table[s]["gpu"] for s in (rule, "default") if "gpu" in table.get(s, {})), 0)
+        return (rule, GPU_SCOPE, "default") if gpu else (rule, "default")
+
+    def _resource(self, rule: str, key: str, fallback: Any) -> Any:
+        """``key`` from the rule's nearest scope that names it (:meth:`_scopes`), else
+        ``fallback``."""
+        table = self.config["resources"]
+        for scope in self._scopes(rule):
             if key in table.get(scope, {}):
                 return table[scope][key]
         return fallback
@@ -626,7 +637,7 @@ class Study:
         """(key, value) of the CPU request from the nearest scope that names one:
         cpus_per_task, or cpus_per_gpu for a GPU job; None when no scope does."""
         gpu = self._resource(rule, "gpu", 0)
-        for scope in (rule, "default"):
+        for scope in self._scopes(rule):
             entry = self.config["resources"].get(scope, {})
             if "cpus_per_task" in entry:
                 return "cpus_per_task", entry["cpus_per_task"]
@@ -672,14 +683,15 @@ class Study:
                 )
 
     def check_rules(self, rules: Iterable[str]) -> None:
-        """Every key of config ``resources`` must be ``default`` or one of ``rules`` (the
-        workflow's rules); a typo would place nothing."""
+        """Every key of config ``resources`` must be ``default``, ``gpu_default`` or one of
+        ``rules`` (the workflow's rules); a typo would place nothing."""
         known = sorted(set(rules))
-        unknown = [r for r in self.config["resources"] if r != "default" and r not in known]
+        scopes = ("default", GPU_SCOPE)
+        unknown = [r for r in self.config["resources"] if r not in scopes and r not in known]
         if unknown:
             raise StudyConfigError(
                 f"config resources.{r}: {r!r} is not a rule{_did_you_mean(r, known)}; "
-                f"allowed: default, {_listing(known)}"
+                f"allowed: default, {GPU_SCOPE}, {_listing(known)}"
                 for r in unknown
             )
 

@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from headgeom import cost
 from tests.e2e.conftest import REPO, make_workdir, planned_jobs, snakemake
 from tests.slurm.cluster import ClusterError, LocalSlurm, ensure_installed
 
@@ -160,18 +161,10 @@ def profile_groups() -> dict[str, str]:
     return dict(entry.split("=", 1) for entry in profile.get("groups", []))
 
 
-def local_rules() -> set[str]:
-    """The Snakefile's localrules (they run on the submit host, never through sbatch)."""
-    text = (REPO / "Snakefile").read_text()
-    block = re.search(r"^localrules:\n((?:    \w+,\n)+)", text, re.M)
-    assert block, "the Snakefile declares no localrules"
-    return set(re.findall(r"(\w+),", block.group(1))) | {"all"}
-
-
 def expected_submissions(planned: dict[str, int]) -> dict[str, int]:
     """Submissions per rule or group: every planned job of a rule outside a group; one per
     connected component of a group (each component starts with its group's first rule)."""
-    groups, local = profile_groups(), local_rules()
+    groups, local = profile_groups(), cost.local_rules(REPO)
     first = {"stats": ("concentration", "concentration_step", "concentration_mode"),
              "run_summary": ("hash_checkpoint",)}  # fmt: skip
     out = {f"rule_{r}": n for r, n in planned.items() if r not in local and r not in groups}

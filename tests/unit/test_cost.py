@@ -67,14 +67,19 @@ def test_projection_by_hand():
     assert by_rule["patch_heads"].memory_mb == pytest.approx(want)
 
 
-def test_requests_are_the_rule_then_default_then_profile():
+def test_requests_are_what_the_dry_run_plans(tmp_path):
+    # the rule's own default (lanes: 1000 MB in lanes.smk), then config resources
+    from tests.e2e.conftest import make_workdir
+
     cfg = copy.deepcopy(MICRO)
-    cfg["resources"] = {"default": {"mem_mb": 3000}, "lanes": {"runtime": 5}}
-    study = Study.from_config(cfg)
-    assert cost.request(study, "lanes") == (3000, 5)
-    assert cost.request(study, "clamps") == (3000, cost.DEFAULT_RUNTIME_MIN)
-    assert cost.request(Study.from_config(MICRO), "clamps") == (
-        cost.DEFAULT_MEM_MB, cost.DEFAULT_RUNTIME_MIN)  # fmt: skip
+    cfg["resources"] = {"default": {"runtime": 7}, "lanes": {"mem_mb": 1234}}
+    work = make_workdir(tmp_path / "w", cfg)
+    (work / "slurm").symlink_to(REPO / "slurm")
+    planned = cost.planned_requests("config.yaml", work)
+    assert cost.request(planned, "lanes") == (1234, 7)
+    assert planned["lanes"]["jobs"] == len(Study.from_config(MICRO).runs) * 3
+    assert {"make_table", "catalog", "all"} <= cost.local_rules(REPO)
+    assert "lanes" not in cost.local_rules(REPO)
 
 
 def test_suggested_requests_round_up_with_margin():

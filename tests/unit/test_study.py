@@ -256,6 +256,28 @@ def test_missing_key_and_unknown_nested_key(micro):
     assert any(line.startswith("config training: unknown key 'lr_typo'") for line in lines)
 
 
+def test_gpu_default_places_every_gpu_rule_and_no_other(micro):
+    # one place for the GPU partition, model and CPUs per GPU; CPU rules never see it
+    micro["resources"] = {
+        "default": {"mem_mb": 900, "slurm_partition": "cpu", "cpus_per_task": 1},
+        "gpu_default": {"slurm_partition": "gpu", "gpu_model": "a100", "cpus_per_gpu": 6},
+        "train": {"gpu": 1},
+        "edges": {"gpu": 2, "gpu_model": "h100"},
+    }
+    study = Study.from_config(micro)
+    study.check_rules(["train", "edges", "lanes"])  # gpu_default is a scope, not a rule
+    assert study.resources("train", mem_mb=1, runtime=1) == {
+        "mem_mb": 900, "runtime": 1, "gpu": 1, "cpus_per_gpu": 6,
+        "slurm_partition": "gpu", "gpu_model": "a100",
+    }  # fmt: skip
+    assert study.threads("train") == 6
+    edges = study.resources("edges", mem_mb=1, runtime=1)
+    assert (edges["gpu_model"], edges["cpus_per_gpu"], study.threads("edges")) == ("h100", 6, 12)
+    assert study.resources("lanes", mem_mb=1, runtime=1) == {
+        "mem_mb": 900, "runtime": 1, "gpu": 0, "cpus_per_task": 1, "slurm_partition": "cpu",
+    }  # fmt: skip
+
+
 def test_resource_keys_are_checked_against_the_rules(micro):
     micro["resources"] = {"default": {"mem_mb": 1000}, "patch_head": {"mem_mb": 1000}}
     study = Study.from_config(micro)  # the rules are known only to the workflow
@@ -263,7 +285,7 @@ def test_resource_keys_are_checked_against_the_rules(micro):
         study.check_rules(["train", "patch_heads"])
     assert str(caught.value) == (
         "config resources.patch_head: 'patch_head' is not a rule (did you mean 'patch_heads'?); "
-        "allowed: default, patch_heads, train"
+        "allowed: default, gpu_default, patch_heads, train"
     )
     micro["resources"] = {"default": {"mem_mb": 1000}, "train": {"mem_mb": 1000}}
     Study.from_config(micro).check_rules(["train"])
