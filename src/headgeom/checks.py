@@ -372,20 +372,19 @@ def summary_line(frame: pd.DataFrame) -> str:
 
 
 # ----------------------------------------------------------------------------- computed checks
-#: C16 (docs §12.7): evaluation N_eff for SVA, Quote, Plural (paper Table 6) of the 9
-#: corpus-S models of paper Figure 4; their validation losses (§6.1) and head counts come
-#: from the model zoo (``zoo.CONFIGURATIONS``, ``zoo.paper_model_config``).
-PAPER_FIGURE4_N_EFF: dict[str, tuple[float, float, float]] = {
-    "learned": (10.4, 12.0, 9.2),
-    "write-rotated": (16.2, 22.2, 22.2),
-    "read-common": (8.1, 11.0, 10.0),
-    "all-common-axis": (8.1, 12.7, 3.9),
-    "all-rotated": (9.1, 11.4, 3.6),
-    "all-rotated-self": (8.8, 7.9, 3.9),
-    "write-routed-a": (18.9, 31.6, 20.3),
-    "write-routed-b": (29.1, 29.0, 21.6),
-    "write-routed-c": (31.1, 39.7, 15.8),
-}
+def paper_figure4_n_eff() -> dict[str, tuple[float, float, float]]:
+    """C16 (docs §12.7): geometry -> evaluation N_eff for SVA, Quote, Plural (paper Table 6)
+    of the 9 corpus-S models of paper Figure 4 (``selections.PAPER_SELECTIONS["figure4"]``),
+    from headgeom/paper/references.yaml (records ``neff.<geometry>.S.<task>``); their
+    validation losses (§6.1) and head counts come from the model zoo
+    (``zoo.CONFIGURATIONS``, ``zoo.paper_model_config``)."""
+    from headgeom.paper import references, selections  # on first use: every stage imports us
+
+    geometries = [slot[0] for slot in selections.PAPER_SELECTIONS["figure4"]]
+    tasks = ("sva", "quote", "plural")
+    return {g: tuple(references.value(f"neff.{g}.S.{t}") for t in tasks) for g in geometries}
+
+
 #: The paper's values to its printed three decimals: half a unit of the last digit.
 C16_EXPECTED = {"all": -0.767, "twelve-head": -0.943}
 C16_TOLERANCE = 5e-4
@@ -396,7 +395,7 @@ def paper_figure4() -> dict[str, tuple[float, tuple[float, float, float], int]]:
     from headgeom.model import zoo
 
     out = {}
-    for geometry, n_eff in PAPER_FIGURE4_N_EFF.items():
+    for geometry, n_eff in paper_figure4_n_eff().items():
         config = next(c for c in zoo.CONFIGURATIONS if c.geometry == geometry and c.corpus == "S")
         n_head = zoo.paper_model_config(geometry)["n_head"]
         out[geometry] = (config.val_loss[config.seeds[0]], n_eff, n_head)

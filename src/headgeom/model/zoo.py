@@ -4,9 +4,11 @@ the rule that sizes each geometry for a study's base architecture.
 Names. A :class:`Configuration` is one model of ``config/paper.yaml``: its ``key`` there
 (``learned-r``), the paper's display name (``learned``), geometry, corpus (R or S), seeds and
 one repository name per seed (``plain-learned42``). Its 21 (configuration, seed) runs are the
-21 rows of §6.1. :func:`lookup` takes a key, display name or repository name; a repository
-name gives ``(configuration, seed)``. Display names shared by two corpora (``learned``,
-``write-rotated``) need ``corpus=``.
+21 rows of §6.1. They are data, ``zoo.yaml`` beside this module (checked against
+``zoo.schema.yaml`` on load): the one place the paper's parameter counts, validation losses
+and row numbers are written. :func:`lookup` takes a key, display name or repository name; a
+repository name gives ``(configuration, seed)``. Display names shared by two corpora
+(``learned``, ``write-rotated``) need ``corpus=``.
 
 Sizes. A study config gives one base ``architecture`` (paper: 12 layers, 12 heads, D = 768,
 d = 64, MLP 3072, context 512). :func:`derive_model_config` turns (geometry, architecture)
@@ -32,12 +34,12 @@ import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torch import nn
+from headgeom import datafile
 
-from headgeom.model import registry
-from headgeom.model.geometries import SizeError
+if TYPE_CHECKING:
+    from torch import nn
 
 #: The paper's base architecture (docs §4.1) and vocabulary (GPT-2, unpadded, §4.4).
 PAPER_ARCHITECTURE: Mapping[str, int] = MappingProxyType(
@@ -57,7 +59,6 @@ class Configuration:
     corpus: str  # "R" (200M tokens, with replacement) or "S" (1.07B, read once)
     repository_names: Mapping[int, str]  # seed -> repository name
     n_params: int  # exact trainable parameters at paper size (docs §4.4, §6.1)
-    printed: str  # as paper Table 4 prints it
     val_loss: Mapping[int, float | None]  # seed -> paper validation loss (nats), None: "---"
     rows: Mapping[int, int]  # seed -> row of docs §6.1
     description: str  # write / readers, as §6.1 describes them
@@ -65,6 +66,11 @@ class Configuration:
     @property
     def seeds(self) -> tuple[int, ...]:
         return tuple(self.repository_names)
+
+    @property
+    def printed(self) -> str:
+        """The count as paper Table 4 prints it: millions to two decimals and an M."""
+        return f"{self.n_params / 1e6:.2f}M"
 
     def repository_name(self, seed: int) -> str:
         try:
@@ -75,88 +81,58 @@ class Configuration:
             ) from None
 
 
-def _config(
-    key: str,
-    display: str,
-    geometry: str,
-    corpus: str,
-    repos: dict[int, str],
-    n_params: int,
-    printed: str,
-    val_loss: dict[int, float | None],
-    rows: dict[int, int],
-    description: str,
-) -> Configuration:
-    return Configuration(
-        key,
-        display,
-        geometry,
-        corpus,
-        MappingProxyType(repos),
-        n_params,
-        printed,
-        MappingProxyType(val_loss),
-        MappingProxyType(rows),
-        description,
-    )
+def _name(_list: str, _index: int, entry: Any) -> str:
+    return str(entry.get("key", "?")) if isinstance(entry, dict) else "?"
 
 
-#: docs §6.1, in row order. Seeds: from the repository names; [CHOICE §6.1] 42 for
-#: ``dense``, ``value384`` and ``mlp3456``, which name none.
-CONFIGURATIONS: tuple[Configuration, ...] = (
-    _config("learned-r", "learned", "learned", "R",
-            {42: "plain-learned42", 43: "plain-learned43"}, 124_046_592, "124.05M",
-            {42: 3.604, 43: 3.595}, {42: 1, 43: 2}, "learned W_O; free readers"),
-    _config("learned-s", "learned", "learned", "S", {42: "dense"}, 124_046_592, "124.05M",
-            {42: 3.508}, {42: 3}, "learned W_O; free readers"),
-    _config("write-common-axis", "write-common-axis", "write-common-axis", "R",
-            {42: "plain-identity42", 43: "plain-identity43"}, 116_968_704, "116.97M",
-            {42: 3.643, 43: 3.643}, {42: 4, 43: 5}, "g E_h (all layers); free readers"),
-    _config("write-common", "write-common", "write-common", "R", {42: "common42"},
-            116_968_704, "116.97M", {42: 3.648}, {42: 6}, "g B_0 E_h (all layers); free"),
-    _config("write-rotated-r", "write-rotated", "write-rotated", "R", {42: "layered42"},
-            116_968_704, "116.97M", {42: 3.654}, {42: 7}, "g B_l E_h (member l); free"),
-    _config("write-rotated-s", "write-rotated", "write-rotated", "S", {42: "rotated-m1-42"},
-            116_968_704, "116.97M", {42: 3.563}, {42: 8}, "g B_l E_h (member l); free"),
-    _config("read-common", "read-common", "read-common", "S", {42: "headblock-learned42"},
-            104_582_400, "104.58M", {42: 3.610}, {42: 9}, "learned W_O; block readers E_h"),
-    _config("all-common-axis", "all-common-axis", "all-common-axis", "S",
-            {42: "headblock-identity42"}, 97_504_512, "97.50M", {42: 3.698}, {42: 10},
-            "g E_h; block readers E_h"),
-    _config("all-rotated", "all-rotated", "all-rotated", "S", {42: "rotated-m2-42"},
-            97_504_512, "97.50M", {42: 3.751}, {42: 11},
-            "g B_l E_h; block readers: block h of B_{12+l} (other basis)"),
-    _config("all-rotated-self", "all-rotated-self", "all-rotated-self", "S",
-            {42: "rotated-m3-42"}, 97_504_512, "97.50M", {42: 3.753}, {42: 12},
-            "g B_l E_h; block readers: block h of B_l (own basis)"),
-    _config("write-routed-a", "write-routed A", "write-routed-a", "S", {42: "fixed-sum-hub42"},
-            124_046_592, "124.05M", {42: 3.542}, {42: 13},
-            "routed 16→12 (frozen, sum-hub), no b_O; free readers, 16 heads"),
-    _config("write-routed-b", "write-routed B", "write-routed-b", "S",
-            {42: "fixed-split-cycle42"}, 124_046_592, "124.05M", {42: 3.543}, {42: 14},
-            "routed 16→12 (frozen, split-cycle), no b_O; free readers, 16 heads"),
-    _config("write-routed-c", "write-routed C", "write-routed-c", "S",
-            {42: "fixed-angle-split42"}, 124_046_592, "124.05M", {42: 3.553}, {42: 15},
-            "routed 16→12 (frozen, angle-split), no b_O; free readers, 16 heads"),
-    _config("fixeddiag", "fixeddiag", "fixeddiag", "R", {42: "fixeddiag42"}, 116_968_704,
-            "116.97M", {42: None}, {42: 16},
-            "write-common-axis variant, restricted diagonal: g sqrt(64/51) E_h diag(m)"),
-    _config("value384", "value384", "value384", "S", {42: "value384"}, 124_046_592,
-            "124.05M", {42: None}, {42: 17},
-            "write-common-axis variant, capacity-compensated: g E_h + value adapter"),
-    _config("mlp3456", "mlp3456", "mlp3456", "S", {42: "mlp3456"}, 124_051_200, "124.05M",
-            {42: None}, {42: 18},
-            "write-common-axis variant, parameter-matched: g E_h, MLP width 3456"),
-    _config("identity-original", "identity-original", "identity-original", "R",
-            {42: "identity-original42"}, 116_968_704, "116.97M", {42: None}, {42: 19},
-            "write-common-axis variant, unscaled: E_h (scale 1)"),
-    _config("multiscreen-identity", "multiscreen-identity", "multiscreen-identity", "R",
-            {42: "multiscreen-identity42"}, 106_514_418, "106.51M", {42: None}, {42: 20},
-            "write-common-axis variant, softmax-free: g E_h; 21 layers × 16 tiles"),
-    _config("multiscreen-learned", "multiscreen-learned", "multiscreen-learned", "R",
-            {42: "multiscreen-learned42"}, 128_534_514, "128.53M", {42: None}, {42: 21},
-            "learned, softmax-free: 21 layers × 16 tiles"),
-)  # fmt: skip
+def _load() -> tuple[Configuration, ...]:
+    """docs §6.1 from ``zoo.yaml`` (schema-checked), in row order."""
+    data = datafile.load(__package__, "zoo", _name)
+    counts: dict[str, int] = data["n_params"]
+
+    def fail(index: int, key: str, text: str) -> datafile.DataFileError:
+        where = datafile.entry_where(data, ["configurations", index], _name, key)
+        return datafile.problem(__package__, "zoo", where, text)
+
+    configurations, keys, repositories = [], set(), set()
+    for i, entry in enumerate(data["configurations"]):
+        if entry["key"] in keys:
+            raise fail(i, "key", f"{entry['key']!r} names an earlier configuration too")
+        if entry["geometry"] not in counts:
+            raise fail(i, "geometry", f"{entry['geometry']!r} has no n_params count")
+        runs = entry["runs"]
+        seeds = [run["seed"] for run in runs]
+        if len(set(seeds)) != len(seeds):
+            raise fail(i, "runs", f"a seed repeats: {seeds}")
+        for run in runs:
+            if run["repository"] in repositories:
+                raise fail(i, "runs", f"repository {run['repository']!r} is named twice")
+            repositories.add(run["repository"])
+        keys.add(entry["key"])
+        configurations.append(
+            Configuration(
+                key=entry["key"],
+                display_name=entry["display_name"],
+                geometry=entry["geometry"],
+                corpus=entry["corpus"],
+                repository_names=MappingProxyType({r["seed"]: r["repository"] for r in runs}),
+                n_params=counts[entry["geometry"]],
+                val_loss=MappingProxyType({r["seed"]: r["val_loss"] for r in runs}),
+                rows=MappingProxyType({r["seed"]: r["row"] for r in runs}),
+                description=entry["description"],
+            )
+        )
+    unused = set(counts) - {c.geometry for c in configurations}
+    if unused:
+        where = datafile.entry_where(data, ["n_params"])
+        raise datafile.problem(
+            __package__, "zoo", where, f"no configuration has geometry {sorted(unused)}"
+        )
+    return tuple(configurations)
+
+
+#: docs §6.1, in row order (``zoo.yaml``).
+CONFIGURATIONS: tuple[Configuration, ...] = _load()
 
 BY_KEY: Mapping[str, Configuration] = MappingProxyType({c.key: c for c in CONFIGURATIONS})
 BY_REPOSITORY_NAME: Mapping[str, tuple[Configuration, int]] = MappingProxyType(
@@ -216,6 +192,9 @@ def derive_model_config(
 ) -> dict[str, Any]:
     """The model section of a run config (every field but n_vocab, defaults and choices
     filled) for ``geometry`` in a study whose base architecture is ``architecture``."""
+    from headgeom.model import registry  # torch: not for the tables that only read names
+    from headgeom.model.geometries import SizeError
+
     spec = registry.geometry(geometry)
     arch = registry.architecture(spec.architecture)
     if geometry_params and not arch.geometry_params:

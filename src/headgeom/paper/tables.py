@@ -31,7 +31,7 @@ from scipy.stats import spearmanr
 
 from headgeom import results
 from headgeom.io import read_parquet_metadata
-from headgeom.paper import selections
+from headgeom.paper import references, selections
 from headgeom.paper.selections import geometry_registry
 
 TASK_ORDER = ["sva", "quote", "plural"]
@@ -811,6 +811,22 @@ def _range(values: pd.Series) -> str:
     return f"{100 * values.min():.1f}% to {100 * values.max():.1f}%"
 
 
+#: path_shares keys of the paper's per-model shares (docs §15.3): order A, order B, direct.
+SHARE_KEYS = ("mlp_share_a", "mlp_share_b", "direct_share")
+
+
+def _paper_shares(geometry: str, corpus: str) -> str:
+    """'a / b; direct c': the paper's MLP shares (orders A, B) and direct share of a model."""
+    a, b, direct = (references.text(f"paths.{geometry}.{corpus}.{key}") for key in SHARE_KEYS)
+    return f"{a} / {b}; direct {direct}"
+
+
+def _percent_range(key: str) -> str:
+    """A paper range of percentages as the clamps table prints it: 'a–b%' as 'a% to b%'."""
+    low, high = references.text(key).removesuffix("%").split("–")
+    return f"{low}% to {high}%"
+
+
 def clamps_table(inputs: Inputs) -> Table:
     """The §13.3 clamp tests and §15.3 decomposition summaries beside the paper's values."""
     runs = read_runs(need_kind(inputs, "runs", "clamps"))
@@ -831,7 +847,7 @@ def clamps_table(inputs: Inputs) -> Table:
             "§13.3 (d)",
             "same-index pairs: reduction",
             _range(same["reduction_head"]),
-            "−0.4% to 24%",
+            references.text("clamps.same-index"),
             f"{len(same)} pairs",
         )
         diff = pairs[~pairs["same_index"]]
@@ -839,7 +855,7 @@ def clamps_table(inputs: Inputs) -> Table:
             "§13.3 (d)",
             "different-index pairs: reduction",
             _range(diff["reduction_head"]),
-            "−11% to 56%",
+            references.text("clamps.different-index"),
             f"{len(diff)} pairs",
         )
         sources = pairs.drop_duplicates(["model", "seed", "task", "source_layer", "source_head"])
@@ -847,16 +863,21 @@ def clamps_table(inputs: Inputs) -> Table:
             "§13.3 (e)",
             "later-MLP clamp: reduction, frozen-write models",
             _range(sources.loc[~sources["learned"], "reduction_mlps"]),
-            "70% to 109%",
+            _percent_range("clamps.mlps-frozen"),
         )
         add(
             "§13.3 (e)",
             "later-MLP clamp: reduction, learned",
             _range(sources.loc[sources["learned"], "reduction_mlps"]),
-            "13% to 97%",
+            _percent_range("clamps.mlps-learned"),
         )
     lumped = _optional(inputs, "lumped", CLAMP_LUMPED_COLUMNS)
-    paper_lumped = {"sva": "21% (others 0.6%)", "quote": "−5.6%", "plural": "−2.3%"}
+    paper = references.text
+    paper_lumped = {
+        "sva": f"{paper('lumped.sva.same')} (others {paper('lumped.sva.other')})",
+        "quote": paper("lumped.quote.same"),
+        "plural": paper("lumped.plural.same"),
+    }
     for (model, seed, task), group in lumped.groupby(["model", "seed", "task"], sort=False):
         own = group.loc[group["same_index"], "reduction"].iloc[0]
         other = group.loc[~group["same_index"], "reduction"].mean()
@@ -868,11 +889,13 @@ def clamps_table(inputs: Inputs) -> Table:
             f"{model} s{seed}",
         )
     paths = _optional(inputs, "paths", CLAMP_PATH_COLUMNS)
+    learned_s = [paper(f"paths.learned.S.{key}") for key in SHARE_KEYS]
     paper_shares = {
-        "learned": "learned R 0.42 / 0.49; direct 0.48 (S: 0.36 / 0.41; 0.57)",
-        "learned-r": "0.42 / 0.49; direct 0.48",
-        "learned-s": "0.36 / 0.41; direct 0.57",
-        "write-common-axis": "0.69 / 0.81; direct 0.17",
+        "learned": f"learned R {_paper_shares('learned', 'R')} "
+        f"(S: {learned_s[0]} / {learned_s[1]}; {learned_s[2]})",
+        "learned-r": _paper_shares("learned", "R"),
+        "learned-s": _paper_shares("learned", "S"),
+        "write-common-axis": _paper_shares("write-common-axis", "R"),
     }
     for model, group in paths.groupby("model", sort=False):
         s = path_shares(group)
@@ -889,21 +912,21 @@ def clamps_table(inputs: Inputs) -> Table:
             "§15.3 interaction",
             "median |I| / |Δ(∅)|",
             f"{100 * s['interaction_median_rel']:.1f}%",
-            "5%",
+            paper("interaction.median_rel"),
             f"{s['n_cases']} cases",
         )
         add(
             "§15.3 interaction",
             "Σ I / Σ Δ(∅), signed (absolute)",
             f"{100 * s['interaction_signed_share']:.1f}% ({100 * s['interaction_abs_share']:.1f}%)",
-            "9% (11%)",
+            f"{paper('interaction.signed_share')} ({paper('interaction.abs_share')})",
         )
         add(
             "§15.3 interaction",
             "cases with |I| > 20% / > 50% of Δ(∅); max",
             f"{s['interaction_over_20pct']} / {s['interaction_over_50pct']}; "
             f"{100 * s['interaction_max_rel']:.0f}%",
-            "20 / 2 of 75; 90%",
+            f"{paper('interaction.over_20_50')}; {paper('interaction.max_rel')}",
         )
     frame = pd.DataFrame(rows, columns=["section", "quantity", "models", "value", "paper"])
     cells = frame.rename(columns=str.capitalize)
@@ -982,17 +1005,22 @@ ABLATION_COLUMNS = results.SCALAR_ABLATION.columns(
     "model", "seed", "task", "split", "edit", "kind", "draw", "layers", "margin_unedited",
     "drop", "haar_seed",
 )  # fmt: skip
-#: The paper's values (docs §13.4, §14.4, §20.4–20.5) by the run's geometry, per quantity.
+#: The paper's values (docs §13.4, §14.4, §20.4–20.5) by the run's geometry, per quantity:
+#: the ids of their records in references.yaml.
 DYNAMICS_PAPER = {
-    "tau_adjacent": {"write-common": "0.79–0.89", "write-rotated": "0.79–0.89"},
-    "tau_same": {"write-common": "0.45–0.63", "write-rotated": "0.04–0.05"},
-    "vgrad_init": {"write-common": "6–7%", "write-rotated": "6–7%"},
-    "vgrad_early": {"write-common": "77–78% (step 256)", "write-rotated": "77–78% (step 256)"},
+    "tau_adjacent": {"write-common": "tau.adjacent", "write-rotated": "tau.adjacent"},
+    "tau_same": {"write-common": "tau.same-index", "write-rotated": "tau.same-index.write-rotated"},
+    "vgrad_init": {"write-common": "vgrad.step0", "write-rotated": "vgrad.step0"},
+    "vgrad_early": {"write-common": "vgrad.first-step", "write-rotated": "vgrad.first-step"},
 }
 
 
 def _paper(quantity: str, geometry: str) -> str:
-    return DYNAMICS_PAPER.get(quantity, {}).get(geometry, "—")
+    key = DYNAMICS_PAPER.get(quantity, {}).get(geometry)
+    if key is None:
+        return "—"
+    # the first traced step is the paper's step 256 (of 65,536)
+    return references.text(key) + (" (step 256)" if quantity == "vgrad_early" else "")
 
 
 def dynamics_table(inputs: Inputs) -> Table:
@@ -1245,13 +1273,30 @@ def ablation_modes_table(inputs: Inputs) -> Table:
 BUILDERS.update({"ablation_atlas": ablation_atlas_table, "ablation_modes": ablation_modes_table})
 
 # ----------------------------------------------------------------------------- issue 13: Table 7
-TABLE7_PAPER = {  # docs §15.1 / §20.6: pooled; Q, K, V medians
-    "learned": ("0.30–0.32", "0.46–0.47", "0.36–0.40", "0.12–0.25"),
-    "read-common": ("0.04", "0.12", "0.15", "0.22"),
-    "frozen writes, free readers": ("−0.04–0.07", "0.03–0.10", "0.05–0.14", "−0.08–0.09"),
-    "all-common-axis (structural)": ("0.76", "0.72", "0.73", "0.74"),
-    "all-rotated (separate)": ("≈ 0", "", "", ""),
-    "all-rotated-self (separate)": ("≈ 0", "", "", ""),
+#: docs §15.1 / §20.6: per row group the ids (references.yaml) of the paper's pooled value
+#: and Q, K, V medians; None where the paper gives none.
+TABLE7_PAPER = {
+    "learned": ("pk-kl.learned", "pk-kl.learned.Q", "pk-kl.learned.K", "pk-kl.learned.V"),
+    "read-common": (
+        "pk-kl.read-common", "pk-kl.read-common.Q", "pk-kl.read-common.K", "pk-kl.read-common.V"
+    ),
+    "frozen writes, free readers": (
+        "pk-kl.frozen-free", "pk-kl.frozen-free.Q", "pk-kl.frozen-free.K", "pk-kl.frozen-free.V"
+    ),
+    "all-common-axis (structural)": (
+        "pk-kl.all-common-axis", "pk-kl.all-common-axis.Q", "pk-kl.all-common-axis.K",
+        "pk-kl.all-common-axis.V",
+    ),
+    "all-rotated (separate)": ("pk-kl.all-rotated", None, None, None),
+    "all-rotated-self (separate)": ("pk-kl.all-rotated-self", None, None, None),
+}  # fmt: skip
+#: The ACDC circuit's edges into attention inputs (docs §15.4): ids of the paper's counts,
+#: all and by source kind.
+ACDC_PAPER = {
+    "all": "acdc.into-attention",
+    "head": "acdc.from-heads",
+    "mlp": "acdc.from-mlps",
+    "embed": "acdc.from-embeds",
 }
 EDGE_SUMMARY_COLUMNS = results.EDGE_SUMMARY.columns(
     "model", "seed", "task", "split", "n_examples", "n_edges", "pooled_spearman",
@@ -1287,7 +1332,7 @@ def table7(inputs: Inputs) -> Table:
         part = tidy[tidy["group"] == group]
         if part.empty:
             continue
-        paper = TABLE7_PAPER[group]
+        paper = [references.text(key) if key else "" for key in TABLE7_PAPER[group]]
         titles = ("Pooled", "Q (median)", "K (median)", "V (median)")
         cols = ("pooled_spearman", "median_within_Q", "median_within_K", "median_within_V")
         row = {"Model group": f"{group} ({len(part)} run{'s' if len(part) > 1 else ''})"}
@@ -1300,14 +1345,15 @@ def table7(inputs: Inputs) -> Table:
     if len(acdc):
         into = acdc[acdc["target_kind"].isin(["q", "k", "v"])]
         arow = []
+        paper = {kind: references.text(key) for kind, key in ACDC_PAPER.items()}
         for (model, seed), g in into.groupby(["model", "seed"], sort=False):
             counts = g["source_kind"].value_counts()
             arow.append({
                 "Circuit": f"ACDC {model} s{seed}",
-                "Edges into attention inputs": f"{len(g)} [22]",
-                "from heads": f"{counts.get('head', 0)} [0]",
-                "from MLPs": f"{counts.get('mlp', 0)} [20]",
-                "from embeddings": f"{counts.get('embed', 0)} [2]",
+                "Edges into attention inputs": f"{len(g)} [{paper['all']}]",
+                "from heads": f"{counts.get('head', 0)} [{paper['head']}]",
+                "from MLPs": f"{counts.get('mlp', 0)} [{paper['mlp']}]",
+                "from embeddings": f"{counts.get('embed', 0)} [{paper['embed']}]",
                 "Circuit edges": str(len(acdc[acdc["model"] == model])),
             })  # fmt: skip
         blocks.append(Block(pd.DataFrame(arow), "ACDC circuit (threshold 0.001, KL)", True))
@@ -1326,17 +1372,16 @@ BUILDERS.update({"table7": table7})
 
 
 # ----------------------------------------------------------------------------- issue 13 (§15.2)
-#: The paper's top-10 shares (docs §15.2, §20.6) per (group, site), SVA; "" where it gives none.
-COORDINATES_PAPER = {
-    ("write-common-axis variants", "after_wo"): "45–83%",
-    ("learned", "after_wo"): "10–13%",
-    ("read-common", "before_wo"): "52%",
-    ("all-common-axis", "before_wo"): "52%",
-    ("learned", "before_wo"): "36%",
-    ("read-common", "before_wo_rotated"): "60%",
-    ("all-common-axis", "before_wo_rotated"): "46%",
-    ("learned", "before_wo_rotated"): "35%",
-}
+def coordinates_paper() -> dict[tuple[str, str], str]:
+    """The paper's top-10 shares (docs §15.2, §20.6) per (group, site), SVA: the comparison's
+    ``coordinate_share`` records of references.yaml (one model group each)."""
+    return {
+        (entry.args["groups"][0], entry.args["site"]): entry.paper
+        for entry in references.references()
+        if entry.recipe == "coordinate_share" and entry.args.get("task", "sva") == "sva"
+    }
+
+
 COORDINATES_COLUMNS = results.COORDINATES.columns(
     "model", "seed", "task", "site", "best_layer", "best_head", "share_evaluation",
     "share_in_sample", "null_p95", "beats_every_random_set",
@@ -1365,7 +1410,7 @@ def coordinates_table(inputs: Inputs) -> Table:
                       "coordinates")  # fmt: skip
     tidy = frame.merge(runs[["model", "seed", "geometry"]], on=["model", "seed"])
     tidy["group"] = tidy["geometry"].map(selections.COORDINATE_GROUPS).fillna(tidy["geometry"])
-    rows = []
+    rows, paper = [], coordinates_paper()
     groups = list(dict.fromkeys([*selections.COORDINATE_GROUPS.values(), *tidy["group"]]))
     for task in [t for t in TASK_ORDER if t in set(tidy["task"])]:
         for group in groups:
@@ -1376,7 +1421,7 @@ def coordinates_table(inputs: Inputs) -> Table:
             row = {"Task": task, "Model group": f"{group} ({n} run{'s' if n > 1 else ''})"}
             for site, title in _SITE_TITLES.items():
                 cell = _pct_span(part.loc[part["site"] == site, "share_evaluation"])
-                ref = COORDINATES_PAPER.get((group, site)) if task == "sva" else None
+                ref = paper.get((group, site)) if task == "sva" else None
                 row[title] = f"{cell} [{ref}]" if ref else cell
             after = part[part["site"] == "after_wo"]
             row["after W_O beats every random set"] = (
