@@ -18,6 +18,8 @@ Units are documented per rule in :data:`UNITS`; the fit and the projection are
 
     python -m headgeom.cost report results/rehearsal --configfile config/rehearsal.yaml \\
         --target config/paper.yaml
+    python -m headgeom.cost summary results/rehearsal --configfile config/rehearsal.yaml \\
+        --out benchmarks/rehearsal_cpu.tsv --note "2-core AMD EPYC, ..."
 """
 
 from __future__ import annotations
@@ -165,6 +167,38 @@ def read_benchmarks(results: str | Path) -> dict[str, Measured]:
     return out
 
 
+SUMMARY_COLUMNS = ("rule", "jobs", "seconds_max", "max_rss_mb")
+
+
+def write_summary(measured: Mapping[str, Measured], path: str | Path, note: str) -> None:
+    """The per-rule maxima of a run as a small TSV (a calibration kept in the repository:
+    the projections and the resource test read it without the run's results)."""
+    with open(path, "w", newline="") as f:
+        f.write(f"# {note}\n")
+        w = csv.writer(f, delimiter="\t", lineterminator="\n")
+        w.writerow(SUMMARY_COLUMNS)
+        for m in sorted(measured.values(), key=lambda m: m.rule):
+            w.writerow([m.rule, m.jobs, f"{m.seconds:.2f}", f"{m.max_rss_mb:.1f}"])
+
+
+def read_summary(path: str | Path) -> dict[str, Measured]:
+    """A :func:`write_summary` file back as :class:`Measured` per rule."""
+    with open(path) as f:
+        rows = list(csv.DictReader((ln for ln in f if not ln.startswith("#")), delimiter="\t"))
+    if not rows or tuple(rows[0]) != SUMMARY_COLUMNS:
+        raise ValueError(f"{path}: expected a cost summary with columns {SUMMARY_COLUMNS}")
+    return {
+        r["rule"]: Measured(r["rule"], int(r["jobs"]), float(r["seconds_max"]),
+                            float(r["max_rss_mb"]))
+        for r in rows
+    }  # fmt: skip
+
+
+def measured_of(source: str | Path) -> dict[str, Measured]:
+    """A run's results folder (its benchmark files) or a summary TSV."""
+    return read_summary(source) if Path(source).is_file() else read_benchmarks(source)
+
+
 @dataclass(frozen=True)
 class Projection:
     rule: str
@@ -283,15 +317,23 @@ def _study(path: str) -> Study:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=["report", "resources"])
-    parser.add_argument("results", help="a finished run's results/<study> folder")
+    parser.add_argument("command", choices=["report", "resources", "summary"])
+    parser.add_argument("measured", help="a finished run's results/<study> folder or a summary")
     parser.add_argument("--configfile", required=True, help="the config of that run")
-    parser.add_argument("--target", required=True, help="the config to project to")
+    parser.add_argument("--target", help="the config to project to (report, resources)")
     parser.add_argument("--margin", type=float, default=MARGIN)
+    parser.add_argument("--out", help="summary: the TSV to write")
+    parser.add_argument("--note", default="", help="summary: the machine and run it measures")
     args = parser.parse_args(argv)
-    measured = read_benchmarks(args.results)
-    study, target = _study(args.configfile), _study(args.target)
-    projections = fit(measured, study, target)
+    measured = measured_of(args.measured)
+    if args.command == "summary":
+        if not args.out:
+            parser.error("summary needs --out")
+        write_summary(measured, args.out, args.note)
+        return 0
+    if not args.target:
+        parser.error(f"{args.command} needs --target")
+    projections = fit(measured, _study(args.configfile), _study(args.target))
     if args.command == "report":
         print(report(projections, planned_requests(args.target)))
     else:

@@ -105,3 +105,15 @@ def test_every_rule_has_units_or_is_fixed_work():
     assert "train_timeline" in rules and "patch_heads" in rules  # the parse found them
     assert not fixed & set(cost.UNITS)
     assert rules - fixed <= set(cost.UNITS), sorted(rules - fixed - set(cost.UNITS))
+
+
+def test_summary_round_trips_and_refuses_other_files(tmp_path):
+    measured = {"lanes": cost.Measured("lanes", 3, 2.5, 210.0),
+                "train": cost.Measured("train", 21, 170.25, 6504.7)}  # fmt: skip
+    path = tmp_path / "s.tsv"
+    cost.write_summary(measured, path, "test machine")
+    assert path.read_text().startswith("# test machine\n")
+    assert cost.measured_of(path) == measured
+    (tmp_path / "bad.tsv").write_text("rule\tseconds\nx\t1\n")
+    with pytest.raises(ValueError, match=r"bad.tsv: expected a cost summary"):
+        cost.read_summary(tmp_path / "bad.tsv")
