@@ -5,6 +5,7 @@ analysis engines on one GPU, under 8 minutes, with a GPU-hours projection of the
     python benchmarks/gpu_check.py OUT                         # one CUDA GPU, < 8 min
     python benchmarks/gpu_check.py OUT --device cpu --tiny     # dry mode: every path, seconds
     python benchmarks/gpu_check.py OUT --peak-tflops 989       # a GPU the peak table lacks
+    python benchmarks/gpu_check.py OUT --rehearsal-results results/rehearsal  # + CPU rules
 
 Writes ``OUT/gpu_check.json`` (every number) and ``OUT/gpu_check.md`` (the same as tables);
 needs nothing but the repository (no network: tokenizer files come with the package). Each
@@ -28,13 +29,19 @@ reported with its error and the next one runs.
 * **clamps**: ``clamps.clamp_patch`` vs the naive hooked-forward loop of
   benchmarks/clamp_engine.py (§15.3 path cases of five sources).
 * **leakage**: ``leakage.leakage_table`` on the same examples (rate for the projection).
-* **edges**: ``headgeom.analysis.edges`` (issue 13) vs its per-edge hook loop, when the module
-  exists; "not present" otherwise.
-* **projection**: GPU-hours per rule of the whole paper DAG (config/paper.yaml through
-  ``headgeom.study.Study``): each run's steps × tokens/step at its geometry's measured rate
-  (unmeasured geometries: learned's rate × the FLOPs-per-token ratio), patching examples,
-  clamp cases × examples and leakage examples at the measured engine rates (scaled by the
-  model's FLOPs ratio to the measured one), and the same scaled to an H100 SXM by bf16 peak.
+* **edges**: ``headgeom.analysis.edges`` (issue 13) vs its per-edge hook loop, in the analysis
+  model's float32.
+* **projection**: every rule of the ``--config`` study's DAG (default config/paper.yaml) with
+  jobs in it: its jobs from the Study's run sets (``headgeom.cost.JOBS``), work per job in
+  ``headgeom.cost.UNITS``, on the device its config resources give it. GPU rules at the rates
+  measured above (training at the config's ``training.compile`` and precision, each model at
+  the measured geometry's rate, else learned's, × the FLOPs-per-token ratio; analyses at the
+  engines' fp32 rates × the FLOPs ratio), CPU rules fitted from a finished rehearsal's
+  benchmark files (``--rehearsal-results``, ``headgeom.cost.fit``), else "not measured"; totals
+  in GPU-hours and CPU core-hours, and the GPU rows scaled to an H100 SXM by the peak of each
+  row's own precision (bf16 training, fp32 analyses).
+
+The analysis sections run in exact fp32 (TF32 off, as the workflow's analyses do).
 
 Peak GPU memory (``torch.cuda.max_memory_allocated``) is reported for every measurement.
 In dry mode (``--tiny``) every shape is tiny and every count small: the numbers test the code,
@@ -96,7 +103,6 @@ SECTIONS = {
     "projection": 20,
 }
 COMPILE_GUESS_S = 90  # a first compiled item starts only with this much of its budget left
-H100_BF16_TFLOPS = PEAK_TFLOPS["H100 SXM"][0]
 JSON_NAME, MD_NAME = "gpu_check.json", "gpu_check.md"
 
 
@@ -109,6 +115,18 @@ def parse_args(argv):
     p.add_argument("--budget-s", type=float, default=400.0, help="all sections together (s)")
     p.add_argument("--sections", nargs="+", choices=list(SECTIONS), default=list(SECTIONS))
     p.add_argument("--config", default=str(ROOT / "config/paper.yaml"), help="projected study")
+    p.add_argument(
+        "--rehearsal-results",
+        type=Path,
+        help="a finished rehearsal's results folder (results/rehearsal): its benchmark files "
+        "give the CPU rules' projection (headgeom.cost.fit)",
+    )
+    p.add_argument(
+        "--rehearsal-config",
+        type=Path,
+        default=ROOT / "config/rehearsal.yaml",
+        help="the config of that rehearsal",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     return p.parse_args(argv)
 
@@ -138,6 +156,8 @@ class Context:
     peak_tflops: float | None
     work: Path
     config: Path
+    rehearsal: Path | None = None  # a finished rehearsal's results/<study> (its benchmarks)
+    rehearsal_config: Path = ROOT / "config/rehearsal.yaml"
     shared: dict = dataclasses.field(default_factory=dict)  # results later sections reuse
 
     @property
@@ -480,9 +500,12 @@ def resume_section(ctx: Context, deadline: float) -> dict:
 
 # --------------------------------------------------------------------------- analysis engines
 def analysis_model(ctx: Context):
-    """The learned model of the training shape in eval mode, fp32, on the device (shared)."""
+    """The learned model of the training shape in eval mode, fp32, on the device (shared),
+    with TF32 off as in the workflow's analyses (the training section turned it on)."""
+    configure_matmuls(ctx.device, "fp32")
     if "model" not in ctx.shared:
         ctx.shared["model"] = model_for("learned", ctx.train_shape).eval().to(ctx.device)
+        ctx.shared["analysis_flops"] = flops_per_token(ctx.shared["model"], ctx.train_shape)
     return ctx.shared["model"]
 
 
@@ -685,8 +708,13 @@ def edges_section(ctx: Context, deadline: float) -> dict:
     with Clock(device) as slow:
         kl_naive = edges.edge_kl_naive(model, clean[:k], ref[:k], every.subset(np.arange(n_naive)))
     edges_per_s, naive_per_s = n_fast / fast.seconds, n_naive / slow.seconds
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    ctx.shared["edges_dtype"] = dtype
+    ctx.shared["edge_examples_per_s"] = k * edges_per_s / len(every)  # all edges per example
+    ctx.shared["edges_total"] = len(every)
     return {
         "examples": k,
+        "dtype": dtype,
         "edges_total": len(every),
         "edges_timed": n_fast,
         "edges_per_s": edges_per_s,
@@ -700,7 +728,75 @@ def edges_section(ctx: Context, deadline: float) -> dict:
 
 
 # --------------------------------------------------------------------------- projection
-def _geometry_flops(study, ctx: Context) -> dict[str, float]:
+# Each rule of the projected study's DAG on the device its resources give it (config
+# resources.<rule>.gpu; a `use rule` copy takes its base rule's): jobs from the Study's run
+# sets (headgeom.cost.JOBS), work per job in headgeom.cost.UNITS, GPU rules at the rates
+# measured above, CPU rules from a rehearsal's benchmark files (headgeom.cost.fit).
+GPU_MEASURED = "GPU measured in this run"
+GPU_UNMEASURED = "GPU, not measured here"
+CPU_FITTED = "CPU fitted from rehearsal benchmarks"
+CPU_UNMEASURED = "CPU, not measured here"
+H100_PEAKS = dict(zip(("bf16", "fp32"), PEAK_TFLOPS["H100 SXM"], strict=True))
+# the rules whose GPU work one of the sections above measures, in cost.UNITS's unit
+PATCHING_RULES = ("patch_heads", "patch_step", "patch_modes")  # patch_all_heads_fast
+TRAINING_RULES = ("train", "train_timeline")
+
+
+def workflow_rules(folder: Path = ROOT / "workflow" / "rules") -> dict[str, dict[str, str]]:
+    """Every rule of ``folder``/*.smk: the rule whose config resources it asks for
+    (``STUDY.resources("<rule>", ...)``; a ``use rule A as B`` copy without its own: A's) and
+    the folder of its benchmark files (``benchmark_of("<folder>", ...)``)."""
+    import re
+
+    header = re.compile(r"^(?:rule (\w+)|use rule (\w+) as (\w+)).*:")
+    rules: dict[str, dict[str, str | None]] = {}
+    for path in sorted(folder.glob("*.smk")):
+        block: list[str] = []
+        for line in [*path.read_text().splitlines(), "END"]:
+            if line[:1].strip() and not line.startswith("#") and block:
+                m = header.match(block[0])
+                text = "\n".join(block)
+                res = re.search(r'STUDY\.resources\(\s*"(\w+)"', text)
+                bench = re.search(r'benchmark_of\(\s*"(\w+)"', text)
+                name = m.group(1) or m.group(3)
+                rules[name] = {
+                    "base": m.group(2),
+                    "resources": res and res.group(1),
+                    "benchmark": bench and bench.group(1),
+                }
+                block = []
+            if header.match(line) or block:
+                block.append(line)
+    for spec in rules.values():  # a copy takes what it does not set from its base rule
+        base = rules.get(spec["base"]) if spec["base"] else None
+        for key in ("resources", "benchmark"):
+            spec[key] = spec[key] or (base or {}).get(key)
+    return {name: {k: spec[k] for k in ("resources", "benchmark")} for name, spec in rules.items()}
+
+
+def device_peaks(ctx: Context) -> dict[str, float | None]:
+    """The CUDA device's dense peak TFLOP/s per precision (bf16, fp32: --peak-tflops for the
+    training precision, else the table); none on a CPU, none for float64 (no table)."""
+    if ctx.device.type != "cuda":
+        return {"bf16": None, "fp32": None, "fp64": None}
+    peaks = {p: peak_tflops(ctx.device, p, ctx.peak_tflops if p == ctx.precision else None)[0]
+             for p in ("bf16", "fp32")}  # fmt: skip
+    return {**peaks, "fp64": None}
+
+
+def _study(path: Path):
+    from headgeom import config_layers
+    from headgeom.study import Study
+
+    return Study.from_config(config_layers.load(path, ROOT))  # `extends` from the repository
+
+
+def _relative(path: Path) -> str:
+    path = Path(path).resolve()
+    return str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
+
+
+def _model_flops(study) -> dict[str, float]:
     """Training FLOPs per token of every model of the study, built on the meta device."""
     from headgeom.model import registry
 
@@ -714,153 +810,174 @@ def _geometry_flops(study, ctx: Context) -> dict[str, float]:
     return out
 
 
-def projection_section(ctx: Context, deadline: float) -> dict:
-    import yaml
-
-    from headgeom.data.tasks import TASKS, resolve_task_config
-    from headgeom.study import Study
-
-    study = Study.from_config(yaml.safe_load(Path(ctx.config).read_text()))
-    flops = _geometry_flops(study, ctx)
-    train_rows = ctx.shared.get("training") or []
-    best = {}
-    for row in train_rows:  # each geometry's best rate (compiled or not)
-        best[row["geometry"]] = max(best.get(row["geometry"], 0.0), row["tokens_per_s"])
-    if "learned" not in best:
-        raise RuntimeError("no learned-model training rate (training section skipped?)")
-    with torch.device("meta"):  # the rates' reference: the learned model at paper size
-        ref_flops = flops_per_token(model_for("learned", PAPER_SHAPE), PAPER_SHAPE)
-
-    def train_rate(model: str) -> tuple[float, str]:
-        g = study.models[model]["geometry"]
-        if g in best:
-            return best[g], "measured"
-        return best["learned"] * ref_flops / flops[model], "learned × FLOPs ratio"
-
-    def split_size(task: str, split: str) -> int:
-        return resolve_task_config(task, study.task_config(task))["splits"][split]
+def _train_rates(ctx: Context, study) -> tuple[dict[str, tuple[float, float]], str | None]:
+    """geometry -> (forward-token equivalents/s, FLOPs/token) of the training rows measured
+    with the study's ``training.compile`` and precision (a training step = 3 forwards:
+    cost.UNITS's unit), or ({}, why not)."""
+    from headgeom.training.loop import resolve_precision
 
     training = study.stage("training")
-    rules = []
-    seconds, basis = 0.0, set()
-    for model, _seed in study.runs:
-        rate, how = train_rate(model)
-        tokens = training["steps"] * training["batch_size"] * study.model_config(model)["n_ctx"]
-        seconds += tokens / rate
-        basis.add(how)
-    rules.append(
-        {
-            "rule": "train",
-            "jobs": len(study.runs),
-            "unit": "tokens",
-            "units": sum(
-                training["steps"] * training["batch_size"] * study.model_config(m)["n_ctx"]
-                for m, _ in study.runs
-            ),
-            "rate": best["learned"],
-            "seconds": seconds,
-            "basis": ", ".join(sorted(basis)),
-        }
-    )
+    compiled = bool(training.get("compile", False))
+    try:
+        precision = resolve_precision(training.get("precision", "auto"), ctx.device)
+    except ValueError:
+        precision = "bf16"
+    if precision != ctx.precision:
+        return {}, f"training.precision resolves to {precision}; this run measured {ctx.precision}"
+    rows = [r for r in ctx.shared.get("training") or [] if r["compile"] == compiled]
+    rates = {r["geometry"]: (3 * r["tokens_per_s"], r["gflop_per_token"] * 1e9) for r in rows}
+    if "learned" not in rates:
+        return {}, f"no learned training rate with compile={compiled} (section skipped?)"
+    return rates, None
 
-    def analysis(rule, runs, units_of, rate, unit):
-        if not rate:
-            rules.append(
-                {
-                    "rule": rule,
-                    "jobs": len(runs) * len(TASKS),
-                    "unit": unit,
-                    "units": None,
-                    "rate": None,
-                    "seconds": None,
-                    "basis": "not measured",
-                }
-            )
-            return
-        units = total = 0.0
-        for model, _ in runs:
-            for task in TASKS:
-                u = units_of(model, task)
-                units += u
-                total += u / rate * flops[model] / ref_flops  # cost ∝ the model's FLOPs
-        rules.append(
-            {
-                "rule": rule,
-                "jobs": len(runs) * len(TASKS),
-                "unit": unit,
-                "units": units,
-                "rate": rate,
-                "seconds": total,
-                "basis": "measured × FLOPs ratio",
-            }
-        )
 
-    splits = study.stage("patching")["splits"]
-    analysis(
-        "patch_heads",
-        study.runs,
-        lambda m, t: sum(split_size(t, s) for s in splits),
+def _gpu_analysis_rates(ctx: Context, study) -> dict[str, tuple[float | None, str, str]]:
+    """rule -> (units/s of the analysis model, precision, basis) of the GPU rules other than
+    training; rate None: not measured, basis says why."""
+    patching, leakage = (
         ctx.shared.get("patching_examples_per_s"),
-        "examples",
-    )
-    leak_split = study.stage("leakage")["split"]
-    analysis(
-        "leakage",
-        study.leakage_runs,
-        lambda m, t: split_size(t, leak_split),
         ctx.shared.get("leakage_examples_per_s"),
-        "examples",
     )
-    # issue 12: rule patch_step patches SVA's lanes split on every timeline checkpoint
-    steps, lanes_split = study.timeline_steps, study.stage("lanes")["split"]
-    timeline = [(m, s) for m, s in study.dynamics_runs("timeline") for _ in steps]
-    analysis(
-        "patch_step",
-        timeline,
-        lambda m, t: split_size(t, lanes_split) if t == "sva" else 0,
-        ctx.shared.get("patching_examples_per_s"),
-        "examples",
+    out = {r: (patching, "fp32", "patch_all_heads_fast examples/s") for r in PATCHING_RULES}
+    out["leakage"] = (leakage, "fp32", "leakage_table examples/s")
+    out["clamps"] = (None, "fp32", "the clamps section times path cases, not a job's examples")
+    dtype, measured = study.stage("edges")["dtype"], ctx.shared.get("edges_dtype")
+    edges = ctx.shared.get("edge_examples_per_s") if dtype == measured else None
+    why = (
+        "edge_kl examples/s × edges ratio" if edges else f"edges.dtype {dtype}; measured {measured}"
     )
-    rules[-1]["jobs"] = len(timeline)  # one task
-    clamp_split = study.stage("clamps")["split"]
+    out["edges"] = (edges, {"float64": "fp64", "float32": "fp32"}.get(dtype, dtype), why)
+    return out
 
-    def clamp_units(model, task):  # 5 path sources × 5 cases, ≤ 3 pairs, 5 sources × H shifts
-        n_head = study.model_config(model)["n_head"]
-        return split_size(task, clamp_split) * (25 + 3 + 5 * n_head)
 
-    analysis(
-        "clamps",
-        study.clamp_runs("all"),
-        clamp_units,
-        ctx.shared.get("clamp_case_examples_per_s"),
-        "case × examples",
-    )
-    peak, _ = peak_tflops(ctx.device, ctx.precision, ctx.peak_tflops)
-    scale = peak / H100_BF16_TFLOPS if peak and ctx.device.type == "cuda" else None
-    for row in rules:
-        row["gpu_hours"] = row["seconds"] / 3600 if row["seconds"] is not None else None
-        row["h100_gpu_hours"] = row["gpu_hours"] * scale if scale and row["gpu_hours"] else None
-    total = sum(r["gpu_hours"] for r in rules if r["gpu_hours"] is not None)
+def _edge_ratio(ctx: Context, study):
+    """model -> its edges over the measured model's (an edge job patches every edge)."""
+    from headgeom.analysis.edges import all_edges
+
+    def ratio(model: str) -> float:
+        cfg = study.model_config(model)
+        return len(all_edges(cfg["n_layer"], cfg["n_head"])) / ctx.shared["edges_total"]
+
+    return ratio
+
+
+def projection_section(ctx: Context, deadline: float) -> dict:
+    from headgeom import cost
+
+    study = _study(ctx.config)
+    rules = workflow_rules()
+    jobs = cost.jobs(study)
+    unknown = sorted(set(jobs) ^ set(rules))
+    if unknown:
+        raise RuntimeError(f"headgeom.cost.JOBS and workflow/rules/*.smk differ: {unknown}")
+    flops = _model_flops(study)
+    ref_flops = ctx.shared.get("analysis_flops")  # the model the analysis rates are of
+    train_rates, train_why = _train_rates(ctx, study)
+    analysis_rates = _gpu_analysis_rates(ctx, study)
+    peaks = device_peaks(ctx)
+    compiled = bool(study.stage("training").get("compile", False))
+    fitted, rehearsal = {}, None
+    if ctx.rehearsal is not None:
+        rehearsal = _study(ctx.rehearsal_config)
+        measured = cost.read_benchmarks(ctx.rehearsal)
+        fitted = {p.rule: p for p in cost.fit(measured, rehearsal, study)}
+
+    rows = []
+    for rule, rule_jobs in jobs.items():
+        if not rule_jobs:
+            continue
+        spec = rules[rule]
+        gpus = study.resources(spec["resources"] or rule, 0, 0)["gpu"]
+        unit, units_of = cost.UNITS.get(rule, ("job", lambda s: 1.0))
+        per_job = float(units_of(study))
+        row = {
+            "rule": rule,
+            "device": "GPU" if gpus else "CPU",
+            "gpus_per_job": gpus,
+            "jobs": len(rule_jobs),
+            "unit": unit,
+            "units_per_job": per_job,
+            "units": per_job * len(rule_jobs),
+            "precision": None,
+            "threads": None,  # a CPU job's (core-hours = wall × threads)
+            "seconds": None,
+        }
+        if gpus and rule in TRAINING_RULES:
+            row["precision"] = ctx.precision
+            if train_why:
+                row.update(rate_source=GPU_UNMEASURED, basis=train_why)
+            else:
+                seconds, basis = 0.0, set()
+                for job in rule_jobs:
+                    g = study.models[job["model"]]["geometry"]
+                    rate, ref = train_rates.get(g, train_rates["learned"])
+                    seconds += per_job / (rate * ref / flops[job["model"]])
+                    basis.add("measured" if g in train_rates else "learned")
+                how = " and ".join(sorted(basis))
+                row.update(
+                    seconds=seconds,
+                    rate_source=GPU_MEASURED,
+                    basis=f"{'compiled' if compiled else 'uncompiled'} training "
+                    f"(training.compile: {str(compiled).lower()}), {how} geometry rates "
+                    "× FLOPs ratio, 3 forwards per trained token",
+                )
+        elif gpus:
+            rate, precision, why = analysis_rates.get(rule, (None, None, "no section measures it"))
+            row["precision"] = precision
+            if rate and ref_flops:
+                scale = _edge_ratio(ctx, study) if rule == "edges" else (lambda m: 1.0)
+                seconds = sum(per_job / rate * flops[j["model"]] / ref_flops * scale(j["model"])
+                              for j in rule_jobs)  # fmt: skip
+                row.update(seconds=seconds, rate_source=GPU_MEASURED, basis=f"{why} × FLOPs ratio")
+            else:
+                row.update(rate_source=GPU_UNMEASURED, basis=why)
+        elif spec["benchmark"] in fitted:
+            p = fitted[spec["benchmark"]]
+            threads = rehearsal.threads(spec["resources"] or rule)
+            row.update(
+                seconds=len(rule_jobs) * p.seconds,
+                threads=threads,
+                rate_source=CPU_FITTED,
+                basis=f"max of {p.jobs} rehearsal jobs {p.measured_s:,.1f} s at "
+                f"{p.units:,.0f} → {p.target_units:,.0f} units, {threads} thread(s)",
+            )
+        else:
+            why = "no --rehearsal-results" if ctx.rehearsal is None else (
+                f"no benchmark files of {spec['benchmark']} in the rehearsal")  # fmt: skip
+            row.update(rate_source=CPU_UNMEASURED, basis=why)
+        s = row["seconds"]
+        row["rate"] = row["units"] / s if s else None
+        gpu = s is not None and row["device"] == "GPU"
+        row["gpu_hours"] = s * gpus / 3600 if gpu else None
+        threads = row["threads"] or 1
+        row["cpu_core_hours"] = s * threads / 3600 if s is not None and not gpu else None
+        peak = peaks.get(row["precision"]) if gpu else None
+        h100 = H100_PEAKS.get(row["precision"])
+        row["h100_gpu_hours"] = row["gpu_hours"] * peak / h100 if peak and h100 else None
+        rows.append(row)
+
+    def total(key):
+        values = [r[key] for r in rows if r[key] is not None]
+        return sum(values) if values else None
+
     return {
-        "config": str(
-            Path(ctx.config).relative_to(ROOT)
-            if Path(ctx.config).is_relative_to(ROOT)
-            else ctx.config
-        ),
+        "config": _relative(ctx.config),
         "study": study.name,
         "runs": len(study.runs),
-        "rules": rules,
-        "total_gpu_hours": total,
-        "total_h100_gpu_hours": total * scale if scale else None,
-        "h100_scaling": f"× {scale:.3f} (device bf16 peak / H100 SXM {H100_BF16_TFLOPS:g})"
-        if scale
-        else "none (not a GPU with a known peak)",
-        "not_projected": "CPU rules (tokenize_corpus, make_tasks, evaluate_clean, concentration, "
-        "lanes, exclusivity, geometry_stats, tables, figures, document), the step copies of "
-        "evaluate/geometry, dynamics (V-gradients), scalar_ablation, coordinates, and the edges "
-        "and acdc rules (the edges section above times their engine on this device; "
-        "benchmarks/edge_engine.py projects them at paper shape)",
-    }
+        "jobs": sum(r["jobs"] for r in rows),
+        "training_compile": compiled,
+        "rehearsal": None if ctx.rehearsal is None else {
+            "results": _relative(ctx.rehearsal), "config": _relative(ctx.rehearsal_config)},
+        "rules": rows,
+        "total_gpu_hours": total("gpu_hours"),
+        "total_cpu_core_hours": total("cpu_core_hours"),
+        "total_h100_gpu_hours": total("h100_gpu_hours"),
+        "h100_scaling": "× device peak / H100 SXM peak at each row's precision (bf16 "
+        f"{H100_PEAKS['bf16']:g}, fp32 {H100_PEAKS['fp32']:g} TFLOP/s; none for float64); "
+        f"this device: {', '.join(f'{k} {v:g}' for k, v in peaks.items() if v) or 'no peak'}",
+        "not_projected": [r["rule"] for r in rows if r["seconds"] is None],
+        "not_in_dag": [rule for rule, js in jobs.items() if not js],
+    }  # fmt: skip
 
 
 SECTION_FUNCTIONS = {
@@ -1090,17 +1207,24 @@ def _md_edges(sec) -> list[str]:
     ]
 
 
+def _rate(x) -> str:
+    return _f(x, ",.1f" if x and x >= 1 else ".2g")
+
+
 def projection_table(sec) -> list[str]:
     rows = [
         [
             r["rule"],
+            r["device"],
             str(r["jobs"]),
-            _f(r["units"], ",.0f"),
             r["unit"],
-            _f(r["rate"], ",.1f"),
+            _f(r["units_per_job"], ",.0f"),
+            _rate(r["rate"]),
+            _f(r["seconds"] and r["seconds"] / r["jobs"], ",.1f"),
+            r["rate_source"],
             _f(r["gpu_hours"], ",.2f"),
+            _f(r["cpu_core_hours"], ",.2f"),
             _f(r["h100_gpu_hours"], ",.2f"),
-            r["basis"],
         ]
         for r in sec["rules"]
     ]
@@ -1108,29 +1232,52 @@ def projection_table(sec) -> list[str]:
         [
             "**total**",
             "",
+            str(sec["jobs"]),
+            "",
+            "",
             "",
             "",
             "",
             _f(sec["total_gpu_hours"], ",.2f"),
+            _f(sec["total_cpu_core_hours"], ",.2f"),
             _f(sec["total_h100_gpu_hours"], ",.2f"),
-            "",
         ]
     )
-    return _table(
-        ["rule", "jobs", "work", "unit", "rate /s", "device-hours", "H100-hours", "basis"], rows
-    )
+    header = ["rule", "device", "jobs", "unit", "units / job", "rate /s", "s / job", "rate source",
+              "GPU-hours", "CPU core-hours", "H100-hours"]  # fmt: skip
+    return _table(header, rows)
 
 
 def _md_projection(sec) -> list[str]:
-    return (
-        [
-            f"{sec['config']} (study {sec['study']}, {sec['runs']} runs); H100 scaling "
-            f"{sec['h100_scaling']}",
+    rehearsal = sec["rehearsal"]
+    lines = [
+        f"{sec['config']} (study {sec['study']}, {sec['runs']} runs, {sec['jobs']} jobs); "
+        f"training.compile {str(sec['training_compile']).lower()}: the "
+        f"{'compiled' if sec['training_compile'] else 'uncompiled'} training rates; CPU rules "
+        + (
+            f"fitted from {rehearsal['results']} ({rehearsal['config']})"
+            if rehearsal
+            else "not measured (no --rehearsal-results)"
+        )
+        + f"; H100 scaling {sec['h100_scaling']}",
+        "",
+    ]
+    lines += projection_table(sec) + [""]
+    lines += [f"- {r['rule']}: {r['basis']}" for r in sec["rules"]
+              if r["rate_source"] != CPU_UNMEASURED]  # fmt: skip
+    cpu = {}
+    for r in sec["rules"]:
+        if r["rate_source"] == CPU_UNMEASURED:
+            cpu.setdefault(r["basis"], []).append(r["rule"])
+    lines += [f"- {CPU_UNMEASURED} ({why}): {', '.join(rs)}" for why, rs in cpu.items()]
+    if sec["not_projected"]:
+        lines += [
             "",
+            f"Not projected (no rate; not in the totals): {', '.join(sec['not_projected'])}.",
         ]
-        + projection_table(sec)
-        + ["", f"Not projected: {sec['not_projected']}."]
-    )
+    if sec["not_in_dag"]:
+        lines += ["", f"Not in this study's DAG (no jobs): {', '.join(sec['not_in_dag'])}."]
+    return lines
 
 
 SECTION_MD = {
@@ -1150,6 +1297,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--resume-worker"]:
         return resume_worker(Path(argv[1]))
     args = parse_args(argv)
+    if args.rehearsal_results and not (args.rehearsal_results / "benchmarks").is_dir():
+        raise SystemExit(f"--rehearsal-results {args.rehearsal_results}: no benchmarks/ folder")
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: torch sees no CUDA device (dry mode: --device cpu --tiny)")
@@ -1160,7 +1309,15 @@ def main(argv: list[str] | None = None) -> int:
     budget = Budget(args.budget_s)
     sections: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="gpu_check_") as work:
-        ctx = Context(device, args.tiny, args.peak_tflops, Path(work), Path(args.config))
+        ctx = Context(
+            device,
+            args.tiny,
+            args.peak_tflops,
+            Path(work),
+            Path(args.config),
+            args.rehearsal_results,
+            args.rehearsal_config,
+        )
         for name, seconds in SECTIONS.items():
             if name not in args.sections:
                 sections[name] = {"status": "skipped", "reason": "not in --sections"}

@@ -14,7 +14,8 @@ with s_j, rss_j the measured wall seconds and peak RSS (MB) of the rehearsal's j
 start-up term) over-estimates a job scaled up, never under-estimates it; the max over jobs
 covers the largest architecture family of the rule (16 heads, 21-layer multiscreen).
 Units are documented per rule in :data:`UNITS`; the fit and the projection are
-:func:`fit` and :func:`project`.
+:func:`fit` and :func:`project`; the jobs of every rule in a study's DAG, from its run sets,
+are :data:`JOBS` (:func:`job_counts`).
 
     python -m headgeom.cost report results/rehearsal --configfile config/rehearsal.yaml \\
         --target config/paper.yaml
@@ -39,8 +40,15 @@ from headgeom.study import TASKS, Study
 MARGIN = 1.5
 
 
+def _splits(study: Study, task: str) -> dict[str, int]:
+    """Examples per split of ``task``: its config's splits, defaults filled."""
+    from headgeom.data.tasks import resolve_task_config
+
+    return resolve_task_config(task, study.task_config(task))["splits"]
+
+
 def _split(study: Study, task: str, split: str) -> int:
-    return int(study.task_config(task)["splits"][split])
+    return int(_splits(study, task)[split])
 
 
 def _patched(study: Study) -> int:
@@ -56,8 +64,18 @@ def _tokens_trained(study: Study) -> float:
     return 3 * t["steps"] * t["batch_size"] * n_ctx + n_evals * n_val  # backward ≈ 2 forwards
 
 
+def _task_examples(study: Study, task: str = "sva") -> int:
+    return sum(_splits(study, task).values())
+
+
 def _all_examples(study: Study) -> int:
-    return sum(_split(study, t, s) for t in TASKS for s in study.task_config(t)["splits"])
+    return sum(_task_examples(study, t) for t in TASKS)
+
+
+def _mode_patched(study: Study) -> int:
+    """Examples patched per patch_modes job: the mode splits of every task, each extra mode."""
+    per_task = sum(_split(study, "sva", s) for s in study.mode_splits)
+    return len(study.extra_modes) * len(TASKS) * per_task
 
 
 def _dynamics(study: Study) -> float:
@@ -78,10 +96,11 @@ UNITS: dict[str, tuple[str, Callable[[Study], float]]] = {
     "train": ("forward-token equivalents (3 × trained + evaluated)", _tokens_trained),
     "train_timeline": ("forward-token equivalents (3 × trained + evaluated)", _tokens_trained),
     "evaluate_clean": ("task examples (every split)", _all_examples),
-    "evaluate_step": ("task examples (every split)", _all_examples),
+    "evaluate_step": ("task examples (every split, SVA)", _task_examples),
     "patch_heads": ("examples patched", _patched),
-    "patch_step": ("examples patched", _patched),
-    "patch_modes": ("examples patched", _patched),
+    "patch_step": ("examples patched (lanes split)", lambda s: _split(s, "sva", s.stage(
+        "lanes")["split"])),
+    "patch_modes": ("examples patched (tasks × extra modes)", _mode_patched),
     "concentration": ("bootstrap + permutation draws", lambda s: s.stage("concentration")[
         "n_bootstrap"] + s.stage("concentration")["n_permutations"]),
     "concentration_step": ("bootstrap + permutation draws", lambda s: s.stage("concentration")[
@@ -93,8 +112,7 @@ UNITS: dict[str, tuple[str, Callable[[Study], float]]] = {
     "lanes": ("permutations", lambda s: s.stage("lanes")["n_permutations"]),
     "lanes_step": ("permutations", lambda s: s.stage("lanes")["n_permutations"]),
     "lanes_mode": ("permutations", lambda s: s.stage("lanes")["n_permutations"]),
-    "leakage": ("examples (3 tasks)", lambda s: 3 * _split(s, "sva", s.stage("leakage")[
-        "split"])),
+    "leakage": ("examples", lambda s: _split(s, "sva", s.stage("leakage")["split"])),
     "clamps": ("examples (3 tasks)", lambda s: 3 * _split(s, "sva", s.stage("clamps")["split"])),
     "edges": ("examples", lambda s: s.stage("edges")["n_examples"]),
     "acdc": ("examples", lambda s: s.stage("edges")["n_examples"]),
@@ -112,7 +130,7 @@ ROWS: dict[str, Callable[[Study], float]] = {
     "train": lambda s: s.stage("training")["batch_size"],
     "train_timeline": lambda s: s.stage("training")["batch_size"],
     "patch_heads": lambda s: min(_patched(s), s.stage("patching")["batch_size"]),
-    "patch_step": lambda s: min(_patched(s), s.stage("patching")["batch_size"]),
+    "patch_step": lambda s: min(UNITS["patch_step"][1](s), s.stage("patching")["batch_size"]),
     "leakage": lambda s: _split(s, "sva", s.stage("leakage")["split"]),
     "clamps": lambda s: min(_split(s, "sva", s.stage("clamps")["split"]),
                             s.stage("clamps")["batch_size"]),
@@ -131,6 +149,123 @@ NO_MODEL = {"tokenize_corpus", "make_tasks", "concentration", "concentration_ste
             "compare_concentration", "lanes", "lanes_step", "exclusivity", "make_table",
             "make_figure", "make_document", "catalog", "checks", "concentration_loss",
             "param_counts", "basis_family", "compare_modes"}  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- jobs
+# The jobs of every rule in a study's DAG (what `rule all` requests), from the Study's run
+# sets: each job as its wildcards, so a job's model is known where it has one.
+Job = dict[str, str | int]
+
+
+def _runs(runs, tasks=(None,), **extra) -> list[Job]:
+    return [{"model": m, "seed": s, **({"task": t} if t else {}), **extra}
+            for m, s in runs for t in tasks]  # fmt: skip
+
+
+def _read_by_outputs(study: Study, result: str) -> list[tuple[str, int]]:
+    """Runs whose ``result`` a paper table, figure or the document reads, in run order."""
+    names = [*study.tables, *study.figures, *study.document_tables]
+    wanted = {run for name in names for res, runs in study.paper_inputs(name).values()
+              if res == result and runs for run in runs}  # fmt: skip
+    return [r for r in study.runs if r in wanted]
+
+
+def _union(study: Study, *run_sets) -> list[tuple[str, int]]:
+    wanted = {r for runs in run_sets for r in runs}
+    return [r for r in study.runs if r in wanted]
+
+
+def _steps(study: Study, task: bool = True) -> list[Job]:
+    """One job per timeline run and timeline step (SVA only where a task is a wildcard)."""
+    return [{**job, "step": step} for job in _runs(study.dynamics_runs("timeline"),
+            ("sva",) if task else (None,)) for step in study.timeline_steps]  # fmt: skip
+
+
+def _corpora(study: Study) -> list[Job]:
+    used = {study.model_corpus(m) for m in study.trained_models}
+    used |= {study.model_corpus(m) for m, _ in _means_runs(study)} | {study.vocab_corpus}
+    return [{"corpus": c} for c in study.corpora if c in used]
+
+
+def _means_runs(study: Study) -> list[tuple[str, int]]:
+    """Runs of rule ablation_atlas (it also writes the means): the atlas, the mode
+    comparison, and every patched run when patching.mode is mean."""
+    mean_mode = study.runs if study.patch_mode == "mean" else []
+    return _union(study, study.atlas_runs, study.mode_runs, mean_mode)
+
+
+def _mode_jobs(study: Study) -> list[Job]:
+    return [{**job, "mode": mode} for job in _runs(study.mode_runs, TASKS)
+            for mode in study.extra_modes]  # fmt: skip
+
+
+def _lanes(study: Study) -> list[Job]:
+    """Λ of every task of the runs the outputs and the mode comparison read, and of SVA of
+    the timeline runs (rule dynamics)."""
+    every = set(_union(study, _read_by_outputs(study, "lanes"), study.mode_runs))
+    timeline = set(study.dynamics_runs("timeline"))
+    return [job for job in _runs(study.runs, TASKS) if (job["model"], job["seed"]) in every
+            or ((job["model"], job["seed"]) in timeline and job["task"] == "sva")]  # fmt: skip
+
+
+def _once(condition: bool = True) -> list[Job]:
+    return [{}] if condition else []
+
+
+#: Jobs per rule of a study's DAG (docstring above); rules `all` does not reach: none.
+JOBS: dict[str, Callable[[Study], list[Job]]] = {
+    "tokenize_corpus": _corpora,
+    "make_tasks": lambda s: [{"task": t} for t in TASKS],
+    "train": lambda s: _runs([r for r in s.runs if r[0] in s.trained_models
+                              and r[0] not in s.timeline_models]),
+    "train_timeline": lambda s: _runs([r for r in s.runs if r[0] in s.timeline_models]),
+    "import_model": lambda s: _runs([r for r in s.runs if s.is_imported(r[0])]),
+    "hash_checkpoint": lambda s: _runs([r for r in s.runs if r[0] in s.trained_models]),
+    "param_counts": lambda s: _once(),
+    "basis_family": lambda s: _once(bool(s.basis_family_models())),
+    "evaluate_clean": lambda s: _runs(_union(s, _read_by_outputs(s, "eval"),
+                                             s.dynamics_runs("timeline"))),
+    "evaluate_step": _steps,
+    "patch_heads": lambda s: _runs(s.runs, TASKS),  # every run's concentration (rule all)
+    "patch_step": _steps,
+    "concentration": lambda s: _runs(s.runs, TASKS),
+    "concentration_step": _steps,
+    "compare_concentration": lambda s: [{"task": t} for t in TASKS] if s.pairs else [],
+    "concentration_loss": lambda s: _once(),
+    "lanes": _lanes,
+    "lanes_step": _steps,
+    "leakage": lambda s: _runs(s.leakage_runs, TASKS),
+    "exclusivity": lambda s: _once(bool(s.leakage_runs)),
+    "clamps": lambda s: _runs(s.clamp_runs("all")),
+    "geometry_stats": lambda s: _runs(s.runs),  # every run's summary (rule checks)
+    "geometry_step": lambda s: _steps(s, task=False),
+    "dynamics": lambda s: _runs(s.dynamics_runs("timeline")),
+    "scalar_ablation": lambda s: _runs(s.dynamics_runs("ablation")),
+    "edges": lambda s: _runs(s.edge_runs),
+    "acdc": lambda s: _runs(s.acdc_runs),
+    "coordinates": lambda s: _runs(s.coordinate_runs),
+    "ablation_atlas": lambda s: _runs(_means_runs(s)),
+    "patch_modes": lambda s: _runs(s.mode_runs),
+    "concentration_mode": _mode_jobs,
+    "lanes_mode": _mode_jobs,
+    "compare_modes": lambda s: _once(bool(s.mode_runs)),
+    "make_table": lambda s: [{"table": t} for t in s.tables],
+    "make_figure": lambda s: [{"figure": f} for f in s.figures],
+    "make_document": lambda s: _once(bool(s.document_tables)),
+    "catalog": lambda s: _once(),
+    "checks": lambda s: _once(),
+    "export_hf": lambda s: [],  # asked for by name only
+}  # fmt: skip
+
+
+def jobs(study: Study) -> dict[str, list[Job]]:
+    """Every rule's jobs (:data:`JOBS`) in ``study``'s DAG."""
+    return {rule: of(study) for rule, of in JOBS.items()}
+
+
+def job_counts(study: Study) -> dict[str, int]:
+    """Jobs per rule of ``study``'s DAG (0: the rule is not in it)."""
+    return {rule: len(js) for rule, js in jobs(study).items()}
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,9 @@
 """benchmarks/gpu_check.py in its CPU dry mode (--device cpu --tiny): every section runs and
-its JSON and Markdown carry sane values; expected counts come from config/paper.yaml by hand
-(docs §6.1: 21 runs; §7: 65,536 steps × 32 × 512 tokens; §8: 812 examples per task)."""
+its JSON and Markdown carry sane values; the projection's jobs are the Study's run sets
+(headgeom.cost.JOBS, checked against a Snakemake DAG's job counts) and its rates follow the
+config (training.compile, resources.<rule>.gpu, edges.dtype) and a rehearsal's benchmarks.
+Expected counts come from config/paper.yaml by hand (docs §6.1: 21 runs; §7: 65,536 steps ×
+32 × 512 tokens; §8: 812 examples per task)."""
 
 from __future__ import annotations
 
@@ -8,11 +11,13 @@ import importlib.util
 import json
 import math
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import yaml
 
 from headgeom.analysis.tolerance import forward_tolerance
 from tests.tolerances import logit_scale, peer_tolerance
@@ -53,8 +58,7 @@ def test_every_section_ran(dry_run):
     assert report["dry_mode"] is True
     assert list(report["sections"]) == list(SECTIONS)
     for name, section in report["sections"].items():
-        allowed = {"ok", "not present"} if name == "edges" else {"ok"}
-        assert section["status"] in allowed, (name, section.get("error"), section.get("traceback"))
+        assert section["status"] == "ok", (name, section.get("error"), section.get("traceback"))
         assert 0 <= section["seconds"] <= section["budget_s"] + 30
     assert report["total_seconds"] < report["budget_s"]
 
@@ -108,20 +112,21 @@ def test_engines(dry_run, dry_inputs):
     patching, clamps, leakage = s["patching"], s["clamps"], s["leakage"]
     assert [r["task"] for r in patching["rows"]] == ["sva", "quote", "plural"]
     assert patching["examples_per_s"] > 0
-    if patching["transformer_lens"] == "compared":  # the dev environment has it
-        assert patching["speedup_vs_transformer_lens"] > 0
-        # TransformerLens, an independent implementation: 2 (L + 1) stages at |logit|
-        tol = peer_tolerance(model, scale)
-        assert max(r["max_abs_delta_e"] for r in patching["rows"]) <= tol
+    # the test environment is '.[dev]', which has TransformerLens (README's test command)
+    assert patching["transformer_lens"] == "compared"
+    assert patching["speedup_vs_transformer_lens"] > 0
+    # TransformerLens, an independent implementation: 2 (L + 1) stages at |logit|
+    tol = peer_tolerance(model, scale)
+    assert max(r["max_abs_delta_e"] for r in patching["rows"]) <= tol
     assert len(clamps["rows"]) == 3 and clamps["case_examples_per_s"] > 0
     n_cases = 5 * len(clamps["sources"])  # five §15.3 conditions per source
     tol = forward_tolerance(model, scale)  # engine and naive part at block 0: L + 1 stages
     assert all(r["cases"] == n_cases and r["max_abs_delta_drop"] <= tol for r in clamps["rows"])
     assert len(leakage["rows"]) == 3 and leakage["examples_per_s"] > 0
     edges = s["edges"]
-    if edges["status"] == "ok":
-        assert edges["edges_per_s"] > 0
-        assert edges["max_abs_delta_kl"] <= kl_tolerance(model, data["sva"], edges)
+    assert edges["status"] == "ok" and edges["dtype"] == "float32"  # the analysis model's
+    assert edges["edges_per_s"] > 0 and edges["edges_timed"] > edges["naive_edges_timed"]
+    assert edges["max_abs_delta_kl"] <= kl_tolerance(model, data["sva"], edges)
 
 
 def kl_tolerance(model, pairs, section) -> float:
@@ -145,28 +150,237 @@ def kl_tolerance(model, pairs, section) -> float:
     return 2 * (delta * 2 * math.sqrt(2 * kl) + 2 * delta**2 + floor)
 
 
+# ----------------------------------------------------------------------------- projection
+# The rehearsal DAG's job counts as Snakemake planned them (`snakemake --cores 2
+# --configfile config/rehearsal.yaml`, its "Job stats" table, `all` left out): headgeom.cost.
+# JOBS must plan the same DAG from the Study's run sets.
+REHEARSAL_JOB_STATS = {
+    "basis_family": 1, "make_tasks": 3, "param_counts": 1, "tokenize_corpus": 2, "train": 19,
+    "train_timeline": 2, "evaluate_step": 2, "geometry_step": 2, "hash_checkpoint": 21,
+    "make_table": 12, "patch_step": 2, "acdc": 1, "concentration_step": 2, "edges": 15,
+    "evaluate_clean": 21, "geometry_stats": 21, "patch_heads": 63, "scalar_ablation": 5,
+    "compare_concentration": 3, "concentration": 63, "lanes_step": 2, "leakage": 15,
+    "make_figure": 10, "clamps": 12, "concentration_loss": 1, "coordinates": 13,
+    "exclusivity": 1, "lanes": 63, "checks": 1, "dynamics": 2, "make_document": 1, "catalog": 1,
+}  # fmt: skip
+GPU_RULES = {"train", "train_timeline", "patch_heads", "patch_step"}  # paper.yaml resources
+
+
+def study_of(config):
+    from headgeom import config_layers
+    from headgeom.study import Study
+
+    if not isinstance(config, dict):
+        config = config_layers.load(config, ROOT)
+    return Study.from_config(config)
+
+
+PAPER_CONFIG = ROOT / "config/paper.yaml"
+
+
+def test_jobs_are_the_dags():
+    from headgeom import cost
+
+    counts = cost.job_counts(study_of(ROOT / "config/rehearsal.yaml"))
+    assert {r: n for r, n in counts.items() if n} == REHEARSAL_JOB_STATS
+    rules = _load_gpu_check().workflow_rules()
+    assert set(cost.JOBS) == set(rules)  # every rule of workflow/rules/*.smk, no other
+    # a `use rule` copy asks for its base rule's resources; benchmarks as the copy names them
+    assert rules["train_timeline"] == {"resources": "train", "benchmark": "train"}
+    assert rules["patch_step"] == {"resources": "patch_heads", "benchmark": "patch_step"}
+    assert rules["lanes_mode"] == {"resources": "lanes", "benchmark": "lanes"}
+    assert rules["clamps"] == {"resources": "clamps", "benchmark": "clamps"}
+
+
 def test_projection_counts_the_paper_dag(dry_run):
-    report, _ = dry_run
+    from headgeom import cost
+
+    report, md = dry_run
     sec = report["sections"]["projection"]
-    rules = {r["rule"]: r for r in sec["rules"]}
-    assert set(rules) == {"train", "patch_heads", "patch_step", "leakage", "clamps"}
-    assert sec["runs"] == 21
-    assert rules["train"]["jobs"] == 21
-    assert rules["train"]["units"] == 21 * 65_536 * 32 * 512
-    assert rules["patch_heads"]["jobs"] == 63
-    assert rules["patch_heads"]["units"] == 63 * (300 + 240 + 240)  # holdout reserved (§16.1)
-    assert rules["leakage"]["jobs"] == 5 * 3 and rules["leakage"]["units"] == 15 * 240
-    # issue 12: write-common and write-rotated-r (corpus R) at steps 256, 1,024, 4,096,
-    # 16,384; SVA's discovery split (300) only
-    assert rules["patch_step"]["jobs"] == 8 and rules["patch_step"]["units"] == 8 * 300
-    # clamps: the 12 runs of clamps.* in paper.yaml, every task, 25 + 3 + 5 · 12 cases
-    assert rules["clamps"]["jobs"] == 36 and rules["clamps"]["units"] == 36 * 240 * 88
-    for r in rules.values():
-        assert r["gpu_hours"] > 0 and r["h100_gpu_hours"] is None  # no GPU peak: no scaling
-    # train at the learned rate is a lower bound wherever the learned model is the largest
-    assert rules["train"]["seconds"] >= 0.5 * rules["train"]["units"] / rules["train"]["rate"]
-    total = sum(r["gpu_hours"] for r in rules.values())
-    assert math.isclose(sec["total_gpu_hours"], total)
+    study = study_of(PAPER_CONFIG)
+    rows = {r["rule"]: r for r in sec["rules"]}
+    counts = cost.job_counts(study)
+    assert list(rows) == [rule for rule, n in counts.items() if n]  # every paper rule, once
+    assert set(rows) == set(REHEARSAL_JOB_STATS)  # the same rules as the rehearsal's DAG
+    assert set(sec["not_in_dag"]) == {"import_model", "export_hf", "ablation_atlas",
+                                      "patch_modes", "concentration_mode", "lanes_mode",
+                                      "compare_modes"}  # fmt: skip
+    assert {r: row["jobs"] for r, row in rows.items()} == {r: n for r, n in counts.items() if n}
+    # the Study's run sets, by hand for the paper: 12 clamp runs, 21 runs trained (2 of them
+    # timelines), 5 leakage runs × 3 tasks, 4 timeline steps × 2 timeline runs (SVA)
+    runs = study.runs
+    assert sec["runs"] == len(runs) == 21
+    assert rows["clamps"]["jobs"] == len(study.clamp_runs("all")) == 12
+    assert rows["train"]["jobs"] + rows["train_timeline"]["jobs"] == len(runs)
+    assert rows["train_timeline"]["jobs"] == len(study.dynamics_runs("timeline")) == 2
+    assert rows["leakage"]["jobs"] == 3 * len(study.leakage_runs) == 15
+    assert rows["patch_heads"]["jobs"] == rows["concentration"]["jobs"] == 3 * len(runs)
+    assert rows["patch_step"]["jobs"] == 2 * len(study.timeline_steps) == 8
+    assert rows["edges"]["jobs"] == len(study.edge_runs) == 15
+    assert rows["acdc"]["jobs"] == len(study.acdc_runs) == 1
+    assert rows["coordinates"]["jobs"] == len(study.coordinate_runs) == 13
+    assert rows["dynamics"]["jobs"] == 2
+    assert rows["scalar_ablation"]["jobs"] == len(study.dynamics_runs("ablation")) == 5
+    # the paper's DAG: the rehearsal's, with 3 more timeline steps (4, not 1) in 5 step rules
+    assert sec["jobs"] == sum(counts.values()) == sum(REHEARSAL_JOB_STATS.values()) + 5 * 2 * 3
+    # work per job: cost.UNITS (one task's examples per leakage job, §8's 240)
+    assert rows["leakage"]["units_per_job"] == 240 and rows["clamps"]["units_per_job"] == 720
+    assert rows["patch_heads"]["units_per_job"] == 300 + 240 + 240  # holdout reserved
+    assert rows["patch_step"]["units_per_job"] == 300  # the lanes split only
+    assert rows["train"]["units_per_job"] == 3 * 65_536 * 32 * 512 + 17 * 2_000_000
+    # devices from config resources: only training and patching have a GPU in paper.yaml
+    assert {r for r, row in rows.items() if row["device"] == "GPU"} == GPU_RULES
+    for rule, row in rows.items():
+        if rule in GPU_RULES:
+            assert row["rate_source"] == "GPU measured in this run", row
+            assert row["gpu_hours"] > 0 and row["cpu_core_hours"] is None
+        else:  # no --rehearsal-results
+            assert row["rate_source"] == "CPU, not measured here", row
+            assert row["gpu_hours"] is None and row["cpu_core_hours"] is None
+        assert row["h100_gpu_hours"] is None  # no GPU peak on a CPU: no scaling
+    assert sec["training_compile"] is False
+    assert sec["total_gpu_hours"] == pytest.approx(sum(rows[r]["gpu_hours"] for r in GPU_RULES))
+    assert sec["total_cpu_core_hours"] is None
+    assert set(sec["not_projected"]) == set(rows) - GPU_RULES
+    assert "| train | GPU | 19 |" in md and "| clamps | CPU | 12 |" in md and "**total**" in md
+
+
+def projection(tmp_path, monkeypatch, config=None, rehearsal=None, peaks=None, **shared):
+    """The projection section alone, from given rates: training (geometry, compile) ->
+    tokens/s, the analysis rates of a model of ``analysis_flops``."""
+    gpu_check = _load_gpu_check()
+    path = PAPER_CONFIG
+    if config is not None:
+        path = tmp_path / "config.yaml"
+        path.write_text(yaml.safe_dump(config))
+    ctx = gpu_check.Context(torch.device("cpu"), False, None, tmp_path, path, rehearsal)
+    learned = gpu_check._model_flops(study_of(PAPER_CONFIG))["learned-r"]
+    ctx.shared.update(
+        training=[
+            {"geometry": "learned", "compile": c, "tokens_per_s": tps,
+             "gflop_per_token": learned / 1e9}
+            for c, tps in shared.pop("training", {False: 1000.0, True: 2000.0}).items()
+        ],
+        patching_examples_per_s=10.0, leakage_examples_per_s=4.0, analysis_flops=learned,
+        **shared,
+    )  # fmt: skip
+    if peaks:
+        monkeypatch.setattr(gpu_check, "device_peaks", lambda ctx: peaks)
+    sec = gpu_check.projection_section(ctx, time.perf_counter() + 60)
+    return sec, {r["rule"]: r for r in sec["rules"]}
+
+
+def per_model_seconds(runs, learned_seconds: float) -> float:
+    """Seconds of ``runs`` whose learned-r job takes ``learned_seconds``: × FLOPs ratio."""
+    flops = _load_gpu_check()._model_flops(study_of(PAPER_CONFIG))
+    return sum(learned_seconds * flops[m] / flops["learned-r"] for m, _ in runs)
+
+
+def paper_dict():
+    from headgeom import config_layers
+
+    return config_layers.load(PAPER_CONFIG, ROOT)
+
+
+def test_training_follows_the_configs_compile(tmp_path, monkeypatch):
+    from headgeom import cost
+
+    study = study_of(PAPER_CONFIG)
+    flops = _load_gpu_check()._model_flops(study)
+    units = cost.UNITS["train"][1](study)
+    # learned's rate × its FLOPs over each model's (no other geometry measured here)
+    want = sum(units / (3 * 1000.0 * flops["learned-r"] / flops[m])
+               for m, s in study.runs if m not in study.timeline_models)  # fmt: skip
+    sec, rows = projection(tmp_path, monkeypatch)  # paper.yaml: training.compile false
+    assert sec["training_compile"] is False
+    assert rows["train"]["seconds"] == pytest.approx(want)
+    assert "uncompiled training" in rows["train"]["basis"]
+    config = paper_dict()
+    config["training"]["compile"] = True
+    sec, rows = projection(tmp_path, monkeypatch, config)
+    assert sec["training_compile"] is True
+    assert rows["train"]["seconds"] == pytest.approx(want / 2)  # the compiled 2,000 tokens/s
+    assert "compiled training" in rows["train"]["basis"]
+    # without a compiled measurement the compiled study's training is not projected
+    sec, rows = projection(tmp_path, monkeypatch, config, training={False: 1000.0})
+    assert rows["train"]["rate_source"] == "GPU, not measured here"
+    assert rows["train"]["seconds"] is None and "train" in sec["not_projected"]
+
+
+def test_each_rule_runs_on_its_resources_device(tmp_path, monkeypatch):
+    config = paper_dict()
+    for rule in ("leakage", "clamps", "edges"):
+        config["resources"][rule] = {"gpu": 1}
+    shared = {"edges_dtype": "float32", "edge_examples_per_s": 2.0, "edges_total": 20_000}
+    sec, rows = projection(tmp_path, monkeypatch, config, **shared)
+    assert {r for r, row in rows.items() if row["device"] == "GPU"} == GPU_RULES | {
+        "leakage", "clamps", "edges"}  # fmt: skip
+    # leakage: 15 jobs of 240 examples at 4 examples/s of learned, × each model's FLOPs ratio
+    leak = rows["leakage"]
+    assert leak["rate_source"] == "GPU measured in this run"
+    assert leak["seconds"] == pytest.approx(
+        per_model_seconds(study_of(PAPER_CONFIG).leakage_runs, 3 * 240 / 4.0)
+    )
+    assert rows["clamps"]["rate_source"] == "GPU, not measured here"  # path cases only
+    # edges: the paper's float64 is not what the section measured (float32)
+    assert rows["edges"]["rate_source"] == "GPU, not measured here"
+    assert "float64" in rows["edges"]["basis"]
+    config["edges"]["dtype"] = "float32"
+    sec, rows = projection(tmp_path, monkeypatch, config, **shared)
+    assert rows["edges"]["rate_source"] == "GPU measured in this run"
+    assert rows["edges"]["precision"] == "fp32" and rows["edges"]["seconds"] > 0
+
+
+def test_each_gpu_row_scales_to_an_h100_at_its_own_precision(tmp_path, monkeypatch):
+    peaks = {"bf16": 989.0 / 2, "fp32": 67.0 / 4, "fp64": 30.0}
+    sec, rows = projection(tmp_path, monkeypatch, peaks=peaks)
+    train, patch = rows["train"], rows["patch_heads"]
+    assert train["precision"] == "fp32"  # measured on this CPU (the paper's: bf16 on CUDA)
+    assert patch["precision"] == "fp32"  # analyses: fp32, never the bf16 peak
+    assert patch["h100_gpu_hours"] == pytest.approx(patch["gpu_hours"] / 4)
+    assert train["h100_gpu_hours"] == pytest.approx(train["gpu_hours"] / 4)
+    total = sum(r["h100_gpu_hours"] for r in rows.values() if r["h100_gpu_hours"])
+    assert sec["total_h100_gpu_hours"] == pytest.approx(total)
+
+
+def bench(root, rule, job, s, rss=100.0):
+    """A Snakemake benchmark file (tests/unit/test_cost.py's format)."""
+    path = root / "benchmarks" / rule / f"{job}.tsv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
+        f"{s}\t0:00:01\t{rss}\t1\t1\t1\t0\t0\t90\t{s}\n"
+    )
+
+
+def test_cpu_rules_come_from_a_rehearsals_benchmarks(tmp_path, monkeypatch):
+    results = tmp_path / "rehearsal"
+    bench(results, "hash_checkpoint", "learned-r-s42", 1.0)
+    bench(results, "leakage", "learned-r-s42-sva", 2.0)
+    bench(results, "leakage", "learned-r-s42-quote", 5.0)  # the max over jobs
+    bench(results, "clamps", "learned-r-s42", 10.0)
+    bench(results, "lanes", "learned-r-s42-sva", 3.0)
+    bench(results, "patch_heads", "learned-r-s42-sva", 50.0)  # a GPU rule: not used
+    sec, rows = projection(tmp_path, monkeypatch, rehearsal=results)
+    assert sec["rehearsal"]["config"] == "config/rehearsal.yaml"
+    # by hand, time ∝ units: rehearsal → paper (config/rehearsal.yaml's counts)
+    want = {
+        "hash_checkpoint": 21 * 1.0,  # fixed work
+        "leakage": 15 * 5.0 / 16 * 240,  # evaluation examples: 16 → 240
+        "clamps": 12 * 10.0 / (3 * 16) * (3 * 240),
+        "lanes": 63 * 3.0 / 100 * 5000,  # permutations: 100 → 5,000
+    }
+    for rule, seconds in want.items():
+        row = rows[rule]
+        assert row["rate_source"] == "CPU fitted from rehearsal benchmarks", row
+        assert row["seconds"] == pytest.approx(seconds)
+        assert row["cpu_core_hours"] == pytest.approx(seconds / 3600)  # one thread each
+    assert sec["total_cpu_core_hours"] == pytest.approx(sum(want.values()) / 3600)
+    assert rows["edges"]["rate_source"] == "CPU, not measured here"
+    assert "no benchmark files of edges" in rows["edges"]["basis"]
+    assert rows["patch_heads"]["rate_source"] == "GPU measured in this run"
+    runs = study_of(PAPER_CONFIG).runs
+    assert rows["patch_heads"]["seconds"] == pytest.approx(per_model_seconds(runs, 3 * 780 / 10.0))
 
 
 def test_markdown_has_every_section(dry_run):
@@ -174,4 +388,4 @@ def test_markdown_has_every_section(dry_run):
     assert "CPU DRY MODE" in md
     for name in SECTIONS:
         assert f"## {name}" in md
-    assert "| train | 21 |" in md and "**total**" in md
+    assert "| rule | device | jobs |" in md and "Not in this study's DAG" in md
