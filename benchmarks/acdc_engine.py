@@ -29,7 +29,9 @@ the layer between the measured layers (per MLP and per head destination) and sum
 the calls of a whole run: the projection for the paper's run on this machine.
 
 The new engine's peak RSS (``resource.getrusage``) is taken after its calls and before the
-old implementation runs; it includes the model (~0.8 GB in float64).
+old implementation runs; it is the process's, so it includes the model (~0.8 GB in float64)
+and the peak of building it (float32, then float64). The peak of the engine's phase alone is
+read from /proc (VmHWM, reset before it), beside the size of the engine's state.
 """
 
 from __future__ import annotations
@@ -162,10 +164,15 @@ def main(argv=None) -> int:
         i0 = next(i for i, e in enumerate(edges) if e[1] == dest)
         plans.append((dest, key, state_before(edges, i0, args, rng), edges[i0 : i0 + args.trials]))
 
+    setup_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    phase = reset_peak_rss()
+    before_mb = rss_now_mb("VmRSS")
     new = {}
     for dest, _, removed, calls in plans:
         new[dest] = run_new(model, clean, ref, removed, calls, args.threshold)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    phase_mb = rss_now_mb("VmHWM") if phase else float("nan")
+    state_mb = state_bytes(A.Circuit(model, clean, ref)) / 2**20
     graph = R.Graph(model, clean, ref)
     old = {
         dest: run_old(graph, removed, calls, args.threshold, L) for dest, _, removed, calls in plans
@@ -198,8 +205,35 @@ def main(argv=None) -> int:
     )
     print(f"metric calls per second: old {len(edges) / t_old:.2f}, new {len(edges) / t_new:.2f}")
     print(f"max |Δ metric| between the two on the sampled calls: {worst:.2e}")
-    print(f"new engine peak RSS: {rss_mb:.0f} MB (model {model_mb(model):.0f} MB)")
+    print(
+        f"new engine peak RSS (getrusage, the process so far): {rss_mb:.0f} MB; after building "
+        f"the model {setup_mb:.0f} MB; during the engine's calls (VmHWM reset before them) "
+        f"{phase_mb:.0f} MB, {phase_mb - before_mb:.0f} MB above the {before_mb:.0f} MB resident "
+        f"before them; model {model_mb(model):.0f} MB, engine state {state_mb:.0f} MB"
+    )
     return 0
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's peak-RSS mark (VmHWM) of this process; False where refused."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def rss_now_mb(field: str) -> float:
+    """``VmRSS`` (resident now) or ``VmHWM`` (peak since the last reset) of this process."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def state_bytes(circuit) -> int:
+    names = ("diff", "ref_out", "xref", "read", "past_k", "past_v", "keep")
+    return sum(getattr(circuit, n).numel() * getattr(circuit, n).element_size() for n in names)
 
 
 def model_mb(model) -> float:

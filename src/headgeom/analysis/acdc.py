@@ -56,7 +56,7 @@ reference residuals) + 3·L·H·S·B·d (current Q, K, V) + 2·L·H·P·B·d (pr
 values in the model's dtype and an n_dest × n_src mask (n_dest = L(3H + 1) + 1), plus per
 call at most one layer's inputs 3H·S·B·D and the float64 logits of ``final_kl`` (a few
 B·V); the setup's two cached forwards hold O(L·T·B·D) more. At the paper's shape in float64
-(L = H = 12, D = 768, B = 16, T = 5, p = 1) the state is ~140 MB, beside the model's 1 GB.
+(L = H = 12, D = 768, B = 16, T = 5, p = 1) the state is ~150 MB, beside the model's 0.85 GB.
 
 :func:`hooked_metric` recomputes the metric of a circuit independently, through the model's
 own forward and its named sites; :func:`acdc` checks a sample of its decisions with it, each
