@@ -8,6 +8,8 @@ weight-space maps so geometric analyses read the same matrices the forward pass 
 * ``writer.write_maps()``        -> (head, d_model, d_head): W_O^{l,h} (docs §0, §9.1)
 * ``reader.read_maps(X)``         -> (head, d_head, d_model): W_X^{l,h}
 * ``reader.folded_read_maps(X)``  -> (head, d_head, d_model): W_X diag(γ) P_c (docs §9.2)
+* ``reader.read_heads(x, heads, kinds)`` -> (N, ..., d_head): the X of N chosen (head, X)
+  pairs, each on its own input (ACDC, ``headgeom.analysis.acdc``)
 
 Every geometry of the study is one keyword record in ``GEOMETRIES`` (a :class:`Geometry`):
 its architecture, reader kind, sizing rule, parameters and capabilities, and for GPT its
@@ -202,6 +204,16 @@ class FreeReader(nn.Module):
         shape = (*x.shape[:-1], self.n_head, self.d_head)
         return q.view(shape), k.view(shape), v.view(shape)
 
+    def read_heads(self, x: torch.Tensor, heads: torch.Tensor, kinds: torch.Tensor) -> torch.Tensor:
+        """X of N (head, X) pairs, pair n on its own input: ``x`` (N, ..., D), ``heads`` and
+        ``kinds`` (N,) int64 (``kinds`` indexes ``READ_TYPES``) -> (N, ..., d), row n
+        ``forward(x[n])[kinds[n]][..., heads[n], :]`` computing head ``heads[n]`` only."""
+        H, d = self.n_head, self.d_head
+        w = self.c_attn.weight.view(3, H, d, -1)[kinds, heads]  # (N, d, D)
+        b = self.c_attn.bias.view(3, H, d)[kinds, heads]  # (N, d)
+        u = self.ln_1(x).flatten(1, -2)  # (N, R, D)
+        return torch.baddbmm(b[:, None], u, w.mT).view(*x.shape[:-1], d)
+
     def read_maps(self, X: str) -> torch.Tensor:
         i = READ_TYPES.index(X)
         hd = self.n_head * self.d_head
@@ -236,6 +248,16 @@ class ValueAdapterReader(FreeReader):
         q, k, v = super().forward(x)  # (B, T, H, d) each
         hidden = F.gelu(torch.einsum("bthi,hwi->bthw", v, self.U1), approximate="tanh")
         return q, k, v + torch.einsum("bthw,hiw->bthi", hidden, self.U2)
+
+    def read_heads(self, x: torch.Tensor, heads: torch.Tensor, kinds: torch.Tensor) -> torch.Tensor:
+        """``FreeReader.read_heads``, values through their head's adapter."""
+        out = super().read_heads(x, heads, kinds)  # (N, ..., d)
+        is_v = kinds == READ_TYPES.index("V")
+        if bool(is_v.any()):
+            v, h = out[is_v].flatten(1, -2), heads[is_v]  # (N_v, R, d)
+            hidden = F.gelu(torch.bmm(v, self.U1[h].mT), approximate="tanh")  # (N_v, R, W)
+            out[is_v] = (v + torch.bmm(hidden, self.U2[h].mT)).view(out[is_v].shape)
+        return out
 
 
 class BlockReader(nn.Module):
@@ -281,6 +303,21 @@ class BlockReader(nn.Module):
             torch.einsum("bthi,hoi->btho", u, A) + bias[i]
             for i, A in enumerate((self.A_Q, self.A_K, self.A_V))
         )
+
+    def read_heads(self, x: torch.Tensor, heads: torch.Tensor, kinds: torch.Tensor) -> torch.Tensor:
+        """X of N (head, X) pairs, pair n on its own input: ``x`` (N, ..., D), ``heads`` and
+        ``kinds`` (N,) int64 (``kinds`` indexes ``READ_TYPES``) -> (N, ..., d), row n
+        ``forward(x[n])[kinds[n]][..., heads[n], :]`` computing head ``heads[n]`` only."""
+        H, d = self.n_head, self.d_head
+        device = x.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+        S = _cast(self, self.basis, 1.0, dtype).view(-1, H, d).permute(1, 0, 2)[heads]  # (N, D, d)
+        b = torch.bmm(x.flatten(1, -2), S)  # S_hᵀ x: (N, R, d)
+        u = F.layer_norm(b, (d,), eps=self.eps)
+        u = u * self.ln_weight.view(H, d)[heads, None] + self.ln_bias.view(H, d)[heads, None]
+        A = torch.stack((self.A_Q, self.A_K, self.A_V))[kinds, heads]  # (N, d, d)
+        bias = self.b_QKV.view(3, H, d)[kinds, heads]  # (N, d)
+        return torch.baddbmm(bias[:, None], u, A.mT).view(*x.shape[:-1], d)
 
     def read_blocks(self) -> torch.Tensor:
         """S_h for every head, (head, d_model, d_head), float64."""
