@@ -471,10 +471,12 @@ def acdc(
     result.kept = pruned(removed, L, H)
     rng = np.random.default_rng(seed)
     picks = sorted(rng.choice(len(result.decisions), min(n_checks, len(result.decisions)), False))
-    decided: set = set()
-    marks = []
-    for s, d, _, _, drop in result.decisions:
-        marks.append(frozenset(decided | {(s, d)}))
+    # the removed set each sampled trial tested (only those: one set per decision would be
+    # quadratic, ~32,500² / 2 entries at the paper's shape)
+    wanted, decided, marks = set(int(i) for i in picks), set(), {}
+    for i, (s, d, _, _, drop) in enumerate(result.decisions):
+        if i in wanted:
+            marks[i] = frozenset(decided | {(s, d)})
         if drop:
             decided.add((s, d))
     # Both routes compute the same KL in the model's dtype; each differs from the exact one by
