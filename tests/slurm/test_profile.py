@@ -76,8 +76,9 @@ def planned_resources() -> dict[str, Resources]:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     found: dict[str, Resources] = {}
-    for block in re.split(r"\n(?=(?:local)?rule \w+:)", proc.stdout):
-        head = re.match(r"(?:local)?rule (\w+):", block)
+    # a group's jobs (slurm/config.yaml `groups`) are listed indented inside its block
+    for block in re.split(r"\n(?=\s*(?:local)?rule \w+:)", proc.stdout):
+        head = re.match(r"\s*(?:local)?rule (\w+):", block)
         res = re.search(r"^\s+resources: (.*)$", block, re.M)
         if head and res and head.group(1) not in found:
             pairs = (item.split("=", 1) for item in res.group(1).split(", "))
