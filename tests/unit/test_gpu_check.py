@@ -364,11 +364,14 @@ def test_cpu_rules_come_from_a_rehearsals_benchmarks(tmp_path, monkeypatch):
     sec, rows = projection(tmp_path, monkeypatch, rehearsal=results)
     assert sec["rehearsal"]["config"] == "config/rehearsal.yaml"
     # by hand, time ∝ units: rehearsal → paper (config/rehearsal.yaml's counts)
+    rehearsal = yaml.safe_load((ROOT / "config" / "rehearsal.yaml").read_text())
+    n_eval = rehearsal["tasks"]["sva"]["splits"]["evaluation"]  # the paper's: 240
+    n_perm = rehearsal["lanes"]["n_permutations"]  # the paper's: 5,000
     want = {
         "hash_checkpoint": 21 * 1.0,  # fixed work
-        "leakage": 15 * 5.0 / 16 * 240,  # evaluation examples: 16 → 240
-        "clamps": 12 * 10.0 / (3 * 16) * (3 * 240),
-        "lanes": 63 * 3.0 / 100 * 5000,  # permutations: 100 → 5,000
+        "leakage": 15 * 5.0 / n_eval * 240,  # evaluation examples → 240
+        "clamps": 12 * 10.0 / (3 * n_eval) * (3 * 240),
+        "lanes": 63 * 3.0 / n_perm * 5000,  # permutations → 5,000
     }
     for rule, seconds in want.items():
         row = rows[rule]
