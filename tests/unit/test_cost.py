@@ -117,3 +117,16 @@ def test_summary_round_trips_and_refuses_other_files(tmp_path):
     (tmp_path / "bad.tsv").write_text("rule\tseconds\nx\t1\n")
     with pytest.raises(ValueError, match=r"bad.tsv: expected a cost summary"):
         cost.read_summary(tmp_path / "bad.tsv")
+
+
+def test_report_projects_cpu_rules_and_leaves_gpu_time_to_gpu_check():
+    p = [cost.Projection("lanes", 2, 3.0, 150.0, "permutations", 100, 5000, 150.0, 150.0),
+         cost.Projection("train", 1, 9.0, 900.0, "tokens", 10, 1e9, 9e8, 2000.0)]  # fmt: skip
+    planned = {"lanes": {"mem_mb": 1000, "runtime": 2, "gpu": 0, "jobs": 63},
+               "train": {"mem_mb": 64000, "runtime": 720, "gpu": 1, "jobs": 21}}  # fmt: skip
+    text = cost.report(p, planned)
+    lanes, train = (next(ln for ln in text.splitlines() if ln.startswith(f"| {r} "))
+                    for r in ("lanes", "train"))  # fmt: skip
+    assert "| 2.5 min |" in lanes and lanes.endswith("| 1,000, 2 | NO |")  # 150 s > 2 min
+    assert "GPU rule: gpu_check" in train and train.endswith("| yes |")  # memory only
+    assert "on this CPU: 2.6 h" in text  # 63 × 150 s; the GPU rule is not in it
