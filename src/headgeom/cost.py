@@ -29,7 +29,7 @@ import argparse
 import csv
 import math
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -364,16 +364,18 @@ def fit(measured: Mapping[str, Measured], study: Study, target: Study) -> list[P
     return out
 
 
-def planned_requests(configfile: str | Path, cwd: str | Path = ".") -> dict[str, dict]:
+def planned_requests(
+    configfile: str | Path, cwd: str | Path = ".", targets: Sequence[str] = ()
+) -> dict[str, dict]:
     """Resources of each rule's first job as a dry run of the whole DAG under the Slurm
     profile reports them (what sbatch is given: the rule's own defaults in its .smk file,
     then config ``resources``, exactly as the workflow resolves them), with ``jobs`` (the
-    rule's planned job count)."""
+    rule's planned job count); ``targets``: only the jobs they need (default the whole DAG)."""
     import re
     import subprocess
 
     cmd = [sys.executable, "-m", "snakemake", "-n", "--profile", "slurm", "--cores", "1",
-           f"--configfile={configfile}", "--forceall"]  # fmt: skip
+           f"--configfile={configfile}", "--forceall", *targets]  # fmt: skip
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}{proc.stderr}")

@@ -7,14 +7,12 @@ them into flags; the flags must be config/paper.yaml's values, not `--cores 1`'s
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import pytest
 import yaml
 
+from headgeom import cost
 from tests.e2e.conftest import REPO
 
 submit_string = pytest.importorskip(
@@ -47,43 +45,12 @@ class Resources(dict):
     __getattr__ = dict.__getitem__
 
 
-def parse_value(text: str):
-    return int(text) if re.fullmatch(r"-?\d+", text) else text
-
-
 @pytest.fixture(scope="module")
 def planned_resources() -> dict[str, Resources]:
     """Resources of the first planned job of each rule, as a dry run of the paper study
-    under the Slurm profile and --cores 1 reports them."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-n",
-            "--profile",
-            "slurm",
-            "--cores",
-            "1",
-            "--configfile=config/paper.yaml",
-            "--forceall",
-            LANES_TARGET,
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    found: dict[str, Resources] = {}
-    # a group's jobs (slurm/config.yaml `groups`) are listed indented inside its block
-    for block in re.split(r"\n(?=\s*(?:local)?rule \w+:)", proc.stdout):
-        head = re.match(r"\s*(?:local)?rule (\w+):", block)
-        res = re.search(r"^\s+resources: (.*)$", block, re.M)
-        if head and res and head.group(1) not in found:
-            pairs = (item.split("=", 1) for item in res.group(1).split(", "))
-            found[head.group(1)] = Resources({k: parse_value(v) for k, v in pairs})
-    return found
+    under the Slurm profile and --cores 1 reports them (headgeom.cost.planned_requests)."""
+    planned = cost.planned_requests("config/paper.yaml", REPO, [LANES_TARGET])
+    return {rule: Resources(res) for rule, res in planned.items()}
 
 
 def sbatch_flags(resources: Resources) -> str:
