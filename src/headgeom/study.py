@@ -324,7 +324,7 @@ class Study:
             training["checkpoint_steps"] = []
         return training
 
-    @property
+    @cached_property
     def timeline_models(self) -> list[str]:
         """Models with a timeline run (their runs keep training.checkpoint_steps)."""
         return list(dict.fromkeys(m for m, _ in self.dynamics_runs("timeline")))
