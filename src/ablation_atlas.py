@@ -96,7 +96,12 @@ def main(argv: list[str] | None = None) -> int:
         inputs = model_inputs(task.frame.head(args.n_retention or None), vocab)
         tasks.append(ablation.TaskPrompts(task.name, inputs.clean_ids, inputs.correct,
                                           inputs.incorrect))  # fmt: skip
-    n_edits = len(ablation.atlas_edits(model)) * -(-args.n_eval_windows // args.batch_size)
+    # the progress total: every edit once per batch of windows the atlas's plan makes
+    edits = ablation.atlas_edits(model)
+    prompt_len = max((len(c) for t in tasks for c in t.clean_ids), default=1)
+    plan = ablation.atlas_plan(model, eval_windows.shape[1] - 1, args.batch_size,
+                               args.work_mb * 2**20, prompt_len, len(edits))  # fmt: skip
+    n_edits = len(edits) * -(-args.n_eval_windows // plan.windows)
     with tqdm(total=n_edits, desc="ablate", unit="edit", file=sys.stderr) as bar:
         atlas, baseline = ablation.block_atlas(
             model,
