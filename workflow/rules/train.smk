@@ -45,10 +45,6 @@ use rule train as train_timeline with:
         checkpoint=PATHS["checkpoint"],
         log=PATHS["train_log"],
         intermediate=STUDY.intermediate_checkpoints(PATHS["checkpoints"]),
-    log:
-        log_of("train", "{model}-s{seed}"),
-    benchmark:
-        benchmark_of("train", "{model}-s{seed}")
 
 
 rule hash_checkpoint:
