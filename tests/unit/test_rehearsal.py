@@ -87,6 +87,18 @@ def test_extends_chains_and_refuses_cycles_and_missing_files(tmp_path):
         config_layers.resolve({"extends": "nope.yaml"}, tmp_path)
 
 
+def test_replaces_takes_a_mapping_whole(tmp_path):
+    (tmp_path / "a.yaml").write_text("r: {train: {gpu: 1, mem: 9}, other: {mem: 2}}\nk: {p: 1}\n")
+    top = {"extends": "a.yaml", "replaces": ["r"], "r": {"train": {"mem": 3}}, "k": {"q": 2}}
+    assert config_layers.resolve(top, tmp_path) == {
+        "r": {"train": {"mem": 3}}, "k": {"p": 1, "q": 2},  # r replaced, k merged
+    }  # fmt: skip
+    with pytest.raises(ValueError, match=r"\['s'\] named but not set"):
+        config_layers.resolve({"extends": "a.yaml", "replaces": ["s"]}, tmp_path)
+    with pytest.raises(ValueError, match="only a config that extends"):
+        config_layers.resolve({"replaces": ["r"], "r": {}}, tmp_path)
+
+
 # ----------------------------------------------------------------------------- rehearsal
 def test_rehearsal_changes_counts_only_never_shapes():
     assert REHEARSAL["architecture"] == PAPER["architecture"]
