@@ -130,3 +130,36 @@ def test_report_projects_cpu_rules_and_leaves_gpu_time_to_gpu_check():
     assert "| 2.5 min |" in lanes and lanes.endswith("| 1,000, 2 | NO |")  # 150 s > 2 min
     assert "GPU rule: gpu_check" in train and train.endswith("| yes |")  # memory only
     assert "on this CPU: 2.6 h" in text  # 63 × 150 s; the GPU rule is not in it
+
+
+# ----------------------------------------------------------------------------- the paper
+# The rehearsal's per-rule maxima on one CPU core (python -m headgeom.cost summary; the run
+# and machine are named in the file's first line).
+CALIBRATION = REPO / "benchmarks" / "rehearsal_cpu.tsv"
+# Rules whose rehearsal does not scale to the paper's work: the corpus is the embedded
+# generator there, FineWeb-Edu streaming here (its request is the streaming job's).
+NOT_PROJECTED = {"tokenize_corpus"}
+
+
+def test_paper_requests_cover_the_projected_cost():
+    def study(name):
+        from headgeom import config_layers
+
+        return Study.from_config(config_layers.load(REPO / "config" / name))
+
+    measured = cost.read_summary(CALIBRATION)
+    planned = cost.planned_requests("config/paper.yaml", REPO)
+    submitted = set(planned) - cost.local_rules(REPO)
+    missing = submitted - set(measured) - NOT_PROJECTED
+    assert not missing, f"paper rules the rehearsal never ran: {sorted(missing)}"
+    short = []
+    for p in cost.fit(measured, study("rehearsal.yaml"), study("paper.yaml")):
+        if p.rule not in submitted or p.rule in NOT_PROJECTED:
+            continue
+        mem, runtime = cost.request(planned, p.rule)
+        if p.memory_mb > mem:
+            short.append(f"{p.rule}: {p.memory_mb:,.0f} MB projected > {mem:,} requested")
+        # a GPU job's time is gpu_check's to project; a CPU job's is this fit's
+        if not planned[p.rule].get("gpu") and p.seconds > runtime * 60:
+            short.append(f"{p.rule}: {p.seconds / 60:,.0f} min projected > {runtime} requested")
+    assert not short, "\n".join(short)
