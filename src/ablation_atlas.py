@@ -1,4 +1,4 @@
-"""Means artifact and block ablation atlas of one run (issue 16, docs §10.6).
+"""Means artifact and block ablation atlas of one run (docs §10.6).
 
     python src/ablation_atlas.py --checkpoint CKPT --manifest MANIFEST \\
         --val-tokens val_tokens.parquet --tasks sva.parquet quote.parquet plural.parquet \\

@@ -1,4 +1,4 @@
-"""Concentration per head-patching ablation mode, side by side (issue 16, docs §10.6).
+"""Concentration per head-patching ablation mode, side by side (docs §10.6).
 
     python src/compare_modes.py --split evaluation --base-mode resample \\
         --input resample SUMMARY HEADS LANES --input mean SUMMARY HEADS LANES ... \

@@ -1,4 +1,4 @@
-"""Import a GPT-2 checkpoint the user brings (issue 15) as the workspace's checkpoint.
+"""Import a GPT-2 checkpoint the user brings (no training recipe) as the workspace's checkpoint.
 
     python src/import_model.py --run-json '{...}' --val-tokens corpus/val_tokens.parquet \\
         --n-ctx 32 --batch-size 16 --threads 1 \\

@@ -9,9 +9,9 @@ Writes one row per (split, example, layer, head) with the clean and patched logi
 differences and the drop ``effect = clean_ld − patched_ld``
 (headgeom.analysis.patch_effects.patch_task). The checkpoint is verified against its
 manifest before anything else is read; the file metadata carries the provenance keys.
-``--mode`` (issue 16): resample (the reference prompt's z, the default), mean (the head's
-mean z from ``--means``, the artifact of src/ablation_atlas.py, whose hash is recorded) or
-zero.
+``--mode`` (ablation mode, docs §10.1): resample (the reference prompt's z, the default),
+mean (the head's mean z from ``--means``, the artifact of src/ablation_atlas.py, whose hash
+is recorded) or zero.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Head patching of one run in the extra ablation modes, every task in one job (issue 16).
+"""Head patching of one run in the extra ablation modes, every task in one job (docs §10.1, §10.6).
 
     python src/patch_modes.py --checkpoint CKPT --manifest MANIFEST --means means.safetensors \\
         --splits discovery,evaluation --batch-size 128 --max-rows 4096 --model-name learned \\

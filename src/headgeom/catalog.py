@@ -1,4 +1,4 @@
-"""The results catalog (issue 14): one row per artifact of a study's results folder (path,
+"""The results catalog: one row per artifact of a study's results folder (path,
 the rule that writes it, its wildcards, SHA-256, and the checkpoint manifest of the run it
 came from), so a user finds and verifies any result without reading the workflow.
 

@@ -199,7 +199,7 @@ def final_manifest(
     return manifest
 
 
-# ----------------------------------------------------------------------------- edits (issue 12)
+# ----------------------------------------------------------------------------- edits (docs §14.5)
 def edited_manifest(parent: dict, checkpoint_sha256: str, edit: dict) -> dict:
     """The manifest of a checkpoint made by editing the weights of ``parent``'s checkpoint
     (docs §14.5: never in place): the parent's run identity, a ``parent`` record (its

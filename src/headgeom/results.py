@@ -41,7 +41,7 @@ CONFIG_ID = "config_id"
 SOURCE_FREEZE = "source_freeze"
 #: Package version; io.write_parquet adds it to every Parquet.
 CODE_VERSION = "headgeom_version"
-#: issue 16: the head-patching ablation mode (resample | mean | zero) of the effects a file
+#: The head-patching ablation mode (resample | mean | zero; docs §10.1) of the effects a file
 #: derives from, and the SHA-256 of the means artifact (ablation/<m>/s<seed>/means.safetensors)
 #: that mean ablation read; carried to every file computed from those effects.
 PATCH_MODE = "patch_mode"
@@ -54,8 +54,8 @@ PROVENANCE_KEYS = (
     CONFIG_ID,
     TASK_DATASET_SHA256,
     TASK_FILE_SHA256,
-    PATCH_MODE,  # issue 16
-    ABLATION_MEANS_SHA256,  # issue 16
+    PATCH_MODE,  # ablation mode (docs §10.1)
+    ABLATION_MEANS_SHA256,  # means artifact (docs §10.6)
     SOURCE_FREEZE,
     CODE_VERSION,
 )
@@ -73,7 +73,7 @@ def provenance(
 ) -> dict[str, Any]:
     """The provenance keys of a result file: checkpoint and manifest (from a checkpoint
     ``manifest`` record, when the file derives from a checkpoint), task dataset and task
-    file hashes, the patching mode and the means artifact's hash (issue 16) when given, and
+    file hashes, the patching mode and the means artifact's hash (docs §10.6) when given, and
     always the source freeze of the code writing it."""
     out: dict[str, Any] = {}
     if manifest is not None:
@@ -810,7 +810,7 @@ LEAKAGE = ResultTable(
             ("pk", pa.float64()),
             ("write_dim", pa.int32()),
             ("read_dim", pa.int32()),
-            # --- issue 10 (§5.1): direct vs total responses and attention TV, same pass
+            # --- paper §5.1: direct vs total responses, attention TV (docs §11.5, §11.6), same pass
             ("response_cosine", pa.float64()),
             ("response_norm_ratio", pa.float64()),
             ("response_projection", pa.float64()),
@@ -833,7 +833,7 @@ LEAKAGE = ResultTable(
         "pk": "projection kernel PK(U^i, R) = ‖U^iᵀ R‖_F²",
         "write_dim": "dim U^i (rank of W_O^i)",
         "read_dim": "dim R (rank of the folded read map)",
-        # --- issue 10 (§5.1)
+        # --- paper §5.1: direct vs total responses, attention TV (docs §11.5, §11.6)
         "response_cosine": "Σ⟨Δ_direct, Δ_total⟩ / √(Σ‖Δ_direct‖² Σ‖Δ_total‖²) at reader j's "
         "X projection, pooled over examples and positions (docs §11.5); null if either is 0",
         "response_norm_ratio": "√Σ‖Δ_direct‖² / √Σ‖Δ_total‖² (docs §11.5)",
@@ -849,7 +849,7 @@ LEAKAGE = ResultTable(
     "(source head, later reader head, read type) of one (model, seed, task, split)",
 )
 
-# --- issue 10: §5.1 exclusivity summaries (src/exclusivity.py) -----------------------------
+# --- paper §5.1 exclusivity summaries (docs §11.3–11.6; src/exclusivity.py) ----------------
 EXCLUSIVITY_HEADS = ResultTable(
     "exclusivity_heads",
     _schema(
@@ -961,7 +961,7 @@ TABLES: dict[str, ResultTable] = {
     )
 }
 
-# --- clamps (src/clamps.py; issue 11) ------------------------------------------------------
+# --- clamps (docs §13.3, §15.3; src/clamps.py) ---------------------------------------------
 _CLAMP_SOURCE = {
     "split": "split whose examples the clamp runs average over (docs §16.1: evaluation)",
     "source_layer": "layer l_i of the patched source head i",
@@ -1076,7 +1076,7 @@ CLAMP_LUMPED = ResultTable(
 )
 TABLES.update({t.name: t for t in (CLAMP_PAIRS, CLAMP_PATHS, CLAMP_LUMPED)})
 
-# --- dynamics (src/dynamics.py, src/scalar_ablation.py; issue 12) -------------------------
+# --- dynamics (docs §13.2–14.5; src/dynamics.py, src/scalar_ablation.py) ------------------
 _STEP = {
     "step": "training step of the checkpoint (optimizer updates; 0 = initialisation; the "
     "final step is the run's model.safetensors)",
@@ -1241,7 +1241,7 @@ SCALAR_ABLATION = ResultTable(
 )
 TABLES.update({t.name: t for t in (TIMELINE, TAU, VALUE_GRADIENTS, SCALAR_ABLATION)})
 
-# --- the results catalog (src/catalog.py; issue 14) ----------------------------------------
+# --- the results catalog (src/catalog.py) -------------------------------------------------
 CATALOG = ResultTable(
     "catalog",
     pa.schema(
@@ -1277,7 +1277,7 @@ CATALOG = ResultTable(
 TABLES["catalog"] = CATALOG
 
 
-# ============================================================================= issue 16
+# ============================================================================= ablation
 # Ablation modes and the block ablation atlas (src/ablation_atlas.py, src/compare_modes.py;
 # headgeom.analysis.ablation, docs §10.6).
 ABLATION_ATLAS = ResultTable(
@@ -1370,7 +1370,7 @@ ABLATION_MODES = ResultTable(
 )
 TABLES.update({t.name: t for t in (ABLATION_ATLAS, ABLATION_MODES)})
 
-# --- edges (issue 13: docs §15.1, §15.4; src/edges.py, src/acdc.py) ------------------------
+# --- edges (docs §15.1, §15.4; src/edges.py, src/acdc.py) ---------------------------------
 _EDGE = [
     ("writer_layer", pa.int32()), ("writer_head", pa.int32()),
     ("reader_layer", pa.int32()), ("reader_head", pa.int32()), ("read_type", pa.string()),
@@ -1476,7 +1476,7 @@ ACDC = ResultTable(
 TABLES.update({t.name: t for t in (EDGES, EDGE_SUMMARY, ACDC)})
 
 
-# --- coordinate concentration (issue 13, docs §15.2; src/coordinates.py) ---------------------
+# --- coordinate concentration (docs §15.2; src/coordinates.py) -----------------------------
 COORDINATES = ResultTable(
     "coordinates",
     _schema(
@@ -1562,7 +1562,7 @@ COORDINATES = ResultTable(
 )
 TABLES.update({COORDINATES.name: COORDINATES})
 
-# ----------------------------------------------------------------------------- issue 13 (§15.2)
+# --------------------------------------------------------------- coordinate directions (docs §15.2)
 COORDINATE_DIRECTIONS = ResultTable(
     "coordinate_directions",
     _schema(

@@ -35,7 +35,7 @@ GPU_SCOPE = "gpu_default"
 SLURM_KEYS = ("slurm_partition", "slurm_account", "slurm_extra", "gpu_model", "constraint", "qos")
 
 
-#: The geometry of every imported model (issue 15): GPT-2's own, free readers.
+#: The geometry of every imported model (a checkpoint the user brings): GPT-2's own, free readers.
 IMPORTED_GEOMETRY = "learned"
 
 
@@ -195,7 +195,7 @@ class Study:
         self.name: str = config["study"]
         self.models: dict[str, dict] = config["models"]
         self._model_configs: dict[str, dict] = {}
-        for spec in self.models.values():  # issue 15: an imported model is `learned`
+        for spec in self.models.values():  # an imported model is `learned`
             if "import" in spec:
                 spec.setdefault("geometry", IMPORTED_GEOMETRY)
 
@@ -205,11 +205,11 @@ class Study:
         the study; raise :class:`StudyConfigError` listing every problem found."""
         original, config = config, copy.deepcopy(dict(config))
         schema = schema if isinstance(schema, Mapping) else load_schema(schema)
-        problems = validate(config, schema) + _import_problems(config)  # issue 15
+        problems = validate(config, schema) + _import_problems(config)  # recipe or import
         if problems:  # the cross-key checks assume a config of the right shape
             raise StudyConfigError(problems)
         study = cls(config)
-        # issue 12: explicit checkpoint steps are checked; the schema's default list is cut
+        # explicit checkpoint steps are checked; the schema's default list is cut
         study._given_checkpoint_steps = dict(original.get("training") or {}).get("checkpoint_steps")
         problems = []
         for check in study._checks():
@@ -232,13 +232,13 @@ class Study:
         yield lambda: self.leakage_models
         yield lambda: self.pairs
         yield lambda: self.loss_models
-        yield partial(self._check_split, "clamps")  # issue 11
+        yield partial(self._check_split, "clamps")  # clamps (docs §13.3, §15.3)
         yield lambda: self.clamp_runs("all")
-        yield lambda: (self.mode_runs, self.atlas_runs)  # issue 16
+        yield lambda: (self.mode_runs, self.atlas_runs)  # ablation (docs §10.6)
         yield self._check_ablation_windows
         yield self._check_resources
-        yield from self._dynamics_checks()  # issue 12
-        yield self._check_edge_examples  # issue 13
+        yield from self._dynamics_checks()  # training dynamics (docs §13.2, §14.5)
+        yield self._check_edge_examples  # edges (docs §15.1)
 
     # ------------------------------------------------------------------ stages and runs
     def stage(self, name: str) -> dict:
@@ -280,7 +280,7 @@ class Study:
         every choice explicit (headgeom.model.zoo.derive_model_config)."""
         from headgeom.model import zoo
 
-        if model not in self._model_configs and self.is_imported(model):  # issue 15
+        if model not in self._model_configs and self.is_imported(model):
             self._model_configs[model] = self._imported_model_config(model)
         if model not in self._model_configs:
             spec = self.models[model]
@@ -552,9 +552,9 @@ class Study:
     # ------------------------------------------------------------------ paper
     def selection(self, name: str) -> list[tuple[str, int]]:
         """(model, seed) pairs a paper table/figure shows; every run for the others."""
-        if name in selections.CLAMP_OUTPUTS:  # issue 11
+        if name in selections.CLAMP_OUTPUTS:  # clamps (docs §13.3, §15.3)
             return self.clamp_runs(selections.CLAMP_OUTPUTS[name])
-        if name in selections.DYNAMICS_OUTPUTS:  # issue 12
+        if name in selections.DYNAMICS_OUTPUTS:  # training dynamics
             return self.dynamics_runs(selections.DYNAMICS_OUTPUTS[name])
         if name in selections.PAPER_SELECTIONS:
             return selections.select_models(self.models, name)
@@ -569,13 +569,13 @@ class Study:
 
     @property
     def figures(self) -> list[str]:
-        # issue 10: Figure 2 needs leakage runs
+        # Figure 2 (paper §5.1) needs leakage runs
         return [
             f
             for f in selections.PAPER_FIGURES
             if self.selection(f)
             and (f != "figure2" or self.leakage_runs)
-            and self._ablation_has_runs(f)  # issue 16
+            and self._ablation_has_runs(f)  # the atlas figure only with atlas runs
         ]
 
     def paper_inputs(self, name: str) -> dict[str, tuple[str, list[tuple[str, int]] | None]]:
@@ -586,16 +586,16 @@ class Study:
             "leakage": self.leakage_runs,
             "first_seeds": self.first_seed_runs,
             **{f"clamp_{k}": self.clamp_runs(k) for k in ("pairs", "figure8", "both_orders")},
-            "ablation_atlas": self.atlas_runs,  # issue 16
+            "ablation_atlas": self.atlas_runs,  # docs §10.6
             "ablation_modes": self.mode_runs,
             "clamp_lumped": self.clamp_runs("lumped"),
             "clamps": self.clamp_runs("all"),
             **{f"dynamics_{k}": self.dynamics_runs(k) for k in ("timeline", "ablation")},
-            "edges": self.edge_runs,  # issue 13
+            "edges": self.edge_runs,  # docs §15.1
             "acdc": self.acdc_runs,
-            "coordinates": self.coordinate_runs,  # issue 13 (§15.2)
+            "coordinates": self.coordinate_runs,  # docs §15.2
             None: None,
-            # issue 14: one cross-run file when the DAG makes it, else nothing
+            # one cross-run file when the DAG makes it, else nothing
             "exclusivity": None if self.leakage_runs else [],
             "pairs": self.pair_runs,
             "paired_tasks": None if self.pairs else [],
@@ -695,7 +695,7 @@ class Study:
                 for r in unknown
             )
 
-    # ------------------------------------------------------------------ clamps (issue 11)
+    # ------------------------------------------------------------------ clamps (docs §13.3, §15.3)
     def clamp_runs(self, kind: str) -> list[tuple[str, int]]:
         """Runs of a clamp analysis (docs §13.3, §15.3), in config order: ``pairs`` (Figure
         6d–e), ``figure8`` (Figure 8, order A: its paper selection), ``both_orders`` (§15.3
@@ -728,7 +728,7 @@ class Study:
             runs += [(model, s) for s in wanted]
         return [r for r in self.runs if r in set(runs)]
 
-    # ------------------------------------------------------------------ imported models (issue 15)
+    # ------------------------------------------------------------------ imported models
     # `models.<name>: {import: {format: hf-gpt2, path: DIR}, seeds: [0]}` (or format tl-gpt2, a
     # TransformerLens state dict): a checkpoint the user brings instead of a training recipe.
     # Rule import_model writes its checkpoint, manifest and one-row run log where
@@ -807,7 +807,7 @@ class Study:
                 cfg[key] = self.models[model][key]
         return cfg
 
-    # ------------------------------------------------------------------ edges (issue 13)
+    # ------------------------------------------------------------------ edges (docs §15.1, §15.4)
     @cached_property
     def edge_runs(self) -> list[tuple[str, int]]:
         """Runs of the edge analysis (docs §15.1): config ``edges.models`` (all their seeds), or
@@ -836,7 +836,7 @@ class Study:
         return [(m, s) for m, s in self.first_seed_runs if (m, s) in set(self.edge_runs)
                 and self.models[m]["geometry"] in selections.ACDC_DEFAULTS]  # fmt: skip
 
-    # -------------------------------------------------------------- coordinates (issue 13, §15.2)
+    # -------------------------------------------------------------- coordinates (docs §15.2)
     @cached_property
     def coordinate_runs(self) -> list[tuple[str, int]]:
         """Runs of the coordinate-concentration analysis (docs §15.2): config
@@ -868,7 +868,7 @@ class Study:
                 f"{sizes[split]} examples; lower edges.n_examples or enlarge the split"
             )
 
-    # ------------------------------------------------------------------ dynamics (issue 12)
+    # ----------------------------------------------------- dynamics (docs §13.2, §13.4, §14.2–14.5)
     # Training timelines, τ, V-gradient traces (docs §13.2, §13.4, §14.2, §14.4) and the
     # scalar-part ablation (§14.5): which runs, which checkpoints, which layers.
     _given_checkpoint_steps: list[int] | None = None  # training.checkpoint_steps as given
@@ -1006,7 +1006,7 @@ class Study:
         """Names of the edited checkpoints of one ablation run: scalar, random0, random1, ..."""
         return ["scalar"] + [f"random{i}" for i in range(self.stage("dynamics")["ablation_draws"])]
 
-    # ------------------------------------------------------------------ document (issue 14)
+    # ------------------------------------------------------------------ document (docs §17)
     @cached_property
     def patching_summary_runs(self) -> list[tuple[str, int]]:
         """Runs of the paper's 19-configuration summaries (docs §6.7, §12.3): every run of the
@@ -1061,7 +1061,7 @@ class Study:
             }
         }
 
-    # ------------------------------------------------------------------ ablation (issue 16)
+    # ----------------------------------------------------------------- ablation (docs §10.1, §10.6)
     # patching.mode picks what a patched head's z becomes (resample | mean | zero); the
     # ablation block opts into two extras beside the paper: the mode comparison
     # (ablation.modes on ablation.mode_models) and the block ablation atlas (ablation.atlas on
@@ -1132,7 +1132,7 @@ class Study:
 
 
 def _import_problems(config: Mapping) -> list[str]:
-    """Issue 15: every model has a training recipe (geometry) or an import block."""
+    """Every model has a training recipe (geometry) or an import block."""
     return [
         f"config models.{m}: give geometry (a model to train) or import (a checkpoint to import)"
         for m, spec in config.get("models", {}).items()

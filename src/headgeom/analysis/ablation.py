@@ -1,4 +1,4 @@
-"""Ablation modes and the block ablation atlas (issue 16, docs §10.6).
+"""Ablation modes and the block ablation atlas (docs §10.6).
 
 Two views of "what a block contributes", both measured on held-out validation text:
 

@@ -1,4 +1,4 @@
-"""Concentration per head-patching ablation mode, side by side (issue 16, docs §10.6).
+"""Concentration per head-patching ablation mode, side by side (docs §10.6).
 
 No torch here: the comparison reads the concentration and lanes Parquets of each mode.
 """

@@ -1,5 +1,5 @@
 """Training dynamics of lanes and value self-alignment (docs §13.2, §13.4, §14.2, §14.4,
-§14.5; issue 12).
+§14.5).
 
 * :func:`task_gradients` — τ_l = ∂ mean LD / ∂ (layer l's attention output) at every position
   of every prompt (docs §13.4), and :func:`tau_summary` its adjacent-layer cosines,

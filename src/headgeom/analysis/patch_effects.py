@@ -27,7 +27,7 @@ from headgeom.analysis.patching import (
 from headgeom.data.task_files import TaskSplits, model_inputs
 
 ENGINES = ("fast", "plain")
-#: Ablation modes of head patching (issue 16, docs §10.1): the reference prompt's z
+#: Ablation modes of head patching (docs §10.1): the reference prompt's z
 #: (``resample``, the paper's, the default), the head's mean z over held-out validation
 #: positions (``mean``; the means artifact of headgeom.analysis.ablation) or zero (``zero``).
 MODES = ("resample", "mean", "zero")

@@ -29,7 +29,7 @@ Engines, all with the same arguments and ``(clean_ld (N,), patched_ld (N, L, H))
 * :func:`attribution_patch` — APPROXIMATE first-order estimate (2 forwards + 1 backward per
   batch), a pre-filter only.
 
-Ablation modes (issue 16, docs §10.1): the plain and fast engines take an optional
+Ablation modes (docs §10.1): the plain and fast engines take an optional
 ``replacement`` (L, H, d_head): head (l, h)'s z is then replaced at every position by the
 fixed vector ``replacement[l, h]`` (its mean over held-out validation positions: ``mean``
 ablation; zeros: ``zero`` ablation) instead of its reference-prompt value. ``None`` (the

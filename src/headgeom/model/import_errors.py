@@ -1,4 +1,4 @@
-"""The error of every model import (issue 15): its own module, so that the format modules
+"""The error of every model import (hf-gpt2, tl-gpt2): its own module, so that the format modules
 (``importing`` for hf-gpt2, ``importing_tl`` for tl-gpt2) import it without a cycle."""
 
 from __future__ import annotations

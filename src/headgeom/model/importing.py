@@ -1,4 +1,4 @@
-"""Bring your own model (issue 15): a ``transformers`` GPT2LMHeadModel directory as the
+"""Bring your own model: a ``transformers`` GPT2LMHeadModel directory as the
 workspace's ``learned`` checkpoint, so every analysis runs on it unchanged.
 
 The inverse of :func:`headgeom.model.interop.hf_state_dict`: GPT-2's Conv1D weights

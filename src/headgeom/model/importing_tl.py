@@ -1,4 +1,4 @@
-"""Bring your own model (issue 15), format ``tl-gpt2``: a TransformerLens HookedTransformer
+"""Bring your own model, format ``tl-gpt2``: a TransformerLens HookedTransformer
 state dict of the GPT-2 family as the workspace's ``learned`` checkpoint.
 
 The inverse of :func:`headgeom.model.interop.tl_state_dict` (TL names and axes, no folding):

@@ -196,7 +196,7 @@ def build_model(model_config: Mapping[str, Any], n_vocab: int | None = None) -> 
     return architecture(cfg.architecture).model(cfg)
 
 
-# --------------------------------------------------------------------------- issue 14
+# --------------------------------------------------------------------------- architecture families
 def is_base_architecture(name: str) -> bool:
     """A model of the study's base (GPT) architecture: False for the softmax-free
     multiscreen controls, which the paper's 19-configuration summaries leave out (docs §6.7:

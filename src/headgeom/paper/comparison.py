@@ -1,4 +1,4 @@
-"""The paper-vs-run comparison (issue 14): every reference number of METHODS §20 beside this
+"""The paper-vs-run comparison (docs §17): every reference number of METHODS §20 beside this
 run's value, computed from the result Parquets.
 
 The comparison is a registry, :data:`REFERENCES`: one :class:`Reference` per number (metric,

@@ -1,4 +1,4 @@
-"""The study as a document (issue 14): the paper tables not in ``headgeom.paper.tables``
+"""The study as a document (docs §17): the paper tables not in ``headgeom.paper.tables``
 (Table 1, the paper's ten-row Table 2, Table 4), the §12.1/§12.5 counts, seed-level
 statistics, the paper-vs-run comparison (``headgeom.paper.comparison``) and the table of
 numerical acceptance checks (docs §18), each a pure
@@ -655,7 +655,7 @@ def _alignment_finding(inputs: Inputs) -> str:
     return "; ".join(parts) or "—"
 
 
-def _coordinate_finding(inputs: Inputs) -> str:  # issue 13 (docs §15.2)
+def _coordinate_finding(inputs: Inputs) -> str:  # coordinate concentration (docs §15.2)
     from headgeom.paper.selections import COORDINATE_GROUPS
 
     cols = results.COORDINATES.columns("model", "seed", "task", "site", "share_evaluation")

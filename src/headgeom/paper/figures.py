@@ -772,7 +772,7 @@ def _figure5_title(rows: pd.DataFrame, task: str) -> str:
 
 
 # --------------------------------------------------------------------------- output
-# --------------------------------------------------------------------------- Figure 2 (issue 10)
+# ----------------------------------------------------------- Figure 2 (paper §5.1, docs §11.3–11.4)
 FIGURE2_COLUMNS = [
     "model", "seed", "corpus", "task", "source", "reader", "X", "L", "rho",
     "is_top_pair", "percentile_all_later", "percentile_same_layer",
@@ -847,11 +847,11 @@ FIGURES: dict[str, tuple[Callable[..., pd.DataFrame], Callable[..., Figure]]] = 
     "figure4": (figure4_data, figure4),
     "figure5": (figure5_data, figure5),
     "figure7": (figure7_data, figure7),
-    "figure2": (figure2_data, figure2),  # issue 10
+    "figure2": (figure2_data, figure2),  # exclusivity (paper §5.1)
 }
 
 
-# --------------------------------------------------------------------------- clamps (issue 11)
+# ----------------------------------------------------------------------- clamps (docs §13.3, §15.3)
 from headgeom.paper.tables import (  # noqa: E402
     CLAMP_PAIR_COLUMNS,
     CLAMP_PATH_COLUMNS,
@@ -1013,7 +1013,7 @@ def figure8(data: pd.DataFrame) -> Figure:
 FIGURES.update({"figure6de": (figure6de_data, figure6de), "figure8": (figure8_data, figure8)})
 
 
-# --------------------------------------------------------------------------- dynamics (issue 12)
+# --------------------------------------------------------------------- dynamics (docs §13.2, §14.2)
 from matplotlib.ticker import NullLocator  # noqa: E402
 
 from headgeom.paper.tables import TIMELINE_COLUMNS  # noqa: E402
@@ -1089,7 +1089,7 @@ def figure6abc(data: pd.DataFrame) -> Figure:
 
 FIGURES.update({"figure6abc": (figure6abc_data, figure6abc)})
 
-# --------------------------------------------------------------------------- atlas (issue 16)
+# --------------------------------------------------------------------------- atlas (docs §10.6)
 from matplotlib.colors import LogNorm  # noqa: E402
 
 from headgeom.paper.tables import ATLAS_COLUMNS, BLOCK_ORDER  # noqa: E402
@@ -1158,7 +1158,7 @@ def ablation_atlas(data: pd.DataFrame) -> Figure:
 
 FIGURES.update({"ablation_atlas": (ablation_atlas_data, ablation_atlas)})
 
-# --------------------------------------------------------------------------- issue 13 (§15.2)
+# ------------------------------------------------------------------- coordinate shares (docs §15.2)
 from headgeom.paper.tables import _SITE_TITLES, COORDINATES_COLUMNS  # noqa: E402
 
 DIRECTION_COLUMNS = results.COORDINATE_DIRECTIONS.columns(

@@ -45,7 +45,7 @@ PAPER_SELECTIONS: dict[str, list[list[str]]] = {
         ["all-rotated"],
         ["all-rotated-self"],
     ],
-    # issue 11: paper Figure 8 (order A), docs §15.3 CHOICE: dense, rotated-m1-42,
+    # clamps: paper Figure 8 (order A), docs §15.3 CHOICE: dense, rotated-m1-42,
     # headblock-learned42, headblock-identity42, rotated-m2-42, rotated-m3-42.
     "figure8": [
         ["learned"],
@@ -56,7 +56,7 @@ PAPER_SELECTIONS: dict[str, list[list[str]]] = {
         ["all-rotated-self"],
     ],
 }
-# issue 14: Table 2's ten rows (docs §6.1: rows 1, 4, 6, 7, 3, 8, 9, 10, 11, 12, both
+# Table 2's ten rows (docs §6.1: rows 1, 4, 6, 7, 3, 8, 9, 10, 11, 12, both
 # corpora, seed 42 shown) and Figure 7's eight free-reader models (rows 1–8, every seed).
 PAPER_SELECTIONS["table2"] = [
     ["learned"],
@@ -176,7 +176,7 @@ PAPER_INPUTS: dict[str, dict[str, tuple[str, str | None]]] = {
         "eval": ("eval", "selection"),
     },
     "figure7": {"geometry": ("geometry_summary", "selection")},
-    # issue 11 (clamps, docs §13.3, §15.3): the run sets are headgeom.study.Study.clamp_runs
+    # clamps (docs §13.3, §15.3): the run sets are headgeom.study.Study.clamp_runs
     "figure6de": {"runs": ("train_log", "clamp_pairs"), "pairs": ("clamp_pairs", "clamp_pairs")},
     "figure8": {
         "runs": ("train_log", "clamps"),
@@ -190,7 +190,7 @@ PAPER_INPUTS: dict[str, dict[str, tuple[str, str | None]]] = {
         "lumped": ("clamp_lumped", "clamp_lumped"),
     },
     "lane_heads": {"runs": ("train_log", "runs"), "heads": ("heads", "runs")},
-    # issue 10 (§5.1): Figure 2 from the leakage runs and the top pairs
+    # exclusivity (paper §5.1, docs §11.3–11.4): Figure 2 from the leakage runs and the top pairs
     "figure2": {
         "leakage": ("leakage", "leakage"),
         "pairs": ("exclusivity_pairs", None),
@@ -333,7 +333,7 @@ def loss_models(models: Mapping[str, Mapping[str, Any]], chosen: Sequence[str] |
     return list(chosen)
 
 
-# ----------------------------------------------------------------------------- clamps (issue 11)
+# ----------------------------------------------------------------------- clamps (docs §13.3, §15.3)
 #: Default models of each clamp analysis (docs §13.3, §15.3) by geometry, every corpus and
 #: seed: the pair clamps of Figure 6d–e (write-common, write-common-axis, the frozen-write
 #: write-rotated and learned), both orders of the path decomposition (the learned and
@@ -348,7 +348,7 @@ CLAMP_DEFAULTS: dict[str, tuple[str, ...]] = {
 CLAMP_OUTPUTS = {"figure6de": "pairs", "figure8": "figure8", "clamps": "all"}
 
 
-# ----------------------------------------------------------------------------- dynamics (issue 12)
+# --------------------------------------------------------- dynamics (docs §13.2, §13.4, §14.2–14.5)
 #: Default models of the training-dynamics analyses (docs §13.2, §13.4, §14.2, §14.4: the
 #: paper's common42 and layered42) and of the scalar-part ablation (docs §14.5: identity-type
 #: writes with free readers: plain-identity42/43, fixeddiag42, value384, mlp3456), by
@@ -389,7 +389,7 @@ PAPER_INPUTS.update(
 PAPER_TABLES = (*PAPER_TABLES, "dynamics", "scalar_ablation")
 PAPER_FIGURES = (*PAPER_FIGURES, "figure6abc")
 
-# ----------------------------------------------------------------------------- document (issue 14)
+# ----------------------------------------------------------------------------- document (docs §17)
 #: Tables built together in one job (rule make_document: one Python start for all of them),
 #: each a builder of headgeom.paper.document. Wiring a new one in: its name here, its
 #: builder in headgeom.paper.document.BUILDERS, its inputs in PAPER_INPUTS, its section in
@@ -415,7 +415,7 @@ PAPER_INPUTS.update(
             "exclusivity": ("exclusivity", "exclusivity"),
             "clamp_pairs": ("clamp_pairs", "clamp_pairs"),
             "clamp_lumped": ("clamp_lumped", "clamp_lumped"),
-            "coordinates": ("coordinates", "coordinates"),  # issue 13 (docs §15.2)
+            "coordinates": ("coordinates", "coordinates"),  # coordinate concentration (docs §15.2)
         },
         "table4": {"runs": ("train_log", "runs")},
         "checks": {"checks": ("checks", None)},  # docs §18: every logged acceptance check
@@ -448,15 +448,15 @@ PAPER_INPUTS.update(
             "clamp_pairs": ("clamp_pairs", "clamp_pairs"),
             "clamp_paths": ("clamp_paths", "clamps"),
             "clamp_lumped": ("clamp_lumped", "clamp_lumped"),
-            # issue 12
+            # training dynamics (docs §13.2, §13.4, §14.4, §14.5)
             "timeline": ("timeline", "dynamics_timeline"),
             "tau": ("tau", "dynamics_timeline"),
             "value_gradients": ("value_gradients", "dynamics_timeline"),
             "scalar_ablation": ("scalar_ablation", "dynamics_ablation"),
-            # issue 13
+            # edges and the ACDC circuit (docs §15.1, §15.4), coordinates (§15.2)
             "edge_summary": ("edge_summary", "edges"),
             "acdc": ("acdc", "acdc"),
-            "coordinates": ("coordinates", "coordinates"),  # issue 13 (§15.2)
+            "coordinates": ("coordinates", "coordinates"),
         },
     }
 )
@@ -493,7 +493,7 @@ OUTPUT_SECTIONS: dict[str, str] = {
     "clamps": "§5.3 Lanes",
     "figure7": "§5.4 Self-alignment",
     "figure8": "App. B",
-    # issue 12: training dynamics (docs §13.2, §13.4 lanes; §14.2, §14.4, §14.5 self-alignment)
+    # training dynamics (docs §13.2, §13.4 lanes; §14.2, §14.4, §14.5 self-alignment)
     "figure6abc": "§5.3 Lanes",
     "dynamics": "§5.3 Lanes",
     "scalar_ablation": "§5.4 Self-alignment",
@@ -502,7 +502,7 @@ OUTPUT_SECTIONS: dict[str, str] = {
 SUMMARY_OUTPUTS = {"table1", "comparison", "table2_all_runs", "table4", "seeds", "table6", "table5"}
 SUMMARY_OUTPUTS |= {"table6_all_runs", "checks"}
 
-# ----------------------------------------------------------------------------- ablation (issue 16)
+# ---------------------------------------------------------------------------- ablation (docs §10.6)
 #: The block ablation atlas (table and figure) and the mode-comparison table; run sets
 #: ``ablation_atlas`` and ``ablation_modes`` are headgeom.study.Study.atlas_runs / mode_runs.
 PAPER_INPUTS.update(
@@ -523,7 +523,7 @@ OUTPUT_SECTIONS.update(
     {"ablation_atlas": "§5.2 Concentration", "ablation_modes": "§5.2 Concentration"}
 )
 
-# ----------------------------------------------------------------------------- issue 13 (edges)
+# ------------------------------------------------------------------------ edges (docs §15.1, §15.4)
 #: Table 7 (docs §15.1): the paper's row group of each geometry (data, as the paper groups
 #: them); geometries absent here (multiscreen) have no edges. all-rotated and
 #: all-rotated-self are reported separately (their PKs are uniform by design).
@@ -552,10 +552,10 @@ PAPER_INPUTS.update({
                "acdc": ("acdc", "acdc")},
 })  # fmt: skip
 PAPER_TABLES = (*PAPER_TABLES, "table7")
-OUTPUT_SECTIONS.update({"table7": "App. B"})  # issue 13
+OUTPUT_SECTIONS.update({"table7": "App. B"})  # edge patching vs PK (docs §15.1)
 
 
-# ----------------------------------------------------------------------------- issue 13 (§15.2)
+# ------------------------------------------------------------------------- coordinates (docs §15.2)
 #: Coordinate concentration (docs §15.2): its default geometries (the 7 write-common-axis
 #: variants and the learned models after W_O; read-common and all-common-axis join the
 #: pre-W_O comparison) and the paper's model group of each.

@@ -762,7 +762,7 @@ BUILDERS: dict[str, Callable[[Inputs], Table]] = {
 }
 
 
-# ----------------------------------------------------------------------------- clamps (issue 11)
+# ----------------------------------------------------------------------- clamps (docs §13.3, §15.3)
 CLAMP_PAIR_COLUMNS = results.CLAMP_PAIRS.columns(
     "model", "seed", "task", "source_layer", "source_head", "later_layer", "later_head",
     "same_index", "e_unclamped", "reduction_head", "reduction_mlps",
@@ -987,7 +987,7 @@ def lane_heads(inputs: Inputs) -> Table:
 BUILDERS.update({"clamps": clamps_table, "lane_heads": lane_heads})
 
 
-# ----------------------------------------------------------------------------- dynamics (issue 12)
+# --------------------------------------------------------- dynamics (docs §13.2, §13.4, §14.2–14.5)
 TIMELINE_COLUMNS = results.TIMELINE.columns(
     "model", "seed", "step", "is_final", "sva_accuracy", "lambda_score", "lambda_p", "chance",
     "own_best_fraction", "idempotence_median",
@@ -1142,7 +1142,7 @@ def scalar_ablation_table(inputs: Inputs) -> Table:
 
 BUILDERS.update({"dynamics": dynamics_table, "scalar_ablation": scalar_ablation_table})
 
-# ============================================================================= issue 16
+# ============================================================================= ablation
 # The block ablation atlas and the mode-comparison table (docs §10.6).
 ATLAS_COLUMNS = results.ABLATION_ATLAS.columns(
     "model", "seed", "block", "layer", "head", "label", "ablation", "kl", "delta_top1",
@@ -1272,7 +1272,7 @@ def ablation_modes_table(inputs: Inputs) -> Table:
 
 BUILDERS.update({"ablation_atlas": ablation_atlas_table, "ablation_modes": ablation_modes_table})
 
-# ----------------------------------------------------------------------------- issue 13: Table 7
+# ---------------------------------------------------------------------- edges: Table 7 (docs §15.1)
 #: docs §15.1 / §20.6: per row group the ids (references.yaml) of the paper's pooled value
 #: and Q, K, V medians; None where the paper gives none.
 TABLE7_PAPER = {
@@ -1371,7 +1371,7 @@ def table7(inputs: Inputs) -> Table:
 BUILDERS.update({"table7": table7})
 
 
-# ----------------------------------------------------------------------------- issue 13 (§15.2)
+# ------------------------------------------------------------------------- coordinates (docs §15.2)
 def coordinates_paper() -> dict[tuple[str, str], str]:
     """The paper's top-10 shares (docs §15.2, §20.6) per (group, site), SVA: the comparison's
     ``coordinate_share`` records of references.yaml (one model group each)."""
