@@ -19,7 +19,7 @@ report: "workflow/report/workflow.rst"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/corpus.smk"
 include: "workflow/rules/train.smk"
-include: "workflow/rules/import.smk"  # issue 15
+include: "workflow/rules/import.smk"  # imported models
 include: "workflow/rules/models.smk"
 include: "workflow/rules/tasks.smk"
 include: "workflow/rules/evaluate.smk"
@@ -31,12 +31,12 @@ include: "workflow/rules/exclusivity.smk"
 include: "workflow/rules/lanes.smk"
 include: "workflow/rules/clamps.smk"
 include: "workflow/rules/geometry.smk"
-include: "workflow/rules/dynamics.smk"  # issue 12
-include: "workflow/rules/edges.smk"  # issue 13
-include: "workflow/rules/coordinates.smk"  # issue 13 (§15.2)
+include: "workflow/rules/dynamics.smk"  # docs §13.2, §13.4, §14.2–14.5
+include: "workflow/rules/edges.smk"  # docs §15.1, §15.4
+include: "workflow/rules/coordinates.smk"  # docs §15.2
 include: "workflow/rules/tables.smk"
-include: "workflow/rules/document.smk"  # issue 14
-include: "workflow/rules/ablation.smk"  # issue 16
+include: "workflow/rules/document.smk"  # docs §17
+include: "workflow/rules/ablation.smk"  # docs §10.6
 include: "workflow/rules/checks.smk"  # docs §5.7, §18
 
 

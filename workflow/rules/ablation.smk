@@ -1,4 +1,4 @@
-# Ablation modes and the block ablation atlas (issue 16, docs §10.6): the means artifact and
+# Ablation modes and the block ablation atlas (docs §10.6): the means artifact and
 # atlas per run, head patching in the extra modes (one job per run), concentration and lanes
 # per mode (the concentration and lanes rules with a {mode} path component), the comparison.
 

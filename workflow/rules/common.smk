@@ -42,7 +42,7 @@ wildcard_constraints:
     model="|".join(map(re.escape, STUDY.models)),
     seed=r"\d+",
     task="|".join(TASKS),
-    mode="resample|mean|zero",  # issue 16
+    mode="resample|mean|zero",  # ablation mode (docs §10.1)
 
 
 # ------------------------------------------------------------------ paths
@@ -77,7 +77,7 @@ PATHS = {
         "logo": "concentration/{model}/s{seed}/{task}.logo.parquet",
         "leakage": "leakage/{model}/s{seed}/{task}.parquet",
         "lanes": "lanes/{model}/s{seed}/{task}.parquet",
-        # one run, every task (rule clamps; issue 11)
+        # one run, every task (rule clamps; docs §13.3, §15.3)
         "clamp_pairs": "clamps/{model}/s{seed}/pairs.parquet",
         "clamp_paths": "clamps/{model}/s{seed}/paths.parquet",
         "clamp_lumped": "clamps/{model}/s{seed}/lumped.parquet",
@@ -87,19 +87,19 @@ PATHS = {
         "paired_logo": "concentration/compare/{task}.paired_logo.parquet",
         "loss": "concentration/compare/loss.parquet",
         "spearman": "concentration/compare/spearman.parquet",
-        # issue 13 (§15.1, §15.4): one run
+        # edges and ACDC (docs §15.1, §15.4): one run
         "edges": "edges/{model}/s{seed}/edges.parquet",
         "edge_summary": "edges/{model}/s{seed}/summary.parquet",
         "acdc": "edges/{model}/s{seed}/acdc.parquet",
-        # issue 13 (§15.2): one run, every task
+        # coordinate concentration (docs §15.2): one run, every task
         "coordinates": "coordinates/{model}/s{seed}/coordinates.parquet",
         "coordinate_directions": "coordinates/{model}/s{seed}/directions.parquet",
-        # issue 10 (§5.1): across the leakage runs
+        # exclusivity (paper §5.1, docs §11.3–11.6): across the leakage runs
         "exclusivity": "exclusivity/summary.parquet",
         "exclusivity_pairs": "exclusivity/pairs.parquet",
         "exclusivity_heads": "exclusivity/heads.parquet",
-        # issue 12 (docs §13.2, §13.4, §14.2–14.5): one intermediate checkpoint (wildcard
-        # {step}: its zero-padded step) and the reused stages' outputs on it
+        # training dynamics (docs §13.2, §13.4, §14.2–14.5): one intermediate checkpoint
+        # (wildcard {step}: its zero-padded step) and the reused stages' outputs on it
         "step_checkpoint": "models/{model}/s{seed}/checkpoints/step{step}.safetensors",
         "step_manifest": "models/{model}/s{seed}/checkpoints/step{step}.manifest.json",
         "step_eval": "dynamics/{model}/s{seed}/step{step}/eval/{task}.parquet",
@@ -120,8 +120,8 @@ PATHS = {
         "scalar_ablation_checkpoint": "scalar_ablation/{model}/s{seed}/{edit}.safetensors",
         "scalar_ablation_manifest": "scalar_ablation/{model}/s{seed}/{edit}.manifest.json",
 
-        # issue 16: the means artifact and block ablation atlas of one run; effects and
-        # concentration of one run, task and extra ablation mode; the mode comparison
+        # ablation (docs §10.6): the means artifact and block ablation atlas of one run;
+        # effects and concentration of one run, task and extra ablation mode; the mode comparison
         "ablation_means": "ablation/{model}/s{seed}/means.safetensors",
         "ablation_atlas": "ablation/{model}/s{seed}/atlas.parquet",
         "effects_mode": "patching/{model}/s{seed}/{task}.{mode}.parquet",
@@ -140,7 +140,7 @@ PATHS = {
         "figure_svg": "figures/{figure}.svg",
         "figure_csv": "figures/{figure}.csv",
         "figure_sources": "figures/{figure}.sources.json",
-        # issue 14: the results catalog
+        # the results catalog
         "catalog": "catalog.parquet",
         # docs §5.7, §18: the basis family record and the study's checks table
         "basis_family": "geometry/basis_family.json",
@@ -217,12 +217,12 @@ def final_outputs(catalog=True):
     pairs = [PATHS[k].format(task=t) for t in TASKS for k in ("paired", "paired_logo")]
     pairs = pairs if STUDY.pairs else []
     cross_model = [PATHS["loss"], PATHS["spearman"]]
-    # issue 10 (§5.1): the exclusivity Parquets (Table 1's "geometric exclusivity" inputs)
+    # paper §5.1: the exclusivity Parquets (Table 1's "geometric exclusivity" inputs)
     exclusivity = [PATHS["exclusivity"]] if STUDY.leakage_runs else []
-    # issue 16: the atlas Parquets and the mode comparison (also read by their tables)
+    # docs §10.6: the atlas Parquets and the mode comparison (also read by their tables)
     ablation = [PATHS["ablation_atlas"].format(model=m, seed=s) for m, s in STUDY.atlas_runs]
     ablation += [PATHS["ablation_modes"]] if STUDY.mode_runs else []
-    # issue 14: the document's tables (one job) and the catalog of every artifact
+    # the document's tables (one job) and the catalog of every artifact
     document = [
         PATHS[f"table_{x}"].format(table=t)
         for t in STUDY.document_tables
@@ -236,7 +236,7 @@ def final_outputs(catalog=True):
     )
 
 
-# ------------------------------------------------------------------ imported models (issue 15)
+# ------------------------------------------------------------------ imported models
 def import_files(wildcards):
     """import_model: the user's files (config.json and the weights) of an imported model."""
     return STUDY.import_inputs(wildcards.model)
@@ -280,7 +280,7 @@ def clamp_heads(wildcards):
     return [PATHS["heads"].format(model=wildcards.model, seed=wildcards.seed, task=t) for t in TASKS]
 
 
-# issue 13 (§15.2)
+# coordinate concentration (docs §15.2)
 def coordinate_heads(wildcards):
     """The heads Parquet of every task of coordinates.tasks, in that order."""
     return [PATHS["heads"].format(model=wildcards.model, seed=wildcards.seed, task=t)
@@ -298,7 +298,7 @@ def figure_models(wildcards):
 # Local runs share this machine's GPUs: at most `--resources gpu=N` GPU jobs at a time (one
 # by default). Remote execution always has --jobs (the Slurm profile sets it), which sets
 # `nodes`, and Slurm counts GPUs itself (the scheduler uses the same test).
-# ------------------------------------------------------------------ ablation (issue 16)
+# ------------------------------------------------------------------ ablation (docs §10.1, §10.6)
 def patch_means(wildcards):
     """patch_heads: the run's means artifact when patching.mode is mean."""
     if STUDY.patch_mode != "mean":
@@ -345,7 +345,7 @@ if workflow.nodes is None and "gpu" not in workflow.global_resources:
     workflow.register_resource("gpu", 1)
 
 
-# ------------------------------------------------------------------ dynamics (issue 12)
+# ---------------------------------------------------- dynamics (docs §13.2, §13.4, §14.2–14.5)
 def dynamics_inputs(wildcards):
     """Rule dynamics: every checkpoint it reads (with manifests), the per-step results of
     the timeline steps and the final run's own SVA results."""
@@ -370,7 +370,7 @@ def dynamics_inputs(wildcards):
     }
 
 
-# ------------------------------------------------------------------ document (issue 14)
+# ------------------------------------------------------------------ document (docs §17)
 def section_of(name):
     """The report category of a paper table or figure: its paper section."""
     from headgeom.paper.selections import OUTPUT_SECTIONS

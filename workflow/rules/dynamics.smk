@@ -1,4 +1,4 @@
-# Training dynamics (docs §13.2, §13.4, §14.2, §14.4; issue 12): the stages of the final
+# Training dynamics (docs §13.2, §13.4, §14.2, §14.4): the stages of the final
 # checkpoint rerun on each intermediate checkpoint of the timeline runs (STUDY.dynamics_runs
 # ("timeline")), SVA only, as the same rules with a {step} wildcard: each checkpoint is
 # verified against its own manifest (checkpoints/step<NNNNNN>.manifest.json) by the reused

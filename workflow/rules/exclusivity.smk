@@ -1,4 +1,4 @@
-# Paper §5.1 summaries (issue 10; docs §11.3–11.6): from the leakage rows of every run and
+# Paper §5.1 summaries (docs §11.3–11.6): from the leakage rows of every run and
 # task leakage measures, the per-head effects (top-3 selection) and the training logs.
 
 

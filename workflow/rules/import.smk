@@ -1,4 +1,4 @@
-# Issue 15: a checkpoint the user brings (models.<name>.import) instead of a training
+# Imported models: a checkpoint the user brings (models.<name>.import) instead of a training
 # recipe. import_model writes what train + hash_checkpoint write for a trained model (the
 # checkpoint, its manifest, a one-row run log), so every analysis reads it unchanged and
 # load_verified gates it by the same hashes. Nothing is downloaded: the files are the user's.

@@ -1,6 +1,6 @@
 rule patch_heads:
     input:
-        unpack(patch_means),  # issue 16: patching.mode mean reads the run's means
+        unpack(patch_means),  # patching.mode mean reads the run's means (docs §10.1)
         checkpoint=PATHS["checkpoint"],
         manifest=PATHS["manifest"],
         task=PATHS["task"],

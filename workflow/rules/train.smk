@@ -49,7 +49,7 @@ use rule train as train_timeline with:
 
 rule hash_checkpoint:
     wildcard_constraints:
-        model=STUDY.model_pattern(STUDY.trained_models),  # issue 15: not imported models
+        model=STUDY.model_pattern(STUDY.trained_models),  # not imported models (rule import_model)
     input:
         checkpoint=PATHS["checkpoint"],
         train_log=PATHS["train_log"],
