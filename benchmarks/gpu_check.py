@@ -1,4 +1,4 @@
-"""One prepared device check (issue 17): training throughput and MFU, exact resume and the
+"""One prepared device check (README "GPU check"): training throughput and MFU, exact resume and the
 analysis engines on one GPU, under 8 minutes, with a GPU-hours projection of the paper DAG.
 
     pip install -e '.[dev]'        # '.[dev]' adds TransformerLens (engine comparison); optional
@@ -29,7 +29,7 @@ reported with its error and the next one runs.
 * **clamps**: ``clamps.clamp_patch`` vs the naive hooked-forward loop of
   benchmarks/clamp_engine.py (§15.3 path cases of five sources).
 * **leakage**: ``leakage.leakage_table`` on the same examples (rate for the projection).
-* **edges**: ``headgeom.analysis.edges`` (issue 13) vs its per-edge hook loop, in the analysis
+* **edges**: ``headgeom.analysis.edges`` (docs §15.1) vs its per-edge hook loop, in the analysis
   model's float32.
 * **projection**: every rule of the ``--config`` study's DAG (default config/paper.yaml) with
   jobs in it: its jobs from the Study's run sets (``headgeom.cost.JOBS``), work per job in

@@ -1,4 +1,4 @@
-"""All-heads patching of an imported GPT-2 (docs §10.1, issue 15): our exact engine against
+"""All-heads patching of an imported GPT-2 (docs §10.1): our exact engine against
 TransformerLens on the same weights and examples, in one run.
 
     python benchmarks/import_patching.py                     # 12×12, D = 768, 8 SVA examples

@@ -54,9 +54,9 @@ def inputs_of(n: int) -> PatchInputs:
 
 
 def previous_stage(model: GPT, inputs: PatchInputs, batch: int) -> float:
-    """The naive peer: the leakage stage before issue 10 (a3c7bd3), L and C8/C9 only, by
-    full forwards per head (``patching.delta_patch_layer``) and per-head reader products
-    (its per-pair PK loop left out). Seconds."""
+    """The naive peer: the leakage stage as of a3c7bd3, before the one-pass §5.1 stage (docs
+    §11.2–11.6): L and C8/C9 only, by full forwards per head (``patching.delta_patch_layer``)
+    and per-head reader products (its per-pair PK loop left out). Seconds."""
     t0 = time.perf_counter()
     L, H = model.cfg.n_layer, model.cfg.n_head
     R = read_bases(model)
