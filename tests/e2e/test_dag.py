@@ -36,7 +36,7 @@ def test_every_output_exists_parses_and_is_described(finished_run):
         for n in (1, 2, 3, 4, 5, 7)
         for ext in ("png", "svg", "csv", "sources.json")
     ]
-    # issue 10: the §5.1 Parquets (Table 1's "geometric exclusivity" inputs)
+    # the paper §5.1 Parquets (Table 1's "geometric exclusivity" inputs)
     expected += [results / "exclusivity" / f"{f}.parquet" for f in ("summary", "pairs", "heads")]
     expected += [results / "concentration" / "compare" / f"{t}.paired.parquet" for t in TASKS]
     for m, s in models:

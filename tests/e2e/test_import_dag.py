@@ -1,4 +1,4 @@
-"""Issue 15: the whole micro DAG on one imported GPT-2 (a random tiny GPT2LMHeadModel written
+"""The whole micro DAG on one imported GPT-2 (a random tiny GPT2LMHeadModel written
 locally; nothing is downloaded), its manifest, and the hash gate on its checkpoint."""
 
 from __future__ import annotations

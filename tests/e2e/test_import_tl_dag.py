@@ -1,7 +1,8 @@
-"""Issue 15, format tl-gpt2, through the workflow: a TransformerLens state dict (written from
-a random workspace model by ``interop.tl_state_dict``, no config.json, no TransformerLens
-needed) imported by rule import_model and patched by patch_heads (one task: the rest of the
-DAG is the hf-gpt2 one of test_import_dag.py, which reads the same checkpoint format)."""
+"""An imported model, format tl-gpt2, through the workflow: a TransformerLens state dict
+(written from a random workspace model by ``interop.tl_state_dict``, no config.json, no
+TransformerLens needed) imported by rule import_model and patched by patch_heads (one task:
+the rest of the DAG is the hf-gpt2 one of test_import_dag.py, which reads the same
+checkpoint format)."""
 
 from __future__ import annotations
 

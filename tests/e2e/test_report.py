@@ -1,4 +1,4 @@
-"""`snakemake --report` on the micro study, opened in headless Chromium (issue 14): every
+"""`snakemake --report` on the micro study, opened in headless Chromium: every
 figure of the report decodes in a real browser, the categories are the paper's sections,
 and a screenshot of the report (and one of its figures) is saved for a person to look at
 (HEADGEOM_SCREENSHOTS=<folder> keeps them; default: the test's temporary folder)."""

@@ -1,4 +1,4 @@
-"""Ablation modes and the block ablation atlas (issue 16, docs §10.6).
+"""Ablation modes and the block ablation atlas (docs §10.6).
 
 Expectations come from first principles: a constant write is its own mean, so mean
 ablation of it changes nothing while zero ablation removes it; zero ablation equals a naive

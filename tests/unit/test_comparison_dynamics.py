@@ -1,4 +1,4 @@
-"""The paper-vs-run comparison's dynamics numbers (issue 12 wired into issue 14's registry),
+"""The paper-vs-run comparison's dynamics numbers (docs §13.2–14.5 in the registry of docs §17),
 on hand-built frames: the checkpoint nearest a fraction of training on a log scale, the V-
 gradient share at step 0 and at the first traced step, and the scalar-ablation count."""
 

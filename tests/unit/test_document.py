@@ -1,4 +1,4 @@
-"""The study as a document (issue 14): the paper's Table 2 rows, Tables 1 and 4, the §12.1 and
+"""The study as a document (docs §17): the paper's Table 2 rows, Tables 1 and 4, the §12.1 and
 §12.5 counts, seed statistics, the paper-vs-run comparison, the §12.3 Spearman subsets, the
 selections of Table 2 and Figure 7, and the results catalog. Expectations are hand-computed."""
 

@@ -1,4 +1,4 @@
-"""Training dynamics (docs §13.4, §14.4, §14.5; issue 12) from first principles: τ against
+"""Training dynamics (docs §13.4, §14.4, §14.5) from first principles: τ against
 finite differences, lane shares of constructed gradients, V-gradient traces against
 directional finite differences, the scalar-part ablation of an exact s·I map, the edited
 checkpoint's manifest and per-checkpoint verification."""

@@ -1,4 +1,5 @@
-"""Figure 6a–c and the dynamics / scalar_ablation tables (issue 12) from hand-made Parquets."""
+"""Figure 6a–c and the dynamics / scalar_ablation tables (docs §13.2–14.5) from hand-made
+Parquets."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Issue 15: a transformers GPT2LMHeadModel directory imported as a `learned` checkpoint.
+"""Bring your own model: a transformers GPT2LMHeadModel directory imported as a `learned`
+checkpoint.
 
 Every expectation comes from a peer: transformers' own forward pass, TransformerLens built
 from the HF weights with TL's own converter (``convert_gpt2_weights``, not our code), and

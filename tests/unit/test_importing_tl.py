@@ -1,5 +1,5 @@
-"""Issue 15, format tl-gpt2: a TransformerLens HookedTransformer state dict imported as a
-`learned` checkpoint.
+"""Bring your own model, format tl-gpt2: a TransformerLens HookedTransformer state dict
+imported as a `learned` checkpoint.
 
 Expectations come from the original model's own bytes (a workspace model exported with
 ``interop.tl_state_dict``), from the other import path (``interop.export_hf`` → hf-gpt2),

@@ -1,6 +1,6 @@
 """Interop: a `learned` checkpoint as a transformers GPT2LMHeadModel and a TransformerLens
 HookedTransformer, and our per-head patching effects against TransformerLens's own
-``get_act_patch_attn_head_out_all_pos`` on the same model and examples (issue 5)."""
+``get_act_patch_attn_head_out_all_pos`` on the same model and examples (docs §10.1)."""
 
 from __future__ import annotations
 

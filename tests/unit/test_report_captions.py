@@ -1,5 +1,5 @@
-"""Every paper table and figure has its own caption in the snakemake report (issue 14:
-"every table and figure has a current caption"), not the generic fallback."""
+"""Every paper table and figure has its own caption in the snakemake report (the
+requirement: "every table and figure has a current caption"), not the generic fallback."""
 
 from __future__ import annotations
 

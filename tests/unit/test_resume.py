@@ -1,7 +1,7 @@
-"""Exact resume of src/train.py (issue 4 acceptance): a training job SIGKILLed at a random
-point and restarted writes a final checkpoint with the SHA-256 of an uninterrupted run, the
-same intermediate checkpoints and the same training log except wall-clock seconds; a state
-from another config is refused."""
+"""Exact resume of src/train.py (the acceptance test of docs §7.3): a training job
+SIGKILLed at a random point and restarted writes a final checkpoint with the SHA-256 of an
+uninterrupted run, the same intermediate checkpoints and the same training log except
+wall-clock seconds; a state from another config is refused."""
 
 from __future__ import annotations
 

@@ -50,33 +50,33 @@ def test_demo_config_loads_with_the_schema_defaults():
         "splits": ["discovery", "validation", "evaluation"],  # holdout reserved (§16.1)
         "batch_size": 128,
         "max_rows": 4096,
-        "mode": "resample",  # issue 16: the paper's resample patching
+        "mode": "resample",  # the paper's resample patching (docs §10.1)
     }
-    assert study.stage("training")["checkpoint_steps"] == [0, 8, 32, 128, 512]  # issue 12
+    assert study.stage("training")["checkpoint_steps"] == [0, 8, 32, 128, 512]  # docs §7.3
     assert study.stage("training")["precision"] == "auto"
     assert study.task_config("sva") == {"seed": 101, "prepend_eot": False}
     assert study.config["resources"] == {}
     # every paper table and figure has its models in the demo
     assert study.tables == [
         *("table2", "table3", "table5", "table6", "lanes", "leakage"),
-        *("clamps", "lane_heads"),  # issue 11
-        *("dynamics", "scalar_ablation"),  # issue 12
-        *("ablation_atlas", "ablation_modes"),  # issue 16
-        "table7",  # issue 13
-        "coordinates",  # issue 13 (§15.2)
+        *("clamps", "lane_heads"),  # docs §13.3, §15.3
+        *("dynamics", "scalar_ablation"),  # docs §13.4, §14.4, §14.5
+        *("ablation_atlas", "ablation_modes"),  # docs §10.6
+        "table7",  # docs §15.1
+        "coordinates",  # docs §15.2
     ]
     assert study.figures == [
         *("figure1", "figure2", "figure3", "figure4", "figure5", "figure6de", "figure7"),
         "figure8",
-        "figure6abc",  # issue 12
-        "ablation_atlas",  # issue 16
-        "coordinate_shares",  # issue 13 (§15.2)
+        "figure6abc",  # docs §13.2, §14.2
+        "ablation_atlas",  # docs §10.6
+        "coordinate_shares",  # docs §15.2
     ]
 
 
 def test_demo_analyses():
     study = Study.from_config(load("config"))
-    # issue 10: the demo measures leakage in its learned and write-common-axis seeds (4 runs)
+    # paper §5.1: the demo measures leakage in its learned and write-common-axis seeds (4 runs)
     assert study.leakage_models == ["learned", "write-common-axis"]
     assert len(study.leakage_runs) == 4
     # without leakage.models: every model with free readers behind a shared LN_1
@@ -86,7 +86,7 @@ def test_demo_analyses():
         "learned",
         "write-common-axis",
         "write-rotated",
-        "write-common",  # issue 12
+        "write-common",  # the demo's training-dynamics model
     ]
     assert [p["pair_label"] for p in study.pairs] == [
         "all-common-axis s42 − all-rotated s42",
@@ -102,7 +102,7 @@ def test_demo_analyses():
         ("learned", 42),
         ("learned", 43),
     ]
-    # issue 12: the demo's checkpoints of steps 0, 8, 32, 128 and 512, then their manifests
+    # docs §7.3: the demo's checkpoints of steps 0, 8, 32, 128 and 512, then their manifests
     steps = ("000000", "000008", "000032", "000128", "000512")
     assert study.intermediate_checkpoints("c") == [
         *(f"c/step{s}.safetensors" for s in steps),
@@ -244,7 +244,7 @@ def test_every_cross_key_problem_is_reported_at_once(micro):
         "concentration.split",
         "leakage.split",
         "leakage.models[0]:",
-        "clamps.split",  # issue 11: clamps read evaluation effects too
+        "clamps.split",  # clamps read evaluation effects too
     ]
 
 
@@ -305,12 +305,12 @@ def test_a_geometry_impossible_at_the_size_fails_at_load(micro):
     assert line.startswith("config models.routed: ")
 
 
-# --------------------------------------------------------------------------- clamps (issue 11)
+# ----------------------------------------------------------------------- clamps (docs §13.3, §15.3)
 def test_clamp_runs_defaults_and_explicit_entries():
     study = Study.from_config(load("config"))
     assert study.clamp_runs("pairs") == [
         ("learned", 42), ("learned", 43), ("write-common-axis", 42), ("write-common-axis", 43),
-        ("write-rotated", 42), ("write-common", 42),  # issue 12: the paper's common42 too
+        ("write-rotated", 42), ("write-common", 42),  # the paper's common42 too (dynamics)
     ]  # fmt: skip
     assert study.clamp_runs("lumped") == [("all-common-axis", 42)]
     # Figure 8: one run per slot geometry, first seed
@@ -340,7 +340,7 @@ def test_clamp_runs_refuse_unknown_models_and_seeds():
         Study.from_config(raw)
 
 
-# ------------------------------------------------------------------ imported models (issue 15)
+# ------------------------------------------------------------------ imported models
 def _imported_study(tmp_path, **import_block):
     import copy
 
@@ -390,7 +390,7 @@ def test_an_imported_model_that_is_not_there_or_not_gpt2_is_named(tmp_path):
         _imported_study(tmp_path, path=str(d), format="onnx")
 
 
-# ----------------------------------------------------------------------------- dynamics (issue 12)
+# ----------------------------------------------------------------------- dynamics (docs §13.2–14.5)
 def test_demo_dynamics_runs_and_steps():
     study = Study.from_config(load("config"))
     assert study.dynamics_runs("timeline") == [("write-common", 42)]
