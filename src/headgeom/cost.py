@@ -8,6 +8,9 @@ memory at once per job):
     seconds(paper) = max_j s_j / units(rehearsal) · units(paper)
     memory(paper)  = fixed + (max_j rss_j − fixed) · max(1, rows(paper) / rows(rehearsal))
 
+(for a rule the target runs on a GPU, host memory is the measured peak, unscaled: its rows'
+activations live on the device, which ``benchmarks/gpu_check.py`` measures)
+
 with s_j, rss_j the measured wall seconds and peak RSS (MB) of the rehearsal's jobs of R, and
 ``fixed`` the RSS of loading the largest model (interpreter + torch + its weights, the
 ``hash_checkpoint`` jobs' peak; 0 for rules that load no model). Proportional time (no fixed
@@ -29,7 +32,7 @@ import argparse
 import csv
 import math
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +41,27 @@ from headgeom.study import TASKS, Study
 
 #: Safety factor between a projection and the resource requested for it.
 MARGIN = 1.5
+
+#: GPU rules whose time only GPU rates give (benchmarks/gpu_check.py): on this CPU a paper
+#: training run takes months, no bound worth requesting. Every other GPU rule's request must
+#: cover its CPU projection, an upper bound of its time on a GPU.
+GPU_TIMED = {"train", "train_timeline"}
+
+#: Rules whose time depends on what the model learned, not only on counts, with a per-unit
+#: rate from a paper-shape benchmark (seconds per unit, source): the projection is the larger
+#: of that and the rehearsal's fit. ACDC recomputes only nodes still reaching the logits, so a
+#: 4-step rehearsal model (tiny effects, most edges cut early) runs far faster than a trained
+#: one; benchmarks/acdc_engine.py's worst case (every logits edge kept) is the bound.
+BENCHMARKED = {
+    "acdc": (1.94 * 3600 / 16, "benchmarks/acdc_engine.py, paper shape, float64, 16 SVA "
+             "examples, every logits edge kept: 4.66 metric calls/s, 1.94 h per run"),
+}  # fmt: skip
+
+#: Rules whose rehearsal job does not do the paper's kind of work, with the reason.
+NOT_PROJECTED = {
+    "tokenize_corpus": "the rehearsal tokenizes the embedded generator's text; the paper "
+    "streams FineWeb-Edu over the network with 16 CPUs",
+}
 
 
 def _splits(study: Study, task: str) -> dict[str, int]:
@@ -347,17 +371,22 @@ class Projection:
     memory_mb: float
 
 
-def fit(measured: Mapping[str, Measured], study: Study, target: Study) -> list[Projection]:
-    """:class:`Projection` of every measured rule from ``study``'s counts to ``target``'s."""
+def fit(
+    measured: Mapping[str, Measured], study: Study, target: Study, on_gpu: Collection[str] = ()
+) -> list[Projection]:
+    """:class:`Projection` of every measured rule from ``study``'s counts to ``target``'s;
+    ``on_gpu``: rules the target runs on a GPU (host memory not scaled by rows)."""
     fixed = measured["hash_checkpoint"].max_rss_mb if "hash_checkpoint" in measured else 0.0
     out = []
     for rule, m in sorted(measured.items()):
         unit, units_of = UNITS.get(rule, ("job", _one))
         units, target_units = units_of(study), units_of(target)
         seconds = m.seconds / units * target_units if units else m.seconds
+        if rule in BENCHMARKED:
+            seconds = max(seconds, BENCHMARKED[rule][0] * target_units)
         base = 0.0 if rule in NO_MODEL else min(fixed, m.max_rss_mb)
         rows = ROWS.get(rule)
-        ratio = max(1.0, rows(target) / rows(study)) if rows else 1.0
+        ratio = max(1.0, rows(target) / rows(study)) if rows and rule not in on_gpu else 1.0
         memory = base + (m.max_rss_mb - base) * ratio
         out.append(Projection(rule, m.jobs, m.seconds, m.max_rss_mb, unit, units, target_units,
                               seconds, memory))  # fmt: skip
@@ -435,11 +464,17 @@ def report(projections, planned: Mapping[str, dict]) -> str:
         if p.rule not in planned:
             continue  # not a rule of the target's DAG
         mem, runtime = request(planned, p.rule)
-        if planned[p.rule].get("gpu"):
-            # a GPU job's time comes from GPU rates (benchmarks/gpu_check.py), not from this
-            # CPU; its host memory is bounded by the CPU job's, which holds everything itself
+        if p.rule in NOT_PROJECTED:
+            when, ok = "not projected", None
+        elif p.rule in GPU_TIMED and planned[p.rule].get("gpu"):
             gpu_rules.append(p.rule)
             when, ok = "GPU rule: gpu_check", p.memory_mb <= mem
+        elif planned[p.rule].get("gpu"):
+            # no GPU rate measured: this CPU's time bounds the job's (its work moves to the
+            # GPU; in float64 only on GPUs with fast FP64, docs §15.1)
+            gpu_rules.append(p.rule)
+            when = f"GPU (≤ {_hours(p.seconds)}, this CPU)"
+            ok = p.memory_mb <= mem and p.seconds <= runtime * 60
         else:
             total += p.seconds * planned[p.rule]["jobs"]
             when, ok = _hours(p.seconds), p.memory_mb <= mem and p.seconds <= runtime * 60
@@ -447,8 +482,15 @@ def report(projections, planned: Mapping[str, dict]) -> str:
             f"| {p.rule} | {p.jobs} → {planned[p.rule]['jobs']} | {p.measured_s:,.1f} | "
             f"{p.measured_mb:,.0f} | {p.unit} | "
             f"{p.units:,.0f} → {p.target_units:,.0f} | {when} | "
-            f"{p.memory_mb:,.0f} | {mem:,}, {runtime:,} | {'yes' if ok else 'NO'} |"
+            f"{p.memory_mb:,.0f} | {mem:,}, {runtime:,} | "
+            f"{'—' if ok is None else 'yes' if ok else 'NO'} |"
         )
+    for rule, why in NOT_PROJECTED.items():
+        if rule in planned:
+            lines.append(f"\n{rule}: not projected ({why}).")
+    for rule, (_, source) in BENCHMARKED.items():
+        if rule in planned:
+            lines.append(f"\n{rule}: at least the rate of {source}.")
     lines.append(f"\nProjected CPU time of the target study's CPU rules on this CPU: "
                  f"{_hours(total)} (one core per job); GPU rules ({', '.join(gpu_rules)}): "
                  "`python benchmarks/gpu_check.py` on the GPU.")  # fmt: skip
@@ -477,9 +519,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.target:
         parser.error(f"{args.command} needs --target")
-    projections = fit(measured, _study(args.configfile), _study(args.target))
+    planned = planned_requests(args.target)
+    on_gpu = {rule for rule, res in planned.items() if res.get("gpu")}
+    projections = fit(measured, _study(args.configfile), _study(args.target), on_gpu)
     if args.command == "report":
-        print(report(projections, planned_requests(args.target)))
+        print(report(projections, planned))
     else:
         for p in projections:
             print(f"  {p.rule}: {suggested(p, args.margin)}")

@@ -65,6 +65,22 @@ def test_projection_by_hand():
     want = 400.0 + (1000.0 - 400.0) * max(1.0, rows_big / rows_small)
     assert by_rule["patch_heads"].seconds == pytest.approx(8.0)
     assert by_rule["patch_heads"].memory_mb == pytest.approx(want)
+    # train: rows = batch_size (×2 here): on a CPU 400 + 600 × 2; on a GPU the rows live on
+    # the device, so host memory stays as measured
+    wide_cfg = copy.deepcopy(MICRO)
+    wide_cfg["training"] = {**MICRO["training"], "batch_size": 2 * small.stage("training")[
+        "batch_size"]}  # fmt: skip
+    wide = Study.from_config(wide_cfg)
+    measured["train"] = cost.Measured("train", 1, 5.0, 1000.0)
+    assert {p.rule: p for p in cost.fit(measured, small, wide)}["train"].memory_mb == 1600.0
+    on_gpu = {p.rule: p for p in cost.fit(measured, small, wide, on_gpu={"train"})}
+    assert on_gpu["train"].memory_mb == pytest.approx(1000.0)
+    # acdc: the larger of the fit and the paper-shape benchmark's rate per example
+    measured["acdc"] = cost.Measured("acdc", 1, 2.0, 500.0)
+    acdc = {p.rule: p for p in cost.fit(measured, small, big)}["acdc"]
+    n = big.stage("edges")["n_examples"]
+    assert acdc.seconds == pytest.approx(max(2.0, cost.BENCHMARKED["acdc"][0] * n))
+    assert acdc.seconds == pytest.approx(1.94 * 3600 / 16 * n)
 
 
 def test_requests_are_what_the_dry_run_plans(tmp_path):
@@ -136,30 +152,29 @@ def test_report_projects_cpu_rules_and_leaves_gpu_time_to_gpu_check():
 # The rehearsal's per-rule maxima on one CPU core (python -m headgeom.cost summary; the run
 # and machine are named in the file's first line).
 CALIBRATION = REPO / "benchmarks" / "rehearsal_cpu.tsv"
-# Rules whose rehearsal does not scale to the paper's work: the corpus is the embedded
-# generator there, FineWeb-Edu streaming here (its request is the streaming job's).
-NOT_PROJECTED = {"tokenize_corpus"}
 
 
 def test_paper_requests_cover_the_projected_cost():
-    def study(name):
-        from headgeom import config_layers
+    from headgeom import config_layers
 
-        return Study.from_config(config_layers.load(REPO / "config" / name))
+    def study(name):
+        return Study.from_config(config_layers.load(REPO / "config" / name, REPO))
 
     measured = cost.read_summary(CALIBRATION)
     planned = cost.planned_requests("config/paper.yaml", REPO)
     submitted = set(planned) - cost.local_rules(REPO)
-    missing = submitted - set(measured) - NOT_PROJECTED
+    missing = submitted - set(measured) - set(cost.NOT_PROJECTED)
     assert not missing, f"paper rules the rehearsal never ran: {sorted(missing)}"
+    on_gpu = {r for r in planned if planned[r].get("gpu")}
     short = []
-    for p in cost.fit(measured, study("rehearsal.yaml"), study("paper.yaml")):
-        if p.rule not in submitted or p.rule in NOT_PROJECTED:
+    for p in cost.fit(measured, study("rehearsal.yaml"), study("paper.yaml"), on_gpu):
+        if p.rule not in submitted or p.rule in cost.NOT_PROJECTED:
             continue
         mem, runtime = cost.request(planned, p.rule)
         if p.memory_mb > mem:
             short.append(f"{p.rule}: {p.memory_mb:,.0f} MB projected > {mem:,} requested")
-        # a GPU job's time is gpu_check's to project; a CPU job's is this fit's
-        if not planned[p.rule].get("gpu") and p.seconds > runtime * 60:
+        # training's GPU time is gpu_check's; any other job's CPU time bounds it
+        if p.rule not in cost.GPU_TIMED and p.seconds > runtime * 60:
             short.append(f"{p.rule}: {p.seconds / 60:,.0f} min projected > {runtime} requested")
     assert not short, "\n".join(short)
+    assert {r for r in cost.GPU_TIMED if r in planned} <= on_gpu  # training asks for a GPU
