@@ -163,7 +163,7 @@ REHEARSAL_JOB_STATS = {
     "make_figure": 10, "clamps": 3, "concentration_loss": 1, "coordinates": 4,
     "exclusivity": 1, "lanes": 63, "checks": 1, "dynamics": 2, "make_document": 1, "catalog": 1,
 }  # fmt: skip
-GPU_RULES = {"train", "train_timeline", "patch_heads", "patch_step"}  # paper.yaml resources
+GPU_RULES = {"train", "train_timeline", "patch_heads", "patch_step", "edges", "coordinates"}
 
 
 def study_of(config):
@@ -231,20 +231,24 @@ def test_projection_counts_the_paper_dag(dry_run):
     assert rows["patch_heads"]["units_per_job"] == 300 + 240 + 240  # holdout reserved
     assert rows["patch_step"]["units_per_job"] == 300  # the lanes split only
     assert rows["train"]["units_per_job"] == 3 * 65_536 * 32 * 512 + 17 * 2_000_000
-    # devices from config resources: only training and patching have a GPU in paper.yaml
+    # devices from config resources: training, patching, edges and coordinates in paper.yaml
     assert {r for r, row in rows.items() if row["device"] == "GPU"} == GPU_RULES
+    gpu_rated = GPU_RULES - {"edges", "coordinates"}  # no float64 edge rate, no coordinates
     for rule, row in rows.items():
-        if rule in GPU_RULES:
+        if rule in gpu_rated:
             assert row["rate_source"] == "GPU measured in this run", row
             assert row["gpu_hours"] > 0 and row["cpu_core_hours"] is None
+        elif rule in GPU_RULES:
+            assert row["rate_source"] == "GPU, not measured here", row
+            assert row["gpu_hours"] is None and row["cpu_core_hours"] is None
         else:  # no --rehearsal-results
             assert row["rate_source"] == "CPU, not measured here", row
             assert row["gpu_hours"] is None and row["cpu_core_hours"] is None
         assert row["h100_gpu_hours"] is None  # no GPU peak on a CPU: no scaling
     assert sec["training_compile"] is False
-    assert sec["total_gpu_hours"] == pytest.approx(sum(rows[r]["gpu_hours"] for r in GPU_RULES))
+    assert sec["total_gpu_hours"] == pytest.approx(sum(rows[r]["gpu_hours"] for r in gpu_rated))
     assert sec["total_cpu_core_hours"] is None
-    assert set(sec["not_projected"]) == set(rows) - GPU_RULES
+    assert set(sec["not_projected"]) == set(rows) - gpu_rated
     assert "| train | GPU | 19 |" in md and "| clamps | CPU | 12 |" in md and "**total**" in md
 
 
@@ -382,8 +386,8 @@ def test_cpu_rules_come_from_a_rehearsals_benchmarks(tmp_path, monkeypatch):
         assert row["seconds"] == pytest.approx(seconds)
         assert row["cpu_core_hours"] == pytest.approx(seconds / 3600)  # one thread each
     assert sec["total_cpu_core_hours"] == pytest.approx(sum(want.values()) / 3600)
-    assert rows["edges"]["rate_source"] == "CPU, not measured here"
-    assert "no benchmark files of edges" in rows["edges"]["basis"]
+    assert rows["acdc"]["rate_source"] == "CPU, not measured here"
+    assert "no benchmark files of acdc" in rows["acdc"]["basis"]
     assert rows["patch_heads"]["rate_source"] == "GPU measured in this run"
     runs = study_of(PAPER_CONFIG).runs
     assert rows["patch_heads"]["seconds"] == pytest.approx(per_model_seconds(runs, 3 * 780 / 10.0))
