@@ -211,9 +211,9 @@ def test_c16_fails_when_the_reference_numbers_change(monkeypatch):
     assert rows["twelve-head"]["residual"] == pytest.approx(abs(0.2 + 0.943))
 
 
-def loss_run(model, geometry, loss, corpus="S", paper_size=True, seed=42):
+def loss_run(model, geometry, loss, corpus="S", paper_size=True, seed=42, trained=True):
     return {"model": model, "seed": seed, "geometry": geometry, "corpus": corpus,
-            "val_loss": loss, "paper_size": paper_size}  # fmt: skip
+            "val_loss": loss, "paper_size": paper_size, "paper_training": trained}  # fmt: skip
 
 
 def test_loss_order_by_corpus():
@@ -240,10 +240,19 @@ def test_loss_order_by_corpus():
     runs[0] = loss_run("learned", "learned", 3.508, paper_size=False)
     rows = {r["scope"]: r for r in checks.loss_order(runs)}
     assert rows["corpus S"]["enforced"] is False
+    # paper size but a rehearsal's few steps: reported, not enforced
+    runs[0] = loss_run("learned", "learned", 3.508, trained=False)
+    rows = {r["scope"]: r for r in checks.loss_order(runs)}
+    assert rows["corpus S"]["enforced"] is False and rows["corpus R"]["enforced"] is True
 
 
 def test_loss_runs_read_the_run_logs_and_the_paper_size(tmp_path):
-    log = parquet_with(tmp_path / "log.parquet", {"val_loss_nats": 3.5})
+    paper = {"steps": 65_536, "batch_size": 32}  # docs §7
+    log = parquet_with(tmp_path / "log.parquet", {"val_loss_nats": 3.5,
+                                                  "config": {"training": paper}})  # fmt: skip
+    rehearsal = {"steps": 4, "batch_size": 1}
+    short_meta = {"val_loss_nats": 8.5, "config": {"training": rehearsal}}
+    short = parquet_with(tmp_path / "short.parquet", short_meta)
     counts = tmp_path / "param_counts.parquet"
     frame = pd.DataFrame({c: [None] for c in results.PARAM_COUNTS.names})
     frame = frame.assign(model="m", seed=1, expected_n_params=124_046_592)
@@ -252,12 +261,15 @@ def test_loss_runs_read_the_run_logs_and_the_paper_size(tmp_path):
     results.PARAM_COUNTS.write(counts, frame, checks.record("C1", 0, 0))
     files = [
         {"kind": "train_log", "path": log, "model": "m", "seed": 1},
+        {"kind": "train_log", "path": short, "model": "k", "seed": 1},
         {"kind": "param_counts", "path": str(counts)},
     ]
     runs = [{"model": "m", "seed": 1, "geometry": "learned", "corpus": None},
-            {"model": "n", "seed": 1, "geometry": "learned", "corpus": None}]  # fmt: skip
+            {"model": "n", "seed": 1, "geometry": "learned", "corpus": None},
+            {"model": "k", "seed": 1, "geometry": "learned", "corpus": None}]  # fmt: skip
     got = checks.loss_runs(files, runs)
-    assert [(r["val_loss"], r["paper_size"]) for r in got] == [(3.5, True), (None, False)]
+    assert [(r["val_loss"], r["paper_size"], r["paper_training"]) for r in got] == [
+        (3.5, True, True), (None, False, False), (8.5, False, False)]  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- C1
