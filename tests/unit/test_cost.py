@@ -152,6 +152,10 @@ def test_report_projects_cpu_rules_and_leaves_gpu_time_to_gpu_check():
 # The rehearsal's per-rule maxima on one CPU core (python -m headgeom.cost summary; the run
 # and machine are named in the file's first line).
 CALIBRATION = REPO / "benchmarks" / "rehearsal_cpu.tsv"
+# Paper rules the calibration run had not reached when it was summarised (its first line
+# says so): their requests are the rule defaults, unchecked here. Measure them (a finished
+# rehearsal, `python -m headgeom.cost summary`) and empty this set.
+NOT_YET_MEASURED = set()
 
 
 def test_paper_requests_cover_the_projected_cost():
@@ -163,8 +167,10 @@ def test_paper_requests_cover_the_projected_cost():
     measured = cost.read_summary(CALIBRATION)
     planned = cost.planned_requests("config/paper.yaml", REPO)
     submitted = set(planned) - cost.local_rules(REPO)
-    missing = submitted - set(measured) - set(cost.NOT_PROJECTED)
-    assert not missing, f"paper rules the rehearsal never ran: {sorted(missing)}"
+    # `use rule train as train_timeline` keeps train's benchmark files (and its resources)
+    ran = set(measured) | ({"train_timeline"} if "train" in measured else set())
+    missing = submitted - ran - set(cost.NOT_PROJECTED)
+    assert missing == NOT_YET_MEASURED, f"paper rules the rehearsal never ran: {sorted(missing)}"
     on_gpu = {r for r in planned if planned[r].get("gpu")}
     short = []
     for p in cost.fit(measured, study("rehearsal.yaml"), study("paper.yaml"), on_gpu):
