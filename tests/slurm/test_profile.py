@@ -68,7 +68,9 @@ def sbatch_flags(resources: Resources) -> str:
 
 @pytest.mark.parametrize("rule", ["train", "patch_heads", "tokenize_corpus", "lanes"])
 def test_sbatch_asks_for_what_paper_config_says(planned_resources, rule):
-    cfg = {**PAPER["resources"]["default"], **PAPER["resources"].get(rule, {})}
+    res = PAPER["resources"]
+    gpu = res.get(rule, {}).get("gpu")  # a GPU job: gpu_default between default and the rule
+    cfg = {**res["default"], **(res.get("gpu_default", {}) if gpu else {}), **res.get(rule, {})}
     flags = sbatch_flags(planned_resources[rule])
     assert f" --mem {cfg['mem_mb']}" in flags
     assert f" -t {cfg['runtime']}" in flags
