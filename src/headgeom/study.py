@@ -811,19 +811,19 @@ class Study:
     @cached_property
     def edge_runs(self) -> list[tuple[str, int]]:
         """Runs of the edge analysis (docs §15.1): config ``edges.models`` (all their seeds), or
-        every run whose architecture has Q/K/V readers with the KV-prefix forward (the
-        registry's ``prefix_reuse``: every GPT geometry) and a Table 7 group."""
+        every run whose architecture has the edge engine's Q/K/V readers (the registry's
+        ``edge_patching``: every GPT geometry) and a Table 7 group."""
         from headgeom.model import registry
 
-        def _prefix_reuse(m: str) -> bool:
+        def _edge_patching(m: str) -> bool:
             geometry = registry.geometry(self.models[m]["geometry"])
-            return registry.architecture(geometry.architecture).prefix_reuse
+            return registry.architecture(geometry.architecture).edge_patching
 
         wanted = self.configured_models("edges", "models")
         return [
             (m, s) for m, s in self.runs
             if (m in wanted if wanted is not None else
-                self.models[m]["geometry"] in selections.TABLE7_GROUPS and _prefix_reuse(m))
+                self.models[m]["geometry"] in selections.TABLE7_GROUPS and _edge_patching(m))
         ]  # fmt: skip
 
     @cached_property

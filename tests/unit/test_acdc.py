@@ -171,7 +171,7 @@ def test_a_kept_trial_restores_the_state_and_a_run_reaches_the_fresh_state():
 def test_acdc_refuses_models_without_qkv_readers():
     model = multiscreen_model("learned")
     clean, ref = random_pairs(2, (6,))[:2]
-    with pytest.raises(ValueError, match="prefix_reuse"):
+    with pytest.raises(ValueError, match="edge_patching"):
         A.acdc(model, clean, ref)
 
 

@@ -1,5 +1,5 @@
 """The edge-patching engine (docs §15.1) against an independent naive float64 hook
-implementation on random tiny models of every geometry the registry marks ``prefix_reuse``:
+implementation on random tiny models of every geometry the registry marks ``edge_patching``:
 relative error ≤ 1e-3 where KL ≥ 1e-9, absolute ≤ 1e-12 below, never negative; in float32
 within a rounding floor derived from float32's eps and the logit scale. Also: the KL by hand,
 its float64 floor, Table 7's examples (the first of each condition in canonical order) and
@@ -36,7 +36,7 @@ N_VOCAB = 29
 EDGE_GEOMETRIES = sorted(
     g
     for arch in registry.ARCHITECTURES.values()
-    if arch.prefix_reuse
+    if arch.edge_patching
     for g in registry.geometry_names(arch.name)
 )
 
@@ -215,7 +215,7 @@ def test_orthogonal_writer_gives_exactly_zero():
 
 def test_multiscreen_is_refused_by_name():
     model = multiscreen_model("learned")
-    with pytest.raises(ValueError, match="prefix_reuse"):
+    with pytest.raises(ValueError, match="edge_patching"):
         E.edge_kl(model, *random_pairs(2, (5,))[:2])
 
 

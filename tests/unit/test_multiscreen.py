@@ -116,6 +116,33 @@ def test_changing_token_t_leaves_earlier_logits_unchanged(mipe):
     torch.testing.assert_close(model(ids, last_only=True).detach(), a[:, -1], atol=tol, rtol=0)
 
 
+@pytest.mark.parametrize("mipe", [True, False])
+@pytest.mark.parametrize("last_only", [True, False])
+def test_forward_suffix_equals_the_whole_sequence_at_its_positions(mipe, last_only):
+    """The KV-prefix forward (the registry's prefix_reuse): block l run on positions P..T−1
+    with the clean keys/values of 0..P−1 gives the whole-sequence block's output there, for
+    G = 2 variants of each of B = 3 prefixes (row g·B + b continues prefix b)."""
+    model = tiny(mipe=mipe).eval()
+    T, P, B = 14, 9, 3
+    ids = torch.randint(0, TINY["n_vocab"], (B, T), generator=torch.Generator().manual_seed(4))
+    names = [
+        site(layer, n)
+        for layer in range(2)
+        for n in ("hook_resid_pre", "attn.hook_k", "attn.hook_v")
+    ]
+    with torch.no_grad():
+        _, cache = model.run_with_cache(ids, names)
+        for layer, block in enumerate(model.blocks):
+            x = cache[site(layer, "hook_resid_pre")]
+            whole = block(x)
+            past = (cache[site(layer, f"attn.hook_{n}")][:, :P] for n in "kv")
+            out, k, v = block.forward_suffix(x[:, P:].repeat(2, 1, 1), *past, last_only)
+            want = whole[:, -1:] if last_only else whole[:, P:]
+            tol = forward_tolerance(model, largest(want), from_layer=model.cfg.n_layer - 1)
+            torch.testing.assert_close(out, want.repeat(2, 1, 1), atol=tol, rtol=0)
+            torch.testing.assert_close(k[:B], cache[site(layer, "attn.hook_k")][:, P:])
+
+
 def test_sites_have_pinned_names_and_axes():
     model = tiny()
     L, H = TINY["n_layer"], TINY["n_head"]

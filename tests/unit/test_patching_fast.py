@@ -105,12 +105,14 @@ def test_fast_equals_plain_for_every_geometry(geometry, prefix_reuse):
     assert_same(model, pairs, batch_size=8, max_rows=7, prefix_reuse=prefix_reuse)  # cut groups
 
 
+@pytest.mark.parametrize("prefix_reuse", [True, False])
 @pytest.mark.parametrize("geometry", ["learned", "write-common-axis"])
-def test_fast_equals_plain_for_multiscreen(geometry):
+def test_fast_equals_plain_for_multiscreen(geometry, prefix_reuse):
     model = multiscreen_model(geometry)
-    assert supports_fast(model)
-    assert not supports_prefix_reuse(model)  # no KV interface: resumption only, still exact
-    assert_same(model, random_pairs(5, (6, 4)), batch_size=3)
+    assert supports_fast(model) and supports_prefix_reuse(model)  # the tiles' KV-prefix forward
+    pairs = random_pairs(8, (6, 9))
+    assert len({first_difference(c, r) for c, r in zip(*pairs[:2], strict=True)}) > 2
+    assert_same(model, pairs, batch_size=4, max_rows=5, prefix_reuse=prefix_reuse)
 
 
 def _late_pairs(n: int, T: int, first: int, seed: int = 5):

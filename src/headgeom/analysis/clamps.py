@@ -22,9 +22,9 @@ The engine (:func:`clamp_patch`) is exact and batched over examples and cases:
 * cases with the same clamp pattern per layer share forwards (rows = case × example, at most
   ``max_rows`` rows each); a partially clamped layer selects clean z per row.
 
-Architectures without prefix reuse (multiscreen) run the same resumption on whole sequences
-through the model's hook sites. Whether a model has MLP outputs to clamp is the registry's
-answer (its ``hook_mlp_out`` site), never a probe of the model.
+Architectures without prefix reuse (none in the registry today) run the same resumption on
+whole sequences through the model's hook sites. Whether a model has MLP outputs to clamp is
+the registry's answer (its ``hook_mlp_out`` site), never a probe of the model.
 """
 
 from __future__ import annotations

@@ -27,8 +27,9 @@ Batching: a patch acts at the final position only, so positions < T−1 stay cle
 layer; all directions of one site are rows (direction-major, row g·B + b) of one forward
 resumed at l* on the final position, attending to the cached clean keys/values of the
 prefix (``Block.after_attn``, ``Block.forward_suffix``). Architectures without the
-KV-prefix forward (multiscreen) resume at l* on the whole sequence with the patched
-attention output set by a hook. :func:`direction_drops_naive` is the reference: one full
+KV-prefix forward (the registry's ``prefix_reuse``; every registered one has it, multiscreen's
+tiles included) resume at l* on the whole sequence with the patched attention output set by a
+hook. :func:`direction_drops_naive` is the reference: one full
 hooked forward per direction.
 """
 

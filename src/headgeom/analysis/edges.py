@@ -46,7 +46,7 @@ rather than from the rounded logits b, so ε entered at first order, ~eps·|logi
 float32: a third of the demo's edge KLs came out negative.)
 
 Multiscreen models have no Q/K/V readers of this kind (screening tiles): the engine needs the
-registry's ``prefix_reuse`` and refuses others by name. :func:`edge_kl_naive` is the
+registry's ``edge_patching`` and refuses others by name. :func:`edge_kl_naive` is the
 reference: one forward per edge with a hook on the reader's site (full forward, the
 TransformerLens way, or resumed at the reader's layer, the auto-circuit way).
 """
@@ -70,6 +70,7 @@ from headgeom.analysis.patching import (
     supports_prefix_reuse,
 )
 from headgeom.analysis.tolerance import forward_tolerance
+from headgeom.model import registry
 from headgeom.model.geometries import READ_TYPES
 from headgeom.model.gpt import site
 
@@ -126,10 +127,12 @@ def all_edges(n_layer: int, n_head: int) -> Edges:
 
 
 def _require(model: torch.nn.Module) -> None:
-    if not supports_prefix_reuse(model):
+    arch = registry.architecture_of(model)
+    if not (supports_prefix_reuse(model) and arch.edge_patching):
         raise ValueError(
-            f"edge patching needs Q/K/V readers with the KV-prefix forward (the registry's "
-            f"prefix_reuse); {type(model).__name__} has none (docs §15.1 names GPT models only)"
+            f"edge patching needs GPT Q/K/V readers with the KV-prefix forward (the registry's "
+            f"edge_patching and prefix_reuse); {type(model).__name__} has none (docs §15.1 "
+            f"names GPT models only)"
         )
 
 

@@ -310,9 +310,8 @@ def supports_fast(model: torch.nn.Module) -> bool:
 def supports_prefix_reuse(model: torch.nn.Module) -> bool:
     """Whether the fast engine can also reuse the clean prefix: the registry's
     ``prefix_reuse`` (blocks with the KV-prefix forward of ``headgeom.model.gpt``,
-    ``forward_suffix`` and ``after_z``). GPT models of every zoo geometry have it; the
-    multiscreen controls (position-dependent windows and MiPE rotations, no KV interface)
-    do not and run with layer resumption only."""
+    ``forward_suffix`` and ``after_z``). GPT models of every zoo geometry have it, and so do
+    the multiscreen controls (windows and MiPE depend on absolute positions only)."""
     arch = registry.architecture_of(model)
     return supports_fast(model) and arch.prefix_reuse
 
@@ -475,7 +474,7 @@ def patch_all_heads_fast(
     differing position, so batches share long clean prefixes (``prefix_reuse``). A model
     whose architecture the registry does not declare ``fast_patching``
     (:func:`supports_fast`) runs the plain engine; one without ``prefix_reuse``
-    (:func:`supports_prefix_reuse`: multiscreen) runs layer resumption without prefix reuse.
+    (:func:`supports_prefix_reuse`) runs layer resumption without prefix reuse.
     ``replacement``: see :func:`patch_batch_fast` (None: resample patching).
     """
     if not supports_fast(model):

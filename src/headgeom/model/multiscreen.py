@@ -148,19 +148,22 @@ def screening_relevance(s: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     return torch.clamp(1.0 - r * (1.0 - s), min=0.0).square()
 
 
-def causal_cosine_window(n_pos: int, w: torch.Tensor) -> torch.Tensor:
-    """m_ij = ½(1 + cos(π(i − j)/w)) for 0 ≤ i − j < w, else 0; (head, query, key) (CHOICE 2)."""
+def causal_cosine_window(n_pos: int, w: torch.Tensor, queries: torch.Tensor | None = None):
+    """m_ij = ½(1 + cos(π(i − j)/w)) for 0 ≤ i − j < w, else 0; (head, query, key) (CHOICE 2).
+    Keys are positions 0..n_pos−1; queries the same, or the absolute positions ``queries``."""
     pos = torch.arange(n_pos, device=w.device, dtype=w.dtype)
-    dist = pos[:, None] - pos[None, :]  # i − j, (T, T)
+    rows = pos if queries is None else queries.to(w.dtype)
+    dist = rows[:, None] - pos[None, :]  # i − j, (queries, T)
     w = w[:, None, None]
     inside = (dist >= 0) & (dist < w)
     return torch.where(inside, 0.5 * (1.0 + torch.cos(math.pi * dist / w)), 0.0)
 
 
-def mipe(x: torch.Tensor, w: torch.Tensor, threshold: float) -> torch.Tensor:
-    """Rotate coordinates 0, 1 of x (batch, position, head, d_key) by π·i·γ(w)/w (CHOICE 4)."""
+def mipe(x: torch.Tensor, w: torch.Tensor, threshold: float, start: int = 0) -> torch.Tensor:
+    """Rotate coordinates 0, 1 of x (batch, position, head, d_key) by π·i·γ(w)/w (CHOICE 4);
+    position i of x[:, t] is start + t (a suffix of a longer sequence)."""
     gamma = torch.where(w < threshold, 0.5 * (1.0 + torch.cos(math.pi * w / threshold)), 0.0)
-    pos = torch.arange(x.shape[1], device=x.device, dtype=x.dtype)
+    pos = torch.arange(start, start + x.shape[1], device=x.device, dtype=x.dtype)
     angle = math.pi * pos[:, None] * (gamma / w)[None, :]  # (T, H)
     cos, sin = torch.cos(angle), torch.sin(angle)
     x0, x1 = x[..., 0], x[..., 1]
@@ -269,21 +272,63 @@ class ScreeningTiles(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v, g = self.reader(x)
         with torch.autocast(x.device.type, enabled=False):  # fp32 core (CHOICE 7)
-            u = self.screen(q.float(), k.float(), v.float())  # (B, T, H, d_V)
-        z = u.to(g.dtype) * torch.tanh(F.silu(g)) * torch.exp(self.s_o)[:, None].to(g.dtype)
-        return self.writer(self.hook_z(z))
+            q, k, v = self.prepare(q.float(), k.float(), v.float(), start=0)
+            u = self.screen(q, k, v)  # (B, T, H, d_V)
+        return self.writer(self.hook_z(self.gate(u, g)))
 
-    def screen(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def gate(self, u: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """z = u ⊙ tanh(SiLU(g)) · exp(s_o): the gated, scaled tile outputs."""
+        return u.to(g.dtype) * torch.tanh(F.silu(g)) * torch.exp(self.s_o)[:, None].to(g.dtype)
+
+    def prepare(self, q, k, v, start: int) -> tuple[torch.Tensor, ...]:
+        """Unit q, k, v with MiPE on q, k (positions start, start + 1, …) at the sites
+        ``hook_q``/``hook_k``/``hook_v``: what the screen reads, position by position."""
         eps = self.cfg.norm_eps
-        w, r = positive(self.s_w.float()), positive(self.s_r.float())
         q, k, v = unit(q, eps), unit(k, eps), unit(v, eps)
         if self.cfg.mipe:
-            q, k = mipe(q, w, self.cfg.mipe_threshold), mipe(k, w, self.cfg.mipe_threshold)
-        q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
-        s = q.transpose(1, 2) @ k.permute(0, 2, 3, 1)  # (B, H, T, T): s_ij = q_i·k_j
-        a = screening_relevance(s, r[:, None, None]) * causal_cosine_window(q.shape[1], w)
-        h = (a @ v.transpose(1, 2)).transpose(1, 2)  # Σ_j a_ij v_j, (B, T, H, d_V)
+            w, t = positive(self.s_w.float()), self.cfg.mipe_threshold
+            q, k = mipe(q, w, t, start), mipe(k, w, t, start)
+        return self.hook_q(q), self.hook_k(k), self.hook_v(v)
+
+    def screen(self, q, k, v, queries: torch.Tensor | None = None) -> torch.Tensor:
+        """TanhNorm(Σ_j a_ij v_j) (B, S, H, d_V) for the S queries ``q`` over the T keys
+        ``k``/``v`` (B, ·, H, d); the queries sit at positions 0..T−1, or at ``queries``."""
+        eps = self.cfg.norm_eps
+        w, r = positive(self.s_w.float()), positive(self.s_r.float())
+        s = q.transpose(1, 2) @ k.permute(0, 2, 3, 1)  # (B, H, S, T): s_ij = q_i·k_j
+        a = screening_relevance(s, r[:, None, None]) * causal_cosine_window(k.shape[1], w, queries)
+        h = (a @ v.transpose(1, 2)).transpose(1, 2)  # Σ_j a_ij v_j, (B, S, H, d_V)
         return tanh_norm(h, eps)
+
+    def z_suffix(
+        self,
+        x: torch.Tensor,
+        past_k: torch.Tensor,
+        past_v: torch.Tensor,
+        last_only: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """z at the S suffix positions whose residual is ``x`` (R, S, D), screening the P
+        prefix keys/values ``past_k``/``past_v`` (B, P, H, d; the sites ``hook_k``/``hook_v``
+        of a clean forward) plus the suffix itself: the contract of ``gpt.Attention.z_suffix``.
+        Tiles read the raw residual position by position and the window and MiPE depend on
+        absolute positions only, so this equals ``forward`` at those positions.
+        Returns ``(z, k, v)``: z (R, S, H, d_V), or (R, 1, H, d_V) when ``last_only``."""
+        (R, S), (B, P) = x.shape[:2], past_k.shape[:2]
+        if R % B:
+            raise ValueError(f"{R} suffix rows do not repeat the {B} prefix sequences")
+        q, k, v, g = self.reader(x)
+        with torch.autocast(x.device.type, enabled=False):
+            q, k, v = self.prepare(q.float(), k.float(), v.float(), start=P)
+
+            def joined(past: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+                past = past.float().expand(R // B, *past.shape).flatten(0, 1)  # row g·B + b
+                return torch.cat([past, new], dim=1)  # (R, P + S, H, d)
+
+            queries = torch.arange(P, P + S, device=x.device)
+            if last_only:
+                q, queries, g = q[:, -1:], queries[-1:], g[:, -1:]
+            u = self.screen(q, joined(past_k, k), joined(past_v, v), queries)
+        return self.hook_z(self.gate(u, g)), k, v
 
 
 class ScreeningBlock(nn.Module):
@@ -295,6 +340,26 @@ class ScreeningBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.hook_resid_pre(x)
         return x + self.hook_attn_out(self.attn(x))
+
+    # The KV-prefix forward of ``gpt.Block`` (the registry's ``prefix_reuse``); no MLP.
+    def after_z(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """The rest of the block once its tile outputs ``z`` (B, S, H, d_V) are known."""
+        return self.after_attn(x, self.attn.writer(z))
+
+    def after_attn(
+        self, x: torch.Tensor, attn_out: torch.Tensor, mlp_out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        if mlp_out is not None:
+            raise ValueError("a multiscreen block has no MLP to clamp (no hook_mlp_out site)")
+        return x + self.hook_attn_out(attn_out)
+
+    def forward_suffix(
+        self, x: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor, last_only: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``forward`` at the suffix positions only (``ScreeningTiles.z_suffix``)."""
+        x = self.hook_resid_pre(x)
+        z, k, v = self.attn.z_suffix(x, past_k, past_v, last_only)
+        return self.after_z(x[:, -1:] if last_only else x, z), k, v
 
 
 class MultiscreenLM(nn.Module):

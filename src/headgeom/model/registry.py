@@ -54,8 +54,12 @@ class Architecture:
       reads the answer logits from the residual leaving the last block: the fast engine may
       resume from a cached residual and compute two logits only;
     * ``prefix_reuse`` — blocks also offer the KV-prefix forward (``forward_suffix``,
-      ``after_z``): readers act position by position under plain causal softmax attention,
-      so the fast engine may reuse the clean prefix.
+      ``after_z``, ``after_attn``): readers act position by position under causal attention
+      whose keys and values are cached at ``attn.hook_k``/``attn.hook_v``, so the fast
+      engine may reuse the clean prefix;
+    * ``edge_patching`` — its Q/K/V readers are the ones the edge engine re-evaluates on a
+      patched residual (``headgeom.analysis.edges``: LN_1 or block readers, the value
+      adapter); docs §15.1 defines edges for GPT models only.
     """
 
     name: str
@@ -65,6 +69,7 @@ class Architecture:
     geometry_params: bool
     fast_patching: bool
     prefix_reuse: bool
+    edge_patching: bool
 
 
 ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
@@ -79,9 +84,10 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
                 geometry_params=True,
                 fast_patching=True,
                 prefix_reuse=True,
+                edge_patching=True,
             ),
-            # Position-dependent windows and MiPE rotations, no KV interface: the fast engine
-            # resumes layers but recomputes whole sequences (docs §6.6).
+            # Windows and MiPE rotations depend on absolute positions only, so the tiles
+            # have the KV-prefix forward too (``ScreeningBlock.forward_suffix``, docs §6.6).
             Architecture(
                 name=multiscreen.ARCHITECTURE,
                 config=MultiscreenConfig,
@@ -89,7 +95,8 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
                 sites=MappingProxyType(multiscreen.SITE_AXES),
                 geometry_params=False,
                 fast_patching=True,
-                prefix_reuse=False,
+                prefix_reuse=True,
+                edge_patching=False,
             ),
         )
     }
