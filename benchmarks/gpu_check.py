@@ -72,6 +72,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the engines' peers: patching_engine, clamp_engine
 
+from headgeom import cost  # noqa: E402
 from headgeom.training.loop import configure_matmuls  # noqa: E402
 from headgeom.training.throughput import (  # noqa: E402
     PAPER_SHAPE,
@@ -739,39 +740,7 @@ CPU_UNMEASURED = "CPU, not measured here"
 H100_PEAKS = dict(zip(("bf16", "fp32"), PEAK_TFLOPS["H100 SXM"], strict=True))
 # the rules whose GPU work one of the sections above measures, in cost.UNITS's unit
 PATCHING_RULES = ("patch_heads", "patch_step", "patch_modes")  # patch_all_heads_fast
-TRAINING_RULES = ("train", "train_timeline")
-
-
-def workflow_rules(folder: Path = ROOT / "workflow" / "rules") -> dict[str, dict[str, str]]:
-    """Every rule of ``folder``/*.smk: the rule whose config resources it asks for
-    (``STUDY.resources("<rule>", ...)``; a ``use rule A as B`` copy without its own: A's) and
-    the folder of its benchmark files (``benchmark_of("<folder>", ...)``)."""
-    import re
-
-    header = re.compile(r"^(?:rule (\w+)|use rule (\w+) as (\w+)).*:")
-    rules: dict[str, dict[str, str | None]] = {}
-    for path in sorted(folder.glob("*.smk")):
-        block: list[str] = []
-        for line in [*path.read_text().splitlines(), "END"]:
-            if line[:1].strip() and not line.startswith("#") and block:
-                m = header.match(block[0])
-                text = "\n".join(block)
-                res = re.search(r'STUDY\.resources\(\s*"(\w+)"', text)
-                bench = re.search(r'benchmark_of\(\s*"(\w+)"', text)
-                name = m.group(1) or m.group(3)
-                rules[name] = {
-                    "base": m.group(2),
-                    "resources": res and res.group(1),
-                    "benchmark": bench and bench.group(1),
-                }
-                block = []
-            if header.match(line) or block:
-                block.append(line)
-    for spec in rules.values():  # a copy takes what it does not set from its base rule
-        base = rules.get(spec["base"]) if spec["base"] else None
-        for key in ("resources", "benchmark"):
-            spec[key] = spec[key] or (base or {}).get(key)
-    return {name: {k: spec[k] for k in ("resources", "benchmark")} for name, spec in rules.items()}
+TRAINING_RULES = cost.GPU_TIMED  # the rules only GPU rates can time
 
 
 def device_peaks(ctx: Context) -> dict[str, float | None]:
@@ -862,10 +831,8 @@ def _edge_ratio(ctx: Context, study):
 
 
 def projection_section(ctx: Context, deadline: float) -> dict:
-    from headgeom import cost
-
     study = _study(ctx.config)
-    rules = workflow_rules()
+    rules = cost.workflow_rules(ROOT)
     jobs = cost.jobs(study)
     unknown = sorted(set(jobs) ^ set(rules))
     if unknown:

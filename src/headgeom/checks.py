@@ -440,9 +440,6 @@ LOSS_CLASSES: dict[str, int] = {
     "all-rotated-self": 3,
 }
 LOSS_CLASS_NAMES = ("learned", "write-*", "read-common", "all-*")
-#: The paper's training budget in sequences (docs §7: 65,536 steps × 32): the §7.3 loss
-#: order is a property of runs trained that long.
-PAPER_TRAINING_SEQUENCES = 65_536 * 32
 
 
 def loss_order(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -485,10 +482,12 @@ def loss_runs(
     """``runs`` (``{model, seed, geometry, corpus}``) with the validation loss their run log
     records (``val_loss_nats``, None without one), whether they have the paper's size
     (``expected_n_params`` of the parameter counts is set) and its training budget (the run
-    config's steps × batch_size), for :func:`loss_order`."""
+    config's steps × batch_size against the zoo's ``PAPER_TRAINING_SEQUENCES``), for
+    :func:`loss_order`."""
     import pyarrow.parquet as pq
 
     from headgeom.io import read_parquet_metadata
+    from headgeom.model.zoo import PAPER_TRAINING_SEQUENCES
 
     logs = {(f["model"], int(f["seed"])): f["path"] for f in files
             if f["kind"] in ("train_log", "run_log")}  # fmt: skip

@@ -183,7 +183,7 @@ def test_jobs_are_the_dags():
 
     counts = cost.job_counts(study_of(ROOT / "config/rehearsal.yaml"))
     assert {r: n for r, n in counts.items() if n} == REHEARSAL_JOB_STATS
-    rules = _load_gpu_check().workflow_rules()
+    rules = cost.workflow_rules(ROOT)
     assert set(cost.JOBS) == set(rules)  # every rule of workflow/rules/*.smk, no other
     # a `use rule` copy asks for its base rule's resources; benchmarks as the copy names them
     assert rules["train_timeline"] == {"resources": "train", "benchmark": "train"}

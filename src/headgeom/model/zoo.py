@@ -85,8 +85,9 @@ def _name(_list: str, _index: int, entry: Any) -> str:
     return str(entry.get("key", "?")) if isinstance(entry, dict) else "?"
 
 
-def _load() -> tuple[Configuration, ...]:
-    """docs §6.1 from ``zoo.yaml`` (schema-checked), in row order."""
+def _load() -> tuple[tuple[Configuration, ...], Mapping[str, int]]:
+    """docs §6.1 from ``zoo.yaml`` (schema-checked), in row order, and the paper's training
+    budget."""
     data = datafile.load(__package__, "zoo", _name)
     counts: dict[str, int] = data["n_params"]
 
@@ -128,11 +129,13 @@ def _load() -> tuple[Configuration, ...]:
         raise datafile.problem(
             __package__, "zoo", where, f"no configuration has geometry {sorted(unused)}"
         )
-    return tuple(configurations)
+    return tuple(configurations), MappingProxyType(dict(data["training"]))
 
 
-#: docs §6.1, in row order (``zoo.yaml``).
-CONFIGURATIONS: tuple[Configuration, ...] = _load()
+#: docs §6.1, in row order (``zoo.yaml``); the paper's training steps and batch size (§7).
+CONFIGURATIONS, PAPER_TRAINING = _load()
+#: Sequences the paper trained every run on: its validation losses are of runs this long.
+PAPER_TRAINING_SEQUENCES: int = PAPER_TRAINING["steps"] * PAPER_TRAINING["batch_size"]
 
 BY_KEY: Mapping[str, Configuration] = MappingProxyType({c.key: c for c in CONFIGURATIONS})
 BY_REPOSITORY_NAME: Mapping[str, tuple[Configuration, int]] = MappingProxyType(
