@@ -65,6 +65,16 @@ class HookPoint(nn.Module):
         return x if out is None else out
 
 
+def prefix_joined(past: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """The cached keys or values ``past`` (B, P, H, d) of B prefix sequences followed by those
+    of R = G·B suffix rows ``new`` (R, S, H, d): (R, P + S, H, d), row g·B + b continuing
+    prefix b (broadcast, never gathered per row)."""
+    R, B = new.shape[0], past.shape[0]
+    if R % B:
+        raise ValueError(f"{R} suffix rows do not repeat the {B} prefix sequences")
+    return torch.cat([past.expand(R // B, *past.shape).flatten(0, 1), new], dim=1)
+
+
 class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, reader: nn.Module, writer: nn.Module):
         super().__init__()
@@ -100,13 +110,10 @@ class Attention(nn.Module):
         """
         q, k, v = self.reader(x)
         q, k, v = self.hook_q(q), self.hook_k(k), self.hook_v(v)
-        (R, S), (B, P) = k.shape[:2], past_k.shape[:2]
-        if R % B:
-            raise ValueError(f"{R} suffix rows do not repeat the {B} prefix sequences")
+        S, P = k.shape[1], past_k.shape[1]
 
         def joined(past: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
-            past = past.expand(R // B, *past.shape).flatten(0, 1)  # row g·B + b <- prefix b
-            return torch.cat([past, new], dim=1).transpose(1, 2)  # (R, H, P + S, d)
+            return prefix_joined(past, new).transpose(1, 2)  # (R, H, P + S, d)
 
         if last_only:
             q, mask = q[:, -1:], None  # the final query sees every key

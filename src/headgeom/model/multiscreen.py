@@ -67,7 +67,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from headgeom.model.geometries import FrozenWriter, coordinate_blocks
-from headgeom.model.gpt import GPT, HookPoint
+from headgeom.model.gpt import GPT, Block, HookPoint, prefix_joined
 
 ARCHITECTURE = "multiscreen"
 
@@ -313,21 +313,15 @@ class ScreeningTiles(nn.Module):
         Tiles read the raw residual position by position and the window and MiPE depend on
         absolute positions only, so this equals ``forward`` at those positions.
         Returns ``(z, k, v)``: z (R, S, H, d_V), or (R, 1, H, d_V) when ``last_only``."""
-        (R, S), (B, P) = x.shape[:2], past_k.shape[:2]
-        if R % B:
-            raise ValueError(f"{R} suffix rows do not repeat the {B} prefix sequences")
+        S, P = x.shape[1], past_k.shape[1]
         q, k, v, g = self.reader(x)
         with torch.autocast(x.device.type, enabled=False):
             q, k, v = self.prepare(q.float(), k.float(), v.float(), start=P)
-
-            def joined(past: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
-                past = past.float().expand(R // B, *past.shape).flatten(0, 1)  # row g·B + b
-                return torch.cat([past, new], dim=1)  # (R, P + S, H, d)
-
             queries = torch.arange(P, P + S, device=x.device)
             if last_only:
                 q, queries, g = q[:, -1:], queries[-1:], g[:, -1:]
-            u = self.screen(q, joined(past_k, k), joined(past_v, v), queries)
+            keys, values = prefix_joined(past_k.float(), k), prefix_joined(past_v.float(), v)
+            u = self.screen(q, keys, values, queries)
         return self.hook_z(self.gate(u, g)), k, v
 
 
@@ -341,10 +335,10 @@ class ScreeningBlock(nn.Module):
         x = self.hook_resid_pre(x)
         return x + self.hook_attn_out(self.attn(x))
 
-    # The KV-prefix forward of ``gpt.Block`` (the registry's ``prefix_reuse``); no MLP.
-    def after_z(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """The rest of the block once its tile outputs ``z`` (B, S, H, d_V) are known."""
-        return self.after_attn(x, self.attn.writer(z))
+    # The KV-prefix forward of ``gpt.Block`` (the registry's ``prefix_reuse``), its own code:
+    # ``attn.z_suffix`` is the tiles', ``after_attn`` below has no MLP.
+    forward_suffix = Block.forward_suffix
+    after_z = Block.after_z
 
     def after_attn(
         self, x: torch.Tensor, attn_out: torch.Tensor, mlp_out: torch.Tensor | None = None
@@ -352,14 +346,6 @@ class ScreeningBlock(nn.Module):
         if mlp_out is not None:
             raise ValueError("a multiscreen block has no MLP to clamp (no hook_mlp_out site)")
         return x + self.hook_attn_out(attn_out)
-
-    def forward_suffix(
-        self, x: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor, last_only: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``forward`` at the suffix positions only (``ScreeningTiles.z_suffix``)."""
-        x = self.hook_resid_pre(x)
-        z, k, v = self.attn.z_suffix(x, past_k, past_v, last_only)
-        return self.after_z(x[:, -1:] if last_only else x, z), k, v
 
 
 class MultiscreenLM(nn.Module):
