@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from headgeom.paper import selections
+from headgeom.paper import outputs, selections
 
 #: The three tasks of every study (docs §8), in the order the paper prints them.
 TASKS = ("sva", "quote", "plural")
@@ -563,23 +563,24 @@ class Study:
     @property
     def tables(self) -> list[str]:
         """The paper tables this study can make (a table whose models it lacks is left out)."""
-        return [
-            t for t in selections.PAPER_TABLES if self.selection(t) and self._ablation_has_runs(t)
-        ]
+        return [t for t in outputs.TABLE_JOBS if self.selection(t) and self._ablation_has_runs(t)]
 
     @property
     def figures(self) -> list[str]:
         # Figure 2 (paper §5.1) needs leakage runs
         return [
             f
-            for f in selections.PAPER_FIGURES
+            for f in outputs.FIGURES
             if self.selection(f)
             and (f != "figure2" or self.leakage_runs)
             and self._ablation_has_runs(f)  # the atlas figure only with atlas runs
         ]
 
-    def paper_inputs(self, name: str) -> dict[str, tuple[str, list[tuple[str, int]] | None]]:
-        """kind -> (result, runs) of what table/figure ``name`` reads; runs None: one file."""
+    def paper_inputs(
+        self, name: str, output: str = "table"
+    ) -> dict[str, tuple[str, list[tuple[str, int]] | None]]:
+        """kind -> (result, runs) of what paper ``output`` (table or figure) ``name`` reads
+        (its record's inputs, headgeom.paper.outputs); runs None: one file."""
         run_sets = {
             "runs": self.runs,
             "selection": self.selection(name),
@@ -602,12 +603,12 @@ class Study:
         }
         return {
             kind: (result, run_sets[which])
-            for kind, (result, which) in selections.PAPER_INPUTS[name].items()
+            for kind, (result, which) in outputs.record(output, name).inputs.items()
         }
 
     def figure_models(self, name: str) -> list[str]:
         """Models a figure is told to plot from a cross-model Parquet (Figure 4), else []."""
-        if name not in selections.PLOTS_MODELS:
+        if not outputs.record("figure", name).plots_models:
             return []
         return list(dict.fromkeys(m for m, _ in self.selection(name)))
 
@@ -1021,28 +1022,29 @@ class Study:
 
     @property
     def document_tables(self) -> list[str]:
-        """The tables rule make_document builds in one job (selections.DOCUMENT_TABLES)."""
-        return [t for t in selections.DOCUMENT_TABLES if self.selection(t)]
+        """The tables rule make_document builds in one job (outputs.DOCUMENT_TABLES)."""
+        return [t for t in outputs.DOCUMENT_TABLES if self.selection(t)]
 
-    def output_runs(self, name: str) -> set[tuple[str, int]]:
+    def output_runs(self, name: str, output: str = "table") -> set[tuple[str, int]]:
         """Every run a paper table or figure reads (the union of its inputs' run sets, and
         its selection where it draws one from a cross-run Parquet, as Figure 4)."""
-        runs = {run for _, rs in self.paper_inputs(name).values() if rs is not None for run in rs}
+        inputs = self.paper_inputs(name, output).values()
+        runs = {run for _, rs in inputs if rs is not None for run in rs}
         if name in selections.PAPER_SELECTIONS:
             runs |= set(self.selection(name))
         return runs
 
     def sections_used(self) -> dict[str, list[str]]:
         """Per model, the paper sections whose outputs read one of its runs (Table 4)."""
-        outputs = [*self.tables, *self.figures]
+        made = [("table", t) for t in self.tables] + [("figure", f) for f in self.figures]
         used: dict[str, set[str]] = {m: set() for m in self.models}
-        for name in outputs:
-            if name in selections.SUMMARY_OUTPUTS or name not in selections.OUTPUT_SECTIONS:
+        for output, name in made:
+            record = outputs.record(output, name)
+            if record.summary:
                 continue
-            for model, _ in self.output_runs(name):
-                used[model].add(selections.OUTPUT_SECTIONS[name])
-        order = {s: i for i, s in enumerate(dict.fromkeys(selections.OUTPUT_SECTIONS.values()))}
-        return {m: sorted(sections, key=order.__getitem__) for m, sections in used.items()}
+            for model, _ in self.output_runs(name, output):
+                used[model].add(record.section)
+        return {m: sorted(s, key=outputs.section_order) for m, s in used.items()}
 
     def document_context(self) -> dict[str, Any]:
         """What the document's tables take from the config (not from Parquets): per model its

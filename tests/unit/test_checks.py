@@ -27,7 +27,7 @@ from headgeom.data import tasks
 from headgeom.data.tokenizer import load_gpt2_tokenizer
 from headgeom.io import read_json, read_parquet_metadata, write_json, write_parquet
 from headgeom.model import registry, zoo
-from headgeom.paper import document
+from headgeom.paper.outputs import TABLES
 from headgeom.study import Study
 from headgeom.training.config import parse_run_config
 from headgeom.training.job import step0_regeneration
@@ -480,7 +480,7 @@ def test_document_table_summarises_each_check(tmp_path):
                              "path": parquet_with(tmp_path / "g.parquet", meta)}])  # fmt: skip
     path = tmp_path / "checks.parquet"
     results.CHECKS.write(path, checks.table(rows))
-    table = document.BUILDERS["checks"]({"checks": [str(path)]}, None)
+    table = TABLES["checks"].function()({"checks": [str(path)]}, None)
     cells = table.blocks[0].cells.set_index("Check")
     assert cells.loc["C8", "Artifacts"] == "2" and cells.loc["C8", "Passed"] == "2/2"
     assert cells.loc["C8", "Largest residual"] == "5.00e-06"

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from headgeom import results
-from headgeom.paper.figures import BAND_FRACTIONS, figure6abc, figure6abc_data
-from headgeom.paper.tables import dynamics_table, scalar_ablation_table
+from headgeom.paper.alignment import scalar_ablation_table
+from headgeom.paper.dynamics import BAND_FRACTIONS, dynamics_table, figure6abc, figure6abc_data
 from tests.unit.test_tables import train_log
 
 

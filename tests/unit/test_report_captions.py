@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from headgeom.paper import selections
+from headgeom.paper import outputs
 
 REPORT = Path(__file__).resolve().parents[2] / "workflow" / "report"
 
@@ -21,7 +21,7 @@ def captions(kind: str) -> dict[str, str]:
 
 @pytest.mark.parametrize(
     "kind, names",
-    [("tables", selections.PAPER_TABLES), ("figures", selections.PAPER_FIGURES)],
+    [("tables", outputs.TABLE_JOBS), ("figures", tuple(outputs.FIGURES))],
 )
 def test_every_output_has_its_own_caption(kind, names):
     about = captions(kind)
@@ -33,6 +33,6 @@ def test_every_output_has_its_own_caption(kind, names):
 
 
 def test_document_tables_have_caption_files():
-    for table in selections.DOCUMENT_TABLES:
+    for table in outputs.DOCUMENT_TABLES:
         path = REPORT / "document" / f"{table}.rst"
         assert path.is_file() and len(path.read_text().strip()) > 40, path

@@ -56,21 +56,22 @@ def test_demo_config_loads_with_the_schema_defaults():
     assert study.stage("training")["precision"] == "auto"
     assert study.task_config("sva") == {"seed": 101, "prepend_eot": False}
     assert study.config["resources"] == {}
-    # every paper table and figure has its models in the demo
+    # every paper table and figure has its models in the demo, in the paper's section order
     assert study.tables == [
-        *("table2", "table3", "table5", "table6", "lanes", "leakage"),
-        *("clamps", "lane_heads"),  # docs §13.3, §15.3
-        *("dynamics", "scalar_ablation"),  # docs §13.4, §14.4, §14.5
-        *("ablation_atlas", "ablation_modes"),  # docs §10.6
-        "table7",  # docs §15.1
-        "coordinates",  # docs §15.2
+        *("table2", "table5"),  # §4
+        "leakage",  # §5.1
+        *("table3", "table6", "ablation_atlas", "ablation_modes"),  # §5.2, docs §10.6
+        *("lanes", "lane_heads", "clamps", "dynamics"),  # §5.3, docs §13.3–13.4, §15.3
+        "scalar_ablation",  # §5.4, docs §14.5
+        *("table7", "coordinates"),  # App. B, docs §15.1–15.2
     ]
     assert study.figures == [
-        *("figure1", "figure2", "figure3", "figure4", "figure5", "figure6de", "figure7"),
-        "figure8",
-        "figure6abc",  # docs §13.2, §14.2
-        "ablation_atlas",  # docs §10.6
-        "coordinate_shares",  # docs §15.2
+        "figure1",  # §4
+        "figure2",  # §5.1
+        *("figure3", "figure4", "ablation_atlas"),  # §5.2
+        *("figure5", "figure6de", "figure6abc"),  # §5.3
+        "figure7",  # §5.4
+        *("figure8", "coordinate_shares"),  # App. B
     ]
 
 
@@ -108,7 +109,7 @@ def test_demo_analyses():
         *(f"c/step{s}.safetensors" for s in steps),
         *(f"c/step{s}.manifest.json" for s in steps),
     ]
-    assert study.paper_inputs("figure4") == {"loss": ("loss", None)}
+    assert study.paper_inputs("figure4", "figure") == {"loss": ("loss", None)}
     assert study.paper_inputs("lanes") == {
         "runs": ("train_log", study.runs),
         "lanes": ("lanes", study.runs),

@@ -34,7 +34,7 @@ from headgeom.model.checkpoint import save_checkpoint
 from headgeom.model.config import ModelConfig
 from headgeom.model.geometries import READ_TYPES, write_scale
 from headgeom.model.gpt import GPT
-from headgeom.paper.tables import table2
+from headgeom.paper.setup import table2
 from tests.scripts import load_script
 
 N_LAYER, N_HEAD, D_MODEL, D_HEAD = 3, 4, 32, 8

@@ -13,7 +13,7 @@ shell.prefix(f"set -euo pipefail; export PYTHONPATH={SRC}${{{{PYTHONPATH:+:$PYTH
 # The workflow reads the study with the same library (this checkout's, first).
 sys.path.insert(0, str(SRC))
 from headgeom import config_layers  # noqa: E402
-from headgeom.paper.selections import PAPER_FIGURES, PAPER_TABLES  # noqa: E402
+from headgeom.paper.outputs import FIGURES, TABLE_JOBS, record  # noqa: E402
 from headgeom.study import TASKS, Study, StudyConfigError  # noqa: E402
 
 
@@ -195,7 +195,7 @@ def compare_effects_inputs(wildcards):
 
 def paper_inputs(wildcards):
     """The Parquets a paper table or figure is a pure function of, by kind."""
-    wanted = STUDY.paper_inputs(wildcards.get("table", wildcards.get("figure")))
+    wanted = STUDY.paper_inputs(*_output_of(wildcards))
     return {kind: per_run(result, runs) for kind, (result, runs) in wanted.items()}
 
 
@@ -371,16 +371,21 @@ def dynamics_inputs(wildcards):
 
 
 # ------------------------------------------------------------------ document (docs §17)
-def section_of(name):
-    """The report category of a paper table or figure: its paper section."""
-    from headgeom.paper.selections import OUTPUT_SECTIONS
+def _output_of(wildcards):
+    """(name, "table" or "figure") of a make_table or make_figure job."""
+    if "table" in wildcards.keys():
+        return wildcards.table, "table"
+    return wildcards.figure, "figure"
 
-    return OUTPUT_SECTIONS.get(name, "Other")
+
+def section_of(name, output="table"):
+    """The report category of a paper table or figure: its paper section (its record)."""
+    return record(output, name).section
 
 
 def report_section(wildcards):
     """Report category function of the make_table and make_figure outputs."""
-    return section_of(wildcards.get("table", wildcards.get("figure")))
+    return section_of(*_output_of(wildcards))
 
 
 def document_inputs(wildcards):

@@ -1,7 +1,7 @@
-# The study as a document (docs §17): the paper tables of selections.DOCUMENT_TABLES
+# The study as a document (docs §17): the paper tables whose records say `document`
 # (Table 1, Table 4, the §12.1/§12.5 counts, seed statistics, the paper-vs-run comparison,
-# the every-run Table 2) in one job, and the results catalog. Wiring a table in:
-# headgeom.paper.selections (DOCUMENT_TABLES, PAPER_INPUTS, OUTPUT_SECTIONS) and its builder.
+# the every-run Table 2) in one job, and the results catalog. Wiring a table in: its record
+# in headgeom.paper.outputs (document=True), its builder and its caption in report/document/.
 
 
 rule make_document:

@@ -34,7 +34,8 @@ import pyarrow.parquet as pq
 
 from headgeom import datafile
 from headgeom.paper import recipes, references
-from headgeom.paper.tables import Block, Inputs, Table, read_runs
+from headgeom.paper.inputs import Inputs, read_runs
+from headgeom.paper.render import Block, Table
 
 Value = float | tuple[float, float] | None
 

@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from headgeom.paper.selections import geometry_registry, in_tau_range
+from headgeom.analysis.stats import spearman as spearman_rho
+from headgeom.paper.clamps import path_shares
+from headgeom.paper.selections import COORDINATE_GROUPS, geometry_registry, in_tau_range
 
 if TYPE_CHECKING:
     from headgeom.paper.comparison import Context, Value
@@ -305,8 +307,6 @@ def margin_span(c: Context, *, geometries, task="plural"):
 def loss_spearman(c: Context, *, base_heads):
     """Spearman(validation loss, geometric-mean N_eff) over the included models (with
     ``base_heads``: those with the base architecture's heads per layer)."""
-    from headgeom.analysis.stats import spearman as spearman_rho
-
     frame = c.frame("loss")
     if frame.empty:
         return None
@@ -438,8 +438,6 @@ def path_sum_span(c: Context, *, geometries, column):
 @recipe("clamp_paths")
 def shares(c: Context, *, geometries, corpus, key):
     """``key`` of ``tables.path_shares`` over the runs of ``geometries`` (on ``corpus``)."""
-    from headgeom.paper.tables import path_shares
-
     frame = c.frame("clamp_paths")
     runs = {r for g in geometries for r in c.runs_of(g, corpus)}
     if frame.empty or not runs:
@@ -481,8 +479,6 @@ def acdc_into_attention(c: Context, *, source_kind):
 def coordinate_share(c: Context, *, groups, site, task="sva"):
     """Top-10 share (evaluation split, directions selected on validation) at ``site`` of the
     best layer, a range over the runs of the model ``groups`` (selections.COORDINATE_GROUPS)."""
-    from headgeom.paper.selections import COORDINATE_GROUPS
-
     frame = c.frame("coordinates")
     if frame.empty:
         return None

@@ -152,58 +152,6 @@ def models_of_runs(runs) -> dict[str, dict[str, Any]]:
     return models
 
 
-# ----------------------------------------------------------------------------- inputs
-#: What each paper table and figure reads, by input kind (``--input KIND PATH...`` of
-#: src/make_table.py and src/make_figure.py, headgeom.paper.tables): kind -> (result, runs).
-#: ``result`` names a path template of the workflow (workflow/rules/common.smk, PATHS);
-#: ``runs`` the runs it is read for: ``runs`` (every run), ``selection`` (the table's or
-#: figure's :data:`PAPER_SELECTIONS`, every run for the others), ``leakage`` (the runs
-#: leakage measures), ``first_seeds`` (one run per model), None (one cross-model file).
-PAPER_INPUTS: dict[str, dict[str, tuple[str, str | None]]] = {
-    "table2": {"runs": ("train_log", "runs"), "geometry": ("geometry_summary", "runs")},
-    "table3": {"runs": ("train_log", "selection"), "robustness": ("robustness", "selection")},
-    "table5": {"runs": ("train_log", "runs"), "eval": ("eval", "runs")},
-    "table6": {"runs": ("train_log", "selection"), "summaries": ("summary", "selection")},
-    "lanes": {"runs": ("train_log", "runs"), "lanes": ("lanes", "runs")},
-    "leakage": {"leakage": ("leakage", "leakage")},
-    "figure1": {"runs": ("train_log", "first_seeds"), "pk": ("pk", "first_seeds")},
-    "figure3": {"runs": ("train_log", "selection"), "robustness": ("robustness", "selection")},
-    "figure4": {"loss": ("loss", None)},
-    "figure5": {
-        "runs": ("train_log", "selection"),
-        "heads": ("heads", "selection"),
-        "lanes": ("lanes", "selection"),
-        "eval": ("eval", "selection"),
-    },
-    "figure7": {"geometry": ("geometry_summary", "selection")},
-    # clamps (docs §13.3, §15.3): the run sets are headgeom.study.Study.clamp_runs
-    "figure6de": {"runs": ("train_log", "clamp_pairs"), "pairs": ("clamp_pairs", "clamp_pairs")},
-    "figure8": {
-        "runs": ("train_log", "clamps"),
-        "paths": ("clamp_paths", "clamp_figure8"),
-        "both_orders": ("clamp_paths", "clamp_both_orders"),
-    },
-    "clamps": {
-        "runs": ("train_log", "clamps"),
-        "pairs": ("clamp_pairs", "clamp_pairs"),
-        "paths": ("clamp_paths", "clamp_both_orders"),
-        "lumped": ("clamp_lumped", "clamp_lumped"),
-    },
-    "lane_heads": {"runs": ("train_log", "runs"), "heads": ("heads", "runs")},
-    # exclusivity (paper §5.1, docs §11.3–11.4): Figure 2 from the leakage runs and the top pairs
-    "figure2": {
-        "leakage": ("leakage", "leakage"),
-        "pairs": ("exclusivity_pairs", None),
-        "runs": ("train_log", "leakage"),
-    },
-}
-PAPER_TABLES = ("table2", "table3", "table5", "table6", "lanes", "leakage", "clamps", "lane_heads")
-PAPER_FIGURES = tuple(f"figure{n}" for n in ("1", "2", "3", "4", "5", "6de", "7", "8"))
-#: Figures told which models to plot (``--models``): Figure 4 plots its selection from the
-#: cross-model loss Parquet.
-PLOTS_MODELS = {"figure4"}
-
-
 # ----------------------------------------------------------------------------- lanes
 #: The runs whose Λ the paper reports (docs §13.1), as (geometry, corpus, first n seeds):
 #: plain-learned42/43 and dense, layered42 and rotated-m1-42, all-rotated, all-rotated-self,
@@ -373,156 +321,6 @@ def in_tau_range(step: int, final_step: int) -> bool:
     return step >= TAU_FIRST_FRACTION * final_step
 
 
-PAPER_INPUTS.update(
-    {
-        "figure6abc": {"runs": ("train_log", "dynamics_timeline"),
-                       "timeline": ("timeline", "dynamics_timeline")},
-        "dynamics": {
-            "runs": ("train_log", "dynamics_timeline"),
-            "tau": ("tau", "dynamics_timeline"),
-            "value_gradients": ("value_gradients", "dynamics_timeline"),
-        },
-        "scalar_ablation": {"runs": ("train_log", "dynamics_ablation"),
-                            "scalar_ablation": ("scalar_ablation", "dynamics_ablation")},
-    }
-)  # fmt: skip
-PAPER_TABLES = (*PAPER_TABLES, "dynamics", "scalar_ablation")
-PAPER_FIGURES = (*PAPER_FIGURES, "figure6abc")
-
-# ----------------------------------------------------------------------------- document (docs §17)
-#: Tables built together in one job (rule make_document: one Python start for all of them),
-#: each a builder of headgeom.paper.document. Wiring a new one in: its name here, its
-#: builder in headgeom.paper.document.BUILDERS, its inputs in PAPER_INPUTS, its section in
-#: OUTPUT_SECTIONS.
-DOCUMENT_TABLES = ("table1", "table2_all_runs", "table4", "counts", "seeds", "comparison",
-                   "checks")  # fmt: skip
-PAPER_INPUTS.update(
-    {
-        "table2": {
-            "runs": ("train_log", "selection"),
-            "all_runs": ("train_log", "runs"),
-        },
-        "table2_all_runs": {
-            "runs": ("train_log", "runs"),
-            "geometry": ("geometry_summary", "runs"),
-        },
-        "table1": {
-            "runs": ("train_log", "runs"),
-            "summaries": ("summary", "runs"),
-            "eval": ("eval", "runs"),  # the capacity covariation's clean margins (§12.1)
-            "robustness": ("robustness", "runs"),
-            "lanes": ("lanes", "runs"),
-            "exclusivity": ("exclusivity", "exclusivity"),
-            "clamp_pairs": ("clamp_pairs", "clamp_pairs"),
-            "clamp_lumped": ("clamp_lumped", "clamp_lumped"),
-            "coordinates": ("coordinates", "coordinates"),  # coordinate concentration (docs §15.2)
-        },
-        "table4": {"runs": ("train_log", "runs")},
-        "checks": {"checks": ("checks", None)},  # docs §18: every logged acceptance check
-        "counts": {
-            "runs": ("train_log", "runs"),
-            "summaries": ("summary", "runs"),
-            "conditions": ("conditions", "pairs"),
-            "paired": ("paired", "paired_tasks"),
-        },
-        "seeds": {
-            "runs": ("train_log", "runs"),
-            "summaries": ("summary", "runs"),
-            "lanes": ("lanes", "runs"),
-            "eval": ("eval", "runs"),
-        },
-        "comparison": {
-            "runs": ("train_log", "runs"),
-            "summaries": ("summary", "runs"),
-            "robustness": ("robustness", "runs"),
-            "conditions": ("conditions", "pairs"),
-            "logo": ("logo", "runs"),
-            "eval": ("eval", "runs"),
-            "lanes": ("lanes", "runs"),
-            "heads": ("heads", "runs"),
-            "geometry": ("geometry_summary", "runs"),
-            "paired": ("paired", "paired_tasks"),
-            "spearman": ("spearman", None),
-            "loss": ("loss", None),
-            "exclusivity": ("exclusivity", "exclusivity"),
-            "clamp_pairs": ("clamp_pairs", "clamp_pairs"),
-            "clamp_paths": ("clamp_paths", "clamps"),
-            "clamp_lumped": ("clamp_lumped", "clamp_lumped"),
-            # training dynamics (docs §13.2, §13.4, §14.4, §14.5)
-            "timeline": ("timeline", "dynamics_timeline"),
-            "tau": ("tau", "dynamics_timeline"),
-            "value_gradients": ("value_gradients", "dynamics_timeline"),
-            "scalar_ablation": ("scalar_ablation", "dynamics_ablation"),
-            # edges and the ACDC circuit (docs §15.1, §15.4), coordinates (§15.2)
-            "edge_summary": ("edge_summary", "edges"),
-            "acdc": ("acdc", "acdc"),
-            "coordinates": ("coordinates", "coordinates"),
-        },
-    }
-)
-# Table 6 shows the paper's rows (TABLE6_ROWS); table6_all_runs every run, like Table 2's two.
-DOCUMENT_TABLES = (*DOCUMENT_TABLES, "table6_all_runs")
-PAPER_INPUTS["table6_all_runs"] = {
-    "runs": ("train_log", "runs"),
-    "summaries": ("summary", "runs"),
-}
-#: The paper section each table and figure belongs to: the report's categories and
-#: Table 4's "sections used" (a run is used by a section when an output of it reads the run).
-OUTPUT_SECTIONS: dict[str, str] = {
-    "table1": "Summary",
-    "comparison": "Summary",
-    "checks": "Summary",
-    "table2": "§4 Setup",
-    "table2_all_runs": "§4 Setup",
-    "table4": "§4 Setup",
-    "table5": "§4 Setup",
-    "figure1": "§4 Setup",
-    "leakage": "§5.1 Exclusivity",
-    "figure2": "§5.1 Exclusivity",
-    "table3": "§5.2 Concentration",
-    "table6": "§5.2 Concentration",
-    "table6_all_runs": "§5.2 Concentration",
-    "figure3": "§5.2 Concentration",
-    "figure4": "§5.2 Concentration",
-    "counts": "§5.2 Concentration",
-    "seeds": "§5.2 Concentration",
-    "lanes": "§5.3 Lanes",
-    "lane_heads": "§5.3 Lanes",
-    "figure5": "§5.3 Lanes",
-    "figure6de": "§5.3 Lanes",
-    "clamps": "§5.3 Lanes",
-    "figure7": "§5.4 Self-alignment",
-    "figure8": "App. B",
-    # training dynamics (docs §13.2, §13.4 lanes; §14.2, §14.4, §14.5 self-alignment)
-    "figure6abc": "§5.3 Lanes",
-    "dynamics": "§5.3 Lanes",
-    "scalar_ablation": "§5.4 Self-alignment",
-}
-#: Outputs that summarise others; they do not make a run "used by" their section.
-SUMMARY_OUTPUTS = {"table1", "comparison", "table2_all_runs", "table4", "seeds", "table6", "table5"}
-SUMMARY_OUTPUTS |= {"table6_all_runs", "checks"}
-
-# ---------------------------------------------------------------------------- ablation (docs §10.6)
-#: The block ablation atlas (table and figure) and the mode-comparison table; run sets
-#: ``ablation_atlas`` and ``ablation_modes`` are headgeom.study.Study.atlas_runs / mode_runs.
-PAPER_INPUTS.update(
-    {
-        "ablation_atlas": {
-            "runs": ("train_log", "ablation_atlas"),
-            "atlas": ("ablation_atlas", "ablation_atlas"),
-        },
-        "ablation_modes": {
-            "runs": ("train_log", "ablation_modes"),
-            "modes": ("ablation_modes", None),
-        },
-    }
-)
-PAPER_TABLES = (*PAPER_TABLES, "ablation_atlas", "ablation_modes")
-PAPER_FIGURES = (*PAPER_FIGURES, "ablation_atlas")
-OUTPUT_SECTIONS.update(
-    {"ablation_atlas": "§5.2 Concentration", "ablation_modes": "§5.2 Concentration"}
-)
-
 # ------------------------------------------------------------------------ edges (docs §15.1, §15.4)
 #: Table 7 (docs §15.1): the paper's row group of each geometry (data, as the paper groups
 #: them); geometries absent here (multiscreen) have no edges. all-rotated and
@@ -547,12 +345,6 @@ TABLE7_GROUPS: dict[str, str] = {
 TABLE7_ORDER = tuple(dict.fromkeys(TABLE7_GROUPS.values()))
 #: ACDC (docs §15.4) runs on these geometries unless config edges.acdc_models names models.
 ACDC_DEFAULTS: tuple[str, ...] = ("all-rotated",)
-PAPER_INPUTS.update({
-    "table7": {"runs": ("train_log", "edges"), "summaries": ("edge_summary", "edges"),
-               "acdc": ("acdc", "acdc")},
-})  # fmt: skip
-PAPER_TABLES = (*PAPER_TABLES, "table7")
-OUTPUT_SECTIONS.update({"table7": "App. B"})  # edge patching vs PK (docs §15.1)
 
 
 # ------------------------------------------------------------------------- coordinates (docs §15.2)
@@ -572,16 +364,3 @@ COORDINATE_GROUPS: dict[str, str] = {
     "all-common-axis": "all-common-axis",
 }
 COORDINATE_DEFAULTS = tuple(COORDINATE_GROUPS)
-PAPER_INPUTS.update({
-    "coordinates": {"runs": ("train_log", "coordinates"),
-                    "coordinates": ("coordinates", "coordinates")},
-})  # fmt: skip
-PAPER_TABLES = (*PAPER_TABLES, "coordinates")
-OUTPUT_SECTIONS.update({"coordinates": "App. B"})
-PAPER_INPUTS.update({
-    "coordinate_shares": {"runs": ("train_log", "coordinates"),
-                          "coordinates": ("coordinates", "coordinates"),
-                          "directions": ("coordinate_directions", "coordinates")},
-})  # fmt: skip
-PAPER_FIGURES = (*PAPER_FIGURES, "coordinate_shares")
-OUTPUT_SECTIONS.update({"coordinate_shares": "App. B"})
