@@ -80,10 +80,18 @@ def test_nothing_can_add_to_the_records_or_change_one():
         ({"section": "§9 Future"}, "section '§9 Future' not in"),
         ({"draw": "setup:figure1"}, "a figure has a draw function, a table none"),
         ({"build": "setup.table2"}, "'setup.table2' is not 'module:function'"),
+        ({"caption": "Table 2."}, "a caption says what it shows"),
     ],
 )
 def test_a_bad_record_is_refused_with_what_is_wrong(changes, message):
-    spec = {"name": "t", "kind": "table", "section": SETUP, "inputs": {}, "build": "setup:table2"}
+    spec = {
+        "name": "t",
+        "kind": "table",
+        "section": SETUP,
+        "inputs": {},
+        "build": "setup:table2",
+        "caption": "A table of what the setup builds, forty characters or more.",
+    }
     with pytest.raises(ValueError, match=re.escape(message)):
         Output(**{**spec, **changes})
 

@@ -1,5 +1,6 @@
 """Every paper table and figure has its own caption in the snakemake report (the
-requirement: "every table and figure has a current caption"), not the generic fallback."""
+requirement: "every table and figure has a current caption"), not the generic fallback; the
+caption files are written from the records (headgeom.paper.captions) and are current."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from headgeom.paper import captions as caption_files
 from headgeom.paper import outputs
 
 REPORT = Path(__file__).resolve().parents[2] / "workflow" / "report"
@@ -36,3 +38,15 @@ def test_document_tables_have_caption_files():
     for table in outputs.DOCUMENT_TABLES:
         path = REPORT / "document" / f"{table}.rst"
         assert path.is_file() and len(path.read_text().strip()) > 40, path
+
+
+def test_the_caption_files_are_written_from_the_records(tmp_path):
+    assert caption_files.main(["--check"]) == 0, "run: python -m headgeom.paper.captions"
+    record = outputs.TABLES["table7"]
+    assert record.caption in caption_files.caption_files()["tables.rst"]
+    assert caption_files.main(["--report", str(tmp_path), "--check"]) == 1  # none written yet
+    (tmp_path / "document").mkdir()
+    (tmp_path / "document" / "gone.rst").write_text("a caption of no output")
+    assert caption_files.main(["--report", str(tmp_path)]) == 0
+    assert caption_files.main(["--report", str(tmp_path), "--check"]) == 0
+    assert not (tmp_path / "document" / "gone.rst").exists()

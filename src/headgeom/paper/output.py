@@ -56,6 +56,9 @@ class Output:
     section: str
     inputs: Mapping[str, Source]
     build: str
+    #: What the report says about it (workflow/report is written from these:
+    #: ``python -m headgeom.paper.captions``).
+    caption: str
     draw: str | None = None
     #: Built with the document (rule make_document: one job for all of them, given the
     #: study's context), not by its own make_table job.
@@ -75,6 +78,8 @@ class Output:
             raise ValueError(f"output {self.name!r}: a figure has a draw function, a table none")
         if self.document and self.kind != "table":
             raise ValueError(f"output {self.name!r}: only tables are built with the document")
+        if len(self.caption) < 40:
+            raise ValueError(f"output {self.name!r}: a caption says what it shows (40+ characters)")
         for ref in (self.build, self.draw):
             if ref is not None and not REFERENCE.fullmatch(ref):
                 raise ValueError(f"output {self.name!r}: {ref!r} is not 'module:function'")
