@@ -1,6 +1,6 @@
 """Every paper table and figure has its own caption in the snakemake report (the
 requirement: "every table and figure has a current caption"), not the generic fallback; the
-caption files are written from the records (headgeom.paper.captions) and are current."""
+caption files are written from the records (headgeom.paper.record_files) and are current."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from headgeom.paper import captions as caption_files
-from headgeom.paper import outputs
+from headgeom.paper import outputs, record_files
 
 REPORT = Path(__file__).resolve().parents[2] / "workflow" / "report"
 
@@ -40,13 +39,23 @@ def test_document_tables_have_caption_files():
         assert path.is_file() and len(path.read_text().strip()) > 40, path
 
 
-def test_the_caption_files_are_written_from_the_records(tmp_path):
-    assert caption_files.main(["--check"]) == 0, "run: python -m headgeom.paper.captions"
-    record = outputs.TABLES["table7"]
-    assert record.caption in caption_files.caption_files()["tables.rst"]
-    assert caption_files.main(["--report", str(tmp_path), "--check"]) == 1  # none written yet
-    (tmp_path / "document").mkdir()
-    (tmp_path / "document" / "gone.rst").write_text("a caption of no output")
-    assert caption_files.main(["--report", str(tmp_path)]) == 0
-    assert caption_files.main(["--report", str(tmp_path), "--check"]) == 0
-    assert not (tmp_path / "document" / "gone.rst").exists()
+def test_the_files_written_from_the_records_are_current(tmp_path):
+    assert record_files.main(["--check"]) == 0, "run: python -m headgeom.paper.record_files"
+    written = record_files.written_files()
+    report = record_files.ROOT / "workflow" / "report"
+    assert outputs.TABLES["table7"].caption in written[report / "tables.rst"]
+    assert outputs.TABLES["table4"].caption in written[report / "document" / "table4.rst"]
+    map_md = written[record_files.ROOT / "docs" / "map.md"]
+    assert "| table7 (table) | App. B | `make_table` | `paper.edges.table7` |" in map_md
+    assert "acdc → `edges/{model}/s{seed}/acdc.parquet` (acdc)" in map_md
+    # a copy of the repository's files: stale after an edit, current once written
+    for path in (*written, record_files.ROOT / "workflow" / "rules" / "common.smk"):
+        copy = tmp_path / path.relative_to(record_files.ROOT)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(path.read_text())
+    (tmp_path / "workflow" / "report" / "tables.rst").write_text("old")
+    (tmp_path / "workflow" / "report" / "document" / "gone.rst").write_text("no output's")
+    assert record_files.main(["--root", str(tmp_path), "--check"]) == 1
+    assert record_files.main(["--root", str(tmp_path)]) == 0
+    assert record_files.main(["--root", str(tmp_path), "--check"]) == 0
+    assert not (tmp_path / "workflow" / "report" / "document" / "gone.rst").exists()
