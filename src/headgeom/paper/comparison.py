@@ -7,9 +7,9 @@ of given input kinds). The numbers are data, ``headgeom/paper/references.yaml``
 (:mod:`headgeom.paper.references`): each record names a recipe of
 :data:`headgeom.paper.recipes.RECIPES` and its arguments, bound here on import (an unknown
 recipe or argument fails naming the record). Another analysis adds its numbers as records
-of the file (and its input kinds to ``PAPER_INPUTS["comparison"]``), or in code with
-:func:`register`; a reference whose inputs the study does not make, or whose model it
-lacks, is listed with "not in this study".
+of the file (and its input kinds to the comparison record in ``headgeom.paper.outputs``),
+or in code with :func:`register`; a reference whose inputs the study does not make, or
+whose model it lacks, is listed with "not in this study".
 
 A model is named by geometry (and corpus, where the study names corpora; a study that does
 not, like the demo, matches any corpus). Values are computed from unrounded numbers; a value

@@ -141,7 +141,7 @@ def select_models(models: Mapping[str, Mapping], name: str) -> list[tuple[str, i
 
 def models_of_runs(runs) -> dict[str, dict[str, Any]]:
     """A config-like ``models`` mapping (model -> geometry, corpus when named, seeds in run
-    order) from a frame of runs (``headgeom.paper.tables.read_runs``: corpus "—" = none), so
+    order) from a frame of runs (``headgeom.paper.inputs.read_runs``: corpus "—" = none), so
     a table applies the same selection to the runs it is given."""
     models: dict[str, dict[str, Any]] = {}
     for run in runs.sort_values("order").itertuples(index=False):
