@@ -378,7 +378,8 @@ def paper_figure4_n_eff() -> dict[str, tuple[float, float, float]]:
     from headgeom/paper/references.yaml (records ``neff.<geometry>.S.<task>``); their
     validation losses (§6.1) and head counts come from the model zoo
     (``zoo.CONFIGURATIONS``, ``zoo.paper_model_config``)."""
-    from headgeom.paper import references, selections  # on first use: every stage imports us
+    from headgeom import selections  # on first use: every stage imports us
+    from headgeom.paper import references
 
     geometries = [slot[0] for slot in selections.PAPER_SELECTIONS["figure4"]]
     tasks = ("sva", "quote", "plural")

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from headgeom.paper import outputs, selections
+from headgeom import run_sets, selections
 
 #: The three tasks of every study (docs §8), in the order the paper prints them.
 TASKS = ("sva", "quote", "plural")
@@ -56,13 +56,6 @@ def _reader_type(geometry: str) -> str:
     from headgeom.model import registry
 
     return registry.reader_kind(geometry)
-
-
-def _leakage_capable(geometry: str) -> bool:
-    """A shared LN_1 before free readers: what leakage needs (docs §11.1)."""
-    from headgeom.model import registry
-
-    return registry.has_shared_ln1(geometry)
 
 
 def _exportable(geometry: str) -> bool:
@@ -195,6 +188,7 @@ class Study:
         self.name: str = config["study"]
         self.models: dict[str, dict] = config["models"]
         self._model_configs: dict[str, dict] = {}
+        self._run_sets: dict[str, list[tuple[str, int]]] = {}
         for spec in self.models.values():  # an imported model is `learned`
             if "import" in spec:
                 spec.setdefault("geometry", IMPORTED_GEOMETRY)
@@ -228,13 +222,13 @@ class Study:
         yield from (
             partial(self._check_split, key) for key in ("concentration", "lanes", "leakage")
         )
-        # the models the analyses name (computed once, here)
-        yield lambda: self.leakage_models
+        # the runs the analyses name (computed once, here)
+        yield lambda: self.run_set("leakage")
         yield lambda: self.pairs
         yield lambda: self.loss_models
         yield partial(self._check_split, "clamps")  # clamps (docs §13.3, §15.3)
-        yield lambda: self.clamp_runs("all")
-        yield lambda: (self.mode_runs, self.atlas_runs)  # ablation (docs §10.6)
+        yield lambda: self.run_set("clamps")
+        yield lambda: (self.run_set("ablation_modes"), self.run_set("ablation_atlas"))
         yield self._check_ablation_windows
         yield self._check_resources
         yield from self._dynamics_checks()  # training dynamics (docs §13.2, §14.5)
@@ -248,6 +242,13 @@ class Study:
 
     def task_config(self, task: str) -> dict:
         return self.config["tasks"][task]
+
+    def run_set(self, name: str) -> list[tuple[str, int]]:
+        """The runs of run set ``name`` (``headgeom.run_sets.RUN_SETS``: ``leakage``,
+        ``clamp_pairs``, ``edges``, ...), in config order, resolved once."""
+        if name not in self._run_sets:
+            self._run_sets[name] = run_sets.resolve(self, name)
+        return self._run_sets[name]
 
     @cached_property
     def runs(self) -> list[tuple[str, int]]:
@@ -327,7 +328,7 @@ class Study:
     @cached_property
     def timeline_models(self) -> list[str]:
         """Models with a timeline run (their runs keep training.checkpoint_steps)."""
-        return list(dict.fromkeys(m for m, _ in self.dynamics_runs("timeline")))
+        return list(dict.fromkeys(m for m, _ in self.run_set("dynamics_timeline")))
 
     def param_count_runs(self) -> list[dict]:
         """Every run with the model section of its run config (rule param_counts)."""
@@ -372,12 +373,12 @@ class Study:
             out += [{"kind": "summary", "result": "summary", **run, "task": t} for t in TASKS]
         out += [
             {"kind": "leakage", "result": "leakage", "model": m, "seed": s, "task": t}
-            for m, s in self.leakage_runs
+            for m, s in self.run_set("leakage")
             for t in TASKS
         ]
         out += [
             {"kind": "clamps", "result": "clamp_pairs", "model": m, "seed": s}
-            for m, s in self.clamp_runs("all")
+            for m, s in self.run_set("clamps")
         ]
         return out
 
@@ -492,33 +493,10 @@ class Study:
                 "include it; add it to patching.splits"
             )
 
-    def configured_models(self, block: str, key: str) -> list[str] | None:
-        """Config ``<block>.<key>``, a list of model names, each checked to be a model of the
-        study (an unknown name fails naming its index and the nearest known name); None when
-        the config leaves the choice to the stage's default."""
-        chosen = (self.config.get(block) or {}).get(key)
-        for i, model in enumerate(chosen or []):
-            if model not in self.models:
-                raise selections.unknown_model(model, self.models, f"config {block}.{key}[{i}]")
-        return None if chosen is None else list(chosen)
-
-    @cached_property
-    def leakage_models(self) -> list[str]:
-        """Models leakage measures: config leakage.models, by default every model whose
-        geometry has a shared LN_1 before free readers (docs §11.1)."""
-        chosen = self.configured_models("leakage", "models")
-        if chosen is None:
-            return [m for m, spec in self.models.items() if _leakage_capable(spec["geometry"])]
-        return chosen
-
-    @cached_property
-    def leakage_runs(self) -> list[tuple[str, int]]:
-        return [(m, s) for m, s in self.runs if m in self.leakage_models]
-
     @cached_property
     def pairs(self) -> list[dict]:
         """Model pairs of the paired bootstrap: config concentration.pairs, or the paper's
-        pairs present in the study (headgeom.paper.selections.default_pairs)."""
+        pairs present in the study (headgeom.selections.default_pairs)."""
         return selections.resolve_pairs(self.models, self.config["concentration"].get("pairs"))
 
     @cached_property
@@ -550,67 +528,6 @@ class Study:
         return self.model_config(model)["n_head"] == self.config["architecture"]["n_head"]
 
     # ------------------------------------------------------------------ paper
-    def selection(self, name: str) -> list[tuple[str, int]]:
-        """(model, seed) pairs a paper table/figure shows; every run for the others."""
-        if name in selections.CLAMP_OUTPUTS:  # clamps (docs §13.3, §15.3)
-            return self.clamp_runs(selections.CLAMP_OUTPUTS[name])
-        if name in selections.DYNAMICS_OUTPUTS:  # training dynamics
-            return self.dynamics_runs(selections.DYNAMICS_OUTPUTS[name])
-        if name in selections.PAPER_SELECTIONS:
-            return selections.select_models(self.models, name)
-        return self.runs
-
-    @property
-    def tables(self) -> list[str]:
-        """The paper tables this study can make (a table whose models it lacks is left out)."""
-        return [t for t in outputs.TABLE_JOBS if self.selection(t) and self._ablation_has_runs(t)]
-
-    @property
-    def figures(self) -> list[str]:
-        # Figure 2 (paper §5.1) needs leakage runs
-        return [
-            f
-            for f in outputs.FIGURES
-            if self.selection(f)
-            and (f != "figure2" or self.leakage_runs)
-            and self._ablation_has_runs(f)  # the atlas figure only with atlas runs
-        ]
-
-    def paper_inputs(
-        self, name: str, output: str = "table"
-    ) -> dict[str, tuple[str, list[tuple[str, int]] | None]]:
-        """kind -> (result, runs) of what paper ``output`` (table or figure) ``name`` reads
-        (its record's inputs, headgeom.paper.outputs); runs None: one file."""
-        run_sets = {
-            "runs": self.runs,
-            "selection": self.selection(name),
-            "leakage": self.leakage_runs,
-            "first_seeds": self.first_seed_runs,
-            **{f"clamp_{k}": self.clamp_runs(k) for k in ("pairs", "figure8", "both_orders")},
-            "ablation_atlas": self.atlas_runs,  # docs §10.6
-            "ablation_modes": self.mode_runs,
-            "clamp_lumped": self.clamp_runs("lumped"),
-            "clamps": self.clamp_runs("all"),
-            **{f"dynamics_{k}": self.dynamics_runs(k) for k in ("timeline", "ablation")},
-            "edges": self.edge_runs,  # docs §15.1
-            "acdc": self.acdc_runs,
-            "coordinates": self.coordinate_runs,  # docs §15.2
-            None: None,
-            # one cross-run file when the DAG makes it, else nothing
-            "exclusivity": None if self.leakage_runs else [],
-            "pairs": self.pair_runs,
-            "paired_tasks": None if self.pairs else [],
-        }
-        return {
-            kind: (result, run_sets[which])
-            for kind, (result, which) in outputs.record(output, name).inputs.items()
-        }
-
-    def figure_models(self, name: str) -> list[str]:
-        """Models a figure is told to plot from a cross-model Parquet (Figure 4), else []."""
-        if not outputs.record("figure", name).plots_models:
-            return []
-        return list(dict.fromkeys(m for m, _ in self.selection(name)))
 
     # ------------------------------------------------------------------ resources
     # One config places the DAG on a laptop and on Slurm (slurm/config.yaml). Cluster
@@ -697,37 +614,6 @@ class Study:
             )
 
     # ------------------------------------------------------------------ clamps (docs §13.3, §15.3)
-    def clamp_runs(self, kind: str) -> list[tuple[str, int]]:
-        """Runs of a clamp analysis (docs §13.3, §15.3), in config order: ``pairs`` (Figure
-        6d–e), ``figure8`` (Figure 8, order A: its paper selection), ``both_orders`` (§15.3
-        both orders), ``lumped`` (lumped lane clamp), or ``all`` (every run the clamps
-        stage measures). Config ``clamps.<kind>_models`` (a model: all its seeds; or
-        ``{model, seeds}``), else ``selections.CLAMP_DEFAULTS`` by geometry."""
-        if kind == "all":
-            chosen = {r for k in ("pairs", "figure8", "both_orders", "lumped")
-                      for r in self.clamp_runs(k)}  # fmt: skip
-            return [r for r in self.runs if r in chosen]
-        if kind == "figure8" and self.config["clamps"].get("figure8_models") is None:
-            return selections.select_models(self.models, "figure8")
-        if kind not in ("pairs", "figure8", "both_orders", "lumped"):
-            raise ValueError(f"unknown clamp analysis {kind!r}")
-        entries = self.config["clamps"].get(f"{kind}_models")
-        if entries is None:
-            geometries = selections.CLAMP_DEFAULTS[kind]
-            return [(m, s) for m, s in self.runs if self.models[m]["geometry"] in geometries]
-        runs = []
-        for i, entry in enumerate(entries):
-            where = f"config clamps.{kind}_models[{i}]"
-            model = entry if isinstance(entry, str) else entry["model"]
-            if model not in self.models:
-                raise selections.unknown_model(model, self.models, where)
-            seeds = [int(s) for s in self.models[model]["seeds"]]
-            wanted = seeds if isinstance(entry, str) else [int(s) for s in entry["seeds"]]
-            for seed in wanted:
-                if seed not in seeds:
-                    raise ValueError(f"{where}: model {model!r} has seeds {seeds}, not {seed}")
-            runs += [(model, s) for s in wanted]
-        return [r for r in self.runs if r in set(runs)]
 
     # ------------------------------------------------------------------ imported models
     # `models.<name>: {import: {format: hf-gpt2, path: DIR}, seeds: [0]}` (or format tl-gpt2, a
@@ -809,55 +695,15 @@ class Study:
         return cfg
 
     # ------------------------------------------------------------------ edges (docs §15.1, §15.4)
-    @cached_property
-    def edge_runs(self) -> list[tuple[str, int]]:
-        """Runs of the edge analysis (docs §15.1): config ``edges.models`` (all their seeds), or
-        every run whose architecture has the edge engine's Q/K/V readers (the registry's
-        ``edge_patching``: every GPT geometry) and a Table 7 group."""
-        from headgeom.model import registry
-
-        def _edge_patching(m: str) -> bool:
-            geometry = registry.geometry(self.models[m]["geometry"])
-            return registry.architecture(geometry.architecture).edge_patching
-
-        wanted = self.configured_models("edges", "models")
-        return [
-            (m, s) for m, s in self.runs
-            if (m in wanted if wanted is not None else
-                self.models[m]["geometry"] in selections.TABLE7_GROUPS and _edge_patching(m))
-        ]  # fmt: skip
-
-    @cached_property
-    def acdc_runs(self) -> list[tuple[str, int]]:
-        """Runs ACDC measures (docs §15.4): config ``edges.acdc_models``, else the edge runs of
-        the geometries in ``selections.ACDC_DEFAULTS`` (all-rotated), first seed only."""
-        wanted = self.configured_models("edges", "acdc_models")
-        if wanted is not None:
-            return [(m, s) for m, s in self.first_seed_runs if m in wanted]
-        return [(m, s) for m, s in self.first_seed_runs if (m, s) in set(self.edge_runs)
-                and self.models[m]["geometry"] in selections.ACDC_DEFAULTS]  # fmt: skip
 
     # -------------------------------------------------------------- coordinates (docs §15.2)
-    @cached_property
-    def coordinate_runs(self) -> list[tuple[str, int]]:
-        """Runs of the coordinate-concentration analysis (docs §15.2): config
-        ``coordinates.models`` (all their seeds), or every run of a geometry in
-        ``selections.COORDINATE_DEFAULTS`` (the write-common-axis variants, learned, and the
-        pre-W_O comparison's read-common and all-common-axis)."""
-        wanted = self.configured_models("coordinates", "models")
-        runs = self.first_seed_runs if self.stage("coordinates")["first_seeds"] else self.runs
-        return [
-            (m, s) for m, s in runs
-            if (m in wanted if wanted is not None
-                else self.models[m]["geometry"] in selections.COORDINATE_DEFAULTS)
-        ]  # fmt: skip
 
     def _check_edge_examples(self) -> None:
         """The edge stage measures the first edges.n_examples of its split: the split must
         hold them (tasks.<task>.splits)."""
         from headgeom.data import lexicon
 
-        if not self.edge_runs:
+        if not self.run_set("edges"):
             return
         cfg = self.config.get("edges", {})
         task, split = cfg.get("task", "sva"), cfg.get("split", "validation")
@@ -876,8 +722,8 @@ class Study:
 
     def _dynamics_checks(self):
         yield self._check_checkpoint_steps
-        yield lambda: self.dynamics_runs("timeline")
-        yield lambda: self.dynamics_runs("ablation")
+        yield lambda: self.run_set("dynamics_timeline")
+        yield lambda: self.run_set("dynamics_ablation")
         yield self._check_value_gradient_steps
         yield self._check_ablation_layers
 
@@ -943,7 +789,7 @@ class Study:
             ("value_gradient_steps", self.stage("dynamics")["value_gradient_steps"]),
         ):
             missing = [s for s in steps if s not in self.checkpoint_steps]
-            if missing and self.dynamics_runs("timeline"):
+            if missing and self.run_set("dynamics_timeline"):
                 raise ValueError(
                     f"config dynamics.{key} {missing} are not intermediate checkpoints "
                     f"(training.checkpoint_steps below steps: {self.checkpoint_steps})"
@@ -959,7 +805,7 @@ class Study:
         return list(range(1, max(1, n_layer // 3) + 1))
 
     def _check_ablation_layers(self) -> None:
-        for model, _ in self.dynamics_runs("ablation"):
+        for model, _ in self.run_set("dynamics_ablation"):
             n_layer = self.model_config(model)["n_layer"]
             late = [layer for layer in self.ablation_layers(model) if layer >= n_layer]
             if late:
@@ -967,41 +813,6 @@ class Study:
                     f"config dynamics.ablation_layers {late} do not exist in model {model!r} "
                     f"({n_layer} layers)"
                 )
-
-    def dynamics_runs(self, kind: str) -> list[tuple[str, int]]:
-        """Runs of the ``timeline`` analyses (Figure 6a–c, τ, V-gradients) or of the scalar
-        ``ablation``, in config order: config ``dynamics.models`` / ``dynamics.ablation_models``
-        (a model: all its seeds; or ``{model, seeds}``), else selections.DYNAMICS_DEFAULTS by
-        geometry (for the timelines, corpus R models where the study names corpora; the
-        ablation takes every corpus, as the paper's five models span R and S). Imported
-        models have no intermediate checkpoints and are never timeline runs."""
-        if kind not in selections.DYNAMICS_DEFAULTS:
-            raise ValueError(f"unknown dynamics analysis {kind!r}")
-        key = "models" if kind == "timeline" else "ablation_models"
-        entries = self.stage("dynamics").get(key)
-        if entries is None:
-            geometries = selections.DYNAMICS_DEFAULTS[kind]
-            with_corpus = kind == "timeline" and any("corpus" in s for s in self.models.values())
-            return [
-                (m, s) for m, s in self.runs
-                if self.models[m]["geometry"] in geometries and not self.is_imported(m)
-                and (not with_corpus or self.models[m].get("corpus") == selections.DYNAMICS_CORPUS)
-            ]  # fmt: skip
-        runs = []
-        for i, entry in enumerate(entries):
-            where = f"config dynamics.{key}[{i}]"
-            model = entry if isinstance(entry, str) else entry["model"]
-            if model not in self.models:
-                raise selections.unknown_model(model, self.models, where)
-            if kind == "timeline" and self.is_imported(model):
-                raise ValueError(f"{where}: imported model {model!r} has no training checkpoints")
-            seeds = [int(s) for s in self.models[model]["seeds"]]
-            wanted = seeds if isinstance(entry, str) else [int(s) for s in entry["seeds"]]
-            for seed in wanted:
-                if seed not in seeds:
-                    raise ValueError(f"{where}: model {model!r} has seeds {seeds}, not {seed}")
-            runs += [(model, s) for s in wanted]
-        return [r for r in self.runs if r in set(runs)]
 
     def ablation_edits(self) -> list[str]:
         """Names of the edited checkpoints of one ablation run: scalar, random0, random1, ..."""
@@ -1019,49 +830,6 @@ class Study:
             for m, s in self.runs
             if registry.is_base_architecture(self.models[m]["geometry"])
         ]
-
-    @property
-    def document_tables(self) -> list[str]:
-        """The tables rule make_document builds in one job (outputs.DOCUMENT_TABLES)."""
-        return [t for t in outputs.DOCUMENT_TABLES if self.selection(t)]
-
-    def output_runs(self, name: str, output: str = "table") -> set[tuple[str, int]]:
-        """Every run a paper table or figure reads (the union of its inputs' run sets, and
-        its selection where it draws one from a cross-run Parquet, as Figure 4)."""
-        inputs = self.paper_inputs(name, output).values()
-        runs = {run for _, rs in inputs if rs is not None for run in rs}
-        if name in selections.PAPER_SELECTIONS:
-            runs |= set(self.selection(name))
-        return runs
-
-    def sections_used(self) -> dict[str, list[str]]:
-        """Per model, the paper sections whose outputs read one of its runs (Table 4)."""
-        made = [("table", t) for t in self.tables] + [("figure", f) for f in self.figures]
-        used: dict[str, set[str]] = {m: set() for m in self.models}
-        for output, name in made:
-            record = outputs.record(output, name)
-            if record.summary:
-                continue
-            for model, _ in self.output_runs(name, output):
-                used[model].add(record.section)
-        return {m: sorted(s, key=outputs.section_order) for m, s in used.items()}
-
-    def document_context(self) -> dict[str, Any]:
-        """What the document's tables take from the config (not from Parquets): per model its
-        geometry, corpus and the sections that use it (Table 4)."""
-        return {
-            "models": {
-                m: {
-                    "geometry": spec["geometry"],
-                    "corpus": spec.get("corpus"),
-                    "seeds": [int(s) for s in spec["seeds"]],
-                    "sections": sections,
-                }
-                for (m, spec), sections in zip(
-                    self.models.items(), self.sections_used().values(), strict=True
-                )
-            }
-        }
 
     # ----------------------------------------------------------------- ablation (docs §10.1, §10.6)
     # patching.mode picks what a patched head's z becomes (resample | mean | zero); the
@@ -1083,22 +851,6 @@ class Study:
         """The modes patched beside patching.mode for the comparison (own effects files)."""
         return self.comparison_modes[1:]
 
-    def _first_seeds(self, key: str) -> list[tuple[str, int]]:
-        chosen = self.configured_models("ablation", key)
-        return [(m, s) for m, s in self.first_seed_runs if chosen is None or m in chosen]
-
-    @cached_property
-    def mode_runs(self) -> list[tuple[str, int]]:
-        """Runs of the mode comparison (first seed of each ablation.mode_models); none when
-        ablation.modes adds no mode."""
-        return self._first_seeds("mode_models") if self.extra_modes else []
-
-    @cached_property
-    def atlas_runs(self) -> list[tuple[str, int]]:
-        """Runs of the block ablation atlas (first seed of each ablation.atlas_models); none
-        unless ablation.atlas is true."""
-        return self._first_seeds("atlas_models") if self.config["ablation"]["atlas"] else []
-
     @property
     def mode_splits(self) -> list[str]:
         """The splits the mode comparison reads: the concentration split, then the lanes
@@ -1111,9 +863,9 @@ class Study:
         a stage reads them: the atlas, or patching in mean mode)."""
         block, n_ctx = self.config["ablation"], self.config["architecture"]["n_ctx"]
         reads_means = (
-            self.atlas_runs
+            self.run_set("ablation_atlas")
             or self.config["patching"]["mode"] == "mean"
-            or ("mean" in block["modes"] and self.mode_runs)
+            or ("mean" in block["modes"] and self.run_set("ablation_modes"))
         )
         if not reads_means:
             return
@@ -1126,11 +878,6 @@ class Study:
                     f"n_ctx {n_ctx}, but corpus {name} has n_val_tokens {n_val} "
                     f"({n_val // n_ctx} windows); lower them or raise n_val_tokens"
                 )
-
-    def _ablation_has_runs(self, name: str) -> bool:
-        """The ablation tables and figure exist only when their runs do."""
-        runs = {"ablation_atlas": self.atlas_runs, "ablation_modes": self.mode_runs}
-        return bool(runs[name]) if name in runs else True
 
 
 def _import_problems(config: Mapping) -> list[str]:

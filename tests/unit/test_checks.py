@@ -462,8 +462,8 @@ def test_study_lists_every_logged_artifact():
     n_runs = len(study.runs)
     count = {k: sum(i["kind"] == k for i in items) for k in kinds}
     assert count["summary"] == 3 * n_runs and count["manifest"] == n_runs
-    assert count["leakage"] == 3 * len(study.leakage_runs)
-    assert count["clamps"] == len(study.clamp_runs("all"))
+    assert count["leakage"] == 3 * len(study.run_set("leakage"))
+    assert count["clamps"] == len(study.run_set("clamps"))
 
 
 # ----------------------------------------------------------------------------- the document

@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
-from headgeom import results
+from headgeom import results, selections
 from headgeom.analysis.concentration import spearman_rows
 from headgeom.catalog import catalog, template_regex
-from headgeom.paper import comparison, seeds, selections, setup, summary
+from headgeom.paper import comparison, seeds, setup, summary
 from tests.unit.test_tables import train_log, write_rows
 
 TASKS = ("sva", "quote", "plural")

@@ -16,6 +16,7 @@ import yaml
 
 from headgeom.paper import outputs
 from headgeom.paper.output import SECTIONS, SETUP, Output
+from headgeom.paper.plan import PaperPlan
 from headgeom.study import Study
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,8 +52,8 @@ def test_every_input_is_a_result_the_workflow_makes_for_a_run_set_the_study_know
     for record in RECORDS:
         for kind, (result, _) in record.inputs.items():
             assert result in paths, f"{record.name}: input {kind} reads unknown result {result}"
-        # every run set resolves (an unknown one is a KeyError in Study.paper_inputs)
-        study.paper_inputs(record.name, record.kind)
+        # every run set resolves (an unknown one is a KeyError in Study.run_set)
+        PaperPlan(study).paper_inputs(record.name, record.kind)
 
 
 def test_the_records_are_every_output_once_in_the_papers_section_order():

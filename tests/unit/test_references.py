@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from headgeom import datafile
+from headgeom import datafile, selections
 from headgeom.model import zoo
-from headgeom.paper import comparison, dynamics, edges, recipes, references, selections
+from headgeom.paper import comparison, dynamics, edges, recipes, references
 from headgeom.paper.coordinates import coordinates_paper
 
 FIGURE4 = [slot[0] for slot in selections.PAPER_SELECTIONS["figure4"]]

@@ -26,7 +26,7 @@ from headgeom.paper.inputs import (
     with_runs,
 )
 from headgeom.paper.render import Block, Table, value_range
-from headgeom.paper.selections import geometry_registry
+from headgeom.selections import geometry_registry
 
 CLAMP_PAIR_COLUMNS = results.CLAMP_PAIRS.columns(
     "model", "seed", "task", "source_layer", "source_head", "later_layer", "later_head",

@@ -17,8 +17,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from headgeom import results
-from headgeom.paper import selections
+from headgeom import results, selections
 from headgeom.paper.inputs import (
     TASK_ORDER,
     TASK_TITLES,

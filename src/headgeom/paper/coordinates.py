@@ -49,7 +49,7 @@ def coordinates_table(inputs: Inputs) -> Table:
     and task, a column per site (range over the group's runs, evaluation split, directions
     selected on validation), the paper's SVA value in brackets; and how often the selected
     set beats every magnitude-matched random set."""
-    from headgeom.paper import selections
+    from headgeom import selections
 
     runs = read_runs(need_kind(inputs, "runs", "coordinates"))
     frame = read_kind(need_kind(inputs, "coordinates", "coordinates"), COORDINATES_COLUMNS,

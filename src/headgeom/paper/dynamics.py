@@ -14,8 +14,8 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
-from headgeom import results
-from headgeom.paper import references, selections
+from headgeom import results, selections
+from headgeom.paper import references
 from headgeom.paper.inputs import Inputs, need_kind, read_kind, read_runs, with_runs
 from headgeom.paper.render import Block, Table, fixed, format_p
 

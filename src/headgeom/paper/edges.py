@@ -56,7 +56,7 @@ def table7(inputs: Inputs) -> Table:
     """Spearman(edge PK, edge KL) (paper Table 7, docs §15.1): rows grouped as the paper
     (``selections.TABLE7_GROUPS``), each a range over its models, the paper's value beside;
     a second block summarises the ACDC circuits (docs §15.4) by source type."""
-    from headgeom.paper import selections
+    from headgeom import selections
 
     runs = read_runs(need_kind(inputs, "runs", "table7"))
     summaries = read_kind(need_kind(inputs, "summaries", "table7"), EDGE_SUMMARY_COLUMNS,

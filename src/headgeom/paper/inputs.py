@@ -26,7 +26,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from headgeom.io import read_parquet_metadata
-from headgeom.paper.selections import geometry_registry
+from headgeom.selections import geometry_registry
 
 TASK_ORDER = ["sva", "quote", "plural"]
 

@@ -16,10 +16,9 @@ from matplotlib.colors import AsinhNorm
 from matplotlib.figure import Figure
 from matplotlib.patches import Circle
 
-from headgeom import results
+from headgeom import results, selections
 from headgeom.analysis.effects import effect_matrix
 from headgeom.analysis.stats import concentration
-from headgeom.paper import selections
 from headgeom.paper.inputs import (
     TASK_ORDER,
     TASK_TITLES,

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
+from headgeom.run_sets import RUN_SETS
+
 #: The paper's sections in reading order: the report's categories and Table 4's "sections
 #: used" (a run is used by a section when one of its outputs reads the run).
 SUMMARY = "Summary"
@@ -33,6 +35,11 @@ LANES = "§5.3 Lanes"
 ALIGNMENT = "§5.4 Self-alignment"
 APPENDIX_B = "App. B"
 SECTIONS = (SUMMARY, SETUP, EXCLUSIVITY, CONCENTRATION, LANES, ALIGNMENT, APPENDIX_B)
+
+#: Run sets an input may name besides headgeom.run_sets.RUN_SETS: the output's selection,
+#: the runs of the concentration pairs, and cross-run files made only with leakage
+#: (exclusivity) or with pairs (paired_tasks).
+EXTRA = ("selection", "pairs", "exclusivity", "paired_tasks")
 
 #: An input kind's source: (result, run set). ``result`` names a path template of the
 #: workflow (workflow/rules/common.smk, PATHS); the run set the runs it is read for
@@ -67,6 +74,11 @@ class Output:
     summary: bool = False
     #: A figure told which models to plot (``--models``), drawn from a cross-model Parquet.
     plots_models: bool = False
+    #: The run set whose models it shows (headgeom.run_sets); None: its paper selection
+    #: (headgeom.selections.PAPER_SELECTIONS) if it has one, else every run.
+    shows: str | None = None
+    #: A run set the study must have for the output to exist (an opt-in analysis).
+    needs: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "inputs", MappingProxyType(dict(self.inputs)))  # read-only
@@ -80,6 +92,10 @@ class Output:
             raise ValueError(f"output {self.name!r}: only tables are built with the document")
         if len(self.caption) < 40:
             raise ValueError(f"output {self.name!r}: a caption says what it shows (40+ characters)")
+        run_sets = [self.shows, self.needs, *(which for _, which in self.inputs.values())]
+        unknown = [s for s in run_sets if s is not None and s not in RUN_SETS and s not in EXTRA]
+        if unknown:
+            raise ValueError(f"output {self.name!r}: unknown run sets {unknown}")
         for ref in (self.build, self.draw):
             if ref is not None and not REFERENCE.fullmatch(ref):
                 raise ValueError(f"output {self.name!r}: {ref!r} is not 'module:function'")

@@ -120,6 +120,7 @@ RECORDS: tuple[Output, ...] = (
            draw="exclusivity:figure2",
            inputs={"leakage": ("leakage", "leakage"), "pairs": ("exclusivity_pairs", None),
                    "runs": ("train_log", "leakage")},
+           needs="leakage",
            caption=("Paper Figure 2 (§5.1): measured leakage L of every source → later-reader "
                     "pair against its isotropic expectation ρ (grey density), the "
                     "evaluation-selected top pairs coloured by read type, and y = x.")),
@@ -170,18 +171,21 @@ RECORDS: tuple[Output, ...] = (
                     "intervals, and paired seed contrasts between such models.")),
     Output("ablation_atlas", "table", CONCENTRATION, build="ablation:ablation_atlas_table",
            inputs=_ATLAS,
+           needs="ablation_atlas",
            caption=("Block ablation atlas (ablation modes): per model the blocks with the "
                     "largest zero-ablation KL on held-out validation text, with mean ablation "
                     "beside them, the write's size and constant part; the CSV holds every "
                     "block.")),
     Output("ablation_atlas", "figure", CONCENTRATION, build="ablation:ablation_atlas_data",
            draw="ablation:ablation_atlas", inputs=_ATLAS,
+           needs="ablation_atlas",
            caption=("Block ablation atlas: layers × blocks (attention, MLP, each head) per "
                     "model, zero ablation beside mean ablation; colour is KL(original ‖ "
                     "edited) on held-out validation text (log scale), circle area the write's "
                     "constant part ‖mean w‖²/mean‖w‖² (a full circle: a fixed bias).")),
     Output("ablation_modes", "table", CONCENTRATION, build="ablation:ablation_modes_table",
            inputs={"runs": ("train_log", "ablation_modes"), "modes": ("ablation_modes", None)},
+           needs="ablation_modes",
            caption=("Ablation modes: concentration of the head-patching effects per mode "
                     "(resample, mean, zero) per model and task: N_eff and its ratio to "
                     "resample, E, top-head share, N_index × N_layer|index, Λ and the Spearman "
@@ -207,16 +211,19 @@ RECORDS: tuple[Output, ...] = (
            inputs={"runs": ("train_log", "clamps"), "pairs": ("clamp_pairs", "clamp_pairs"),
                    "paths": ("clamp_paths", "clamp_both_orders"),
                    "lumped": ("clamp_lumped", "clamp_lumped")},
+           shows="clamps",
            caption=("Clamps (§5.3, App. B.3): single-head, later-MLP and lumped lane clamp "
                     "reductions, and the path-decomposition shares, beside the paper's values.")),
     Output("figure6de", "figure", LANES, build="clamps:figure6de_data", draw="clamps:figure6de",
            inputs={"runs": ("train_log", "clamp_pairs"), "pairs": ("clamp_pairs", "clamp_pairs")},
+           shows="clamp_pairs",
            caption=("Paper Figure 6d–e (§5.3): reduction of an earlier top head's effect when "
                     "the later top head (d) or every later MLP (e) is clamped; same-index "
                     "pairs in blue.")),
     Output("dynamics", "table", LANES, build="dynamics:dynamics_table",
            inputs={"runs": ("train_log", "dynamics_timeline"), "tau": ("tau", "dynamics_timeline"),
                    "value_gradients": ("value_gradients", "dynamics_timeline")},
+           shows="dynamics_timeline",
            caption=("Training dynamics (§13.4, §14.4): task-gradient alignment τ per "
                     "checkpoint (adjacent-layer cosines, same-index projected cosines, "
                     "gradient lane share) and the V-gradient own-term fractions per traced "
@@ -226,6 +233,7 @@ RECORDS: tuple[Output, ...] = (
            draw="dynamics:figure6abc",
            inputs={"runs": ("train_log", "dynamics_timeline"),
                    "timeline": ("timeline", "dynamics_timeline")},
+           shows="dynamics_timeline",
            caption=("Paper Figure 6a–c (§5.3, §5.4): along training, SVA evaluation accuracy, "
                     "lane score Λ and V self-alignment (own-best fraction, scaled idempotence "
                     "P(T_h)) at each intermediate checkpoint of the timeline runs; chance "
@@ -234,6 +242,7 @@ RECORDS: tuple[Output, ...] = (
     Output("scalar_ablation", "table", ALIGNMENT, build="alignment:scalar_ablation_table",
            inputs={"runs": ("train_log", "dynamics_ablation"),
                    "scalar_ablation": ("scalar_ablation", "dynamics_ablation")},
+           shows="dynamics_ablation",
            caption=("Scalar-part ablation (§14.5): drop in evaluation mean logit difference "
                     "when the scalar part s·I is removed from the own-lane value maps, against "
                     "equal-norm Haar-random parts (mean and range over the draws), and the "
@@ -249,6 +258,7 @@ RECORDS: tuple[Output, ...] = (
     Output("figure8", "figure", APPENDIX_B, build="clamps:figure8_data", draw="clamps:figure8",
            inputs={"runs": ("train_log", "clamps"), "paths": ("clamp_paths", "clamp_figure8"),
                    "both_orders": ("clamp_paths", "clamp_both_orders")},
+           shows="clamp_figure8",
            caption=("Paper Figure 8 (App. B.3): two-order path decomposition of the top-5 SVA "
                     "head effects: direct, via MLPs and via later attention (order A), and "
                     "both orders' shares.")),

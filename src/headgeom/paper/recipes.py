@@ -25,7 +25,7 @@ import pandas as pd
 
 from headgeom.analysis.stats import spearman as spearman_rho
 from headgeom.paper.clamps import path_shares
-from headgeom.paper.selections import COORDINATE_GROUPS, geometry_registry, in_tau_range
+from headgeom.selections import COORDINATE_GROUPS, geometry_registry, in_tau_range
 
 if TYPE_CHECKING:
     from headgeom.paper.comparison import Context, Value

@@ -25,7 +25,7 @@ from headgeom.paper.inputs import (
     with_runs,
 )
 from headgeom.paper.render import Block, Table
-from headgeom.paper.selections import geometry_registry
+from headgeom.selections import geometry_registry
 
 SUMMARY_COLUMNS = results.SUMMARY.columns("model", "seed", "task", "split", "N_eff", "E")
 

@@ -17,8 +17,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from headgeom import results
-from headgeom.paper import selections
+from headgeom import results, selections
 from headgeom.paper.inputs import (
     TASK_TITLES,
     Context,
@@ -36,7 +35,7 @@ from headgeom.paper.inputs import (
 )
 from headgeom.paper.plotting import MASK_COLOUR, model_order
 from headgeom.paper.render import Block, Table, cell_frame, fixed, formatter
-from headgeom.paper.selections import geometry_registry
+from headgeom.selections import geometry_registry
 
 #: Geometry columns Table 2 takes from the geometry_stats summaries (docs §9.4, §14.1).
 TABLE2_GEOMETRY_COLUMNS = results.GEOMETRY_SUMMARY.columns(

@@ -22,7 +22,7 @@ from headgeom.paper.inputs import (
 )
 from headgeom.paper.render import Block, Table, format_p, value_range
 from headgeom.paper.seeds import below_learned, capacity_covariation, evaluation_summaries
-from headgeom.paper.selections import geometry_registry
+from headgeom.selections import geometry_registry
 
 NOT_IN_STUDY = "not in this study"
 
@@ -175,7 +175,7 @@ def _alignment_finding(inputs: Inputs) -> str:
 
 
 def _coordinate_finding(inputs: Inputs) -> str:  # coordinate concentration (docs §15.2)
-    from headgeom.paper.selections import COORDINATE_GROUPS
+    from headgeom.selections import COORDINATE_GROUPS
 
     cols = results.COORDINATES.columns("model", "seed", "task", "site", "share_evaluation")
     frame = read_kind(inputs["coordinates"], cols, "table1")

@@ -1,5 +1,7 @@
-"""Which models each paper table and figure shows, and which models the concentration
-analyses compare (docs §12.1, §12.2, §12.4, §12.7, §13.1, §17).
+"""Which models each paper table and figure shows, which models the concentration analyses
+compare, and how the paper groups models (docs §12.1, §12.2, §12.4, §12.7, §13.1, §15, §17).
+The study reads these (the concentration pairs, the loss models, run-set defaults:
+headgeom.run_sets) as the paper's outputs do.
 
 Everything here is named by geometry, so it resolves in any study: in the demo (model keys
 = geometry names) and in the paper study (keys such as ``learned-s``, where two models share
@@ -281,35 +283,7 @@ def loss_models(models: Mapping[str, Mapping[str, Any]], chosen: Sequence[str] |
     return list(chosen)
 
 
-# ----------------------------------------------------------------------- clamps (docs §13.3, §15.3)
-#: Default models of each clamp analysis (docs §13.3, §15.3) by geometry, every corpus and
-#: seed: the pair clamps of Figure 6d–e (write-common, write-common-axis, the frozen-write
-#: write-rotated and learned), both orders of the path decomposition (the learned and
-#: write-common-axis models of §11.1) and the lumped lane clamp (all-common-axis). The
-#: paper config names the paper's runs; Figure 8's order-A models are PAPER_SELECTIONS.
-CLAMP_DEFAULTS: dict[str, tuple[str, ...]] = {
-    "pairs": ("learned", "write-common", "write-common-axis", "write-rotated"),
-    "both_orders": ("learned", "write-common-axis"),
-    "lumped": ("all-common-axis",),
-}
-#: Paper outputs whose models are clamp runs: name -> Study.clamp_runs kind.
-CLAMP_OUTPUTS = {"figure6de": "pairs", "figure8": "figure8", "clamps": "all"}
-
-
 # --------------------------------------------------------- dynamics (docs §13.2, §13.4, §14.2–14.5)
-#: Default models of the training-dynamics analyses (docs §13.2, §13.4, §14.2, §14.4: the
-#: paper's common42 and layered42) and of the scalar-part ablation (docs §14.5: identity-type
-#: writes with free readers: plain-identity42/43, fixeddiag42, value384, mlp3456), by
-#: geometry: for the timelines the corpus R models where the study names corpora, for the
-#: ablation every corpus.
-DYNAMICS_DEFAULTS: dict[str, tuple[str, ...]] = {
-    "timeline": ("write-common", "write-rotated"),
-    "ablation": ("write-common-axis", "fixeddiag", "value384", "mlp3456"),
-}
-#: The corpus of the dynamics defaults when a study names corpora (docs §13.2: corpus R).
-DYNAMICS_CORPUS = "R"
-#: Paper outputs whose runs are dynamics runs: name -> Study.dynamics_runs kind.
-DYNAMICS_OUTPUTS = {"figure6abc": "timeline", "dynamics": "timeline", "scalar_ablation": "ablation"}
 #: τ's steps in the paper (docs §13.4): 1,024, 4,096, 16,384 and 65,536 of 65,536, i.e. from
 #: 1/64 of training on; the timelines' step 256 (1/256, Figure 6a–c) is not one of them.
 TAU_FIRST_FRACTION = 1024 / 65536
@@ -343,8 +317,6 @@ TABLE7_GROUPS: dict[str, str] = {
     "all-rotated-self": "all-rotated-self (separate)",
 }
 TABLE7_ORDER = tuple(dict.fromkeys(TABLE7_GROUPS.values()))
-#: ACDC (docs §15.4) runs on these geometries unless config edges.acdc_models names models.
-ACDC_DEFAULTS: tuple[str, ...] = ("all-rotated",)
 
 
 # ------------------------------------------------------------------------- coordinates (docs §15.2)
@@ -363,4 +335,3 @@ COORDINATE_GROUPS: dict[str, str] = {
     "read-common": "read-common",
     "all-common-axis": "all-common-axis",
 }
-COORDINATE_DEFAULTS = tuple(COORDINATE_GROUPS)
