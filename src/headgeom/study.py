@@ -1,10 +1,11 @@
 """The study a config describes: :meth:`Study.from_config` checks a config (``config/*.yaml``)
-against ``workflow/schemas/config.schema.yaml`` and across keys, and answers every question
-the workflow asks about it: its runs (model, seed), corpora, run configs, paper selections
-and pairs, per-stage config blocks and per-rule resources.
+against the schema (:mod:`headgeom.validation`) and across keys, and answers the workflow's
+questions about it: its runs (model, seed), corpora, run configs, the runs of each analysis
+(:meth:`Study.run_set`, :mod:`headgeom.run_sets`), pairs, per-stage config blocks and
+per-rule resources (:mod:`headgeom.resources`). Which paper tables and figures it makes is
+:mod:`headgeom.paper.plan`'s.
 
-A config it cannot run raises :class:`StudyConfigError`, whose message is one short line per
-problem (key path, bad value, what is allowed, the nearest allowed name), never the schema.
+A config it cannot run raises :class:`StudyConfigError`, one short line per problem.
 Defaults are filled as Snakemake's ``validate`` fills them, on a copy: ``Study.config`` is
 the config the workflow runs.
 """
@@ -12,40 +13,31 @@ the config the workflow runs.
 from __future__ import annotations
 
 import copy
-import difflib
-import reprlib
 from collections.abc import Iterable, Mapping
 from functools import cached_property, partial
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 from headgeom import run_sets, selections
+from headgeom.resources import ResourceRequests
+from headgeom.validation import (
+    SCHEMA,
+    StudyConfigError,
+    did_you_mean,
+    import_problems,
+    load_schema,
+    validate,
+)
 
 #: The three tasks of every study (docs §8), in the order the paper prints them.
 TASKS = ("sva", "quote", "plural")
-#: The schema beside the workflow (the repository root holds src/ and workflow/).
-SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 #: Per-corpus keys: at the top of `corpus` for a single corpus, else per named corpus.
 _PER_CORPUS_KEYS = ("n_train_tokens", "order", "sampling")
-#: Passed to the Slurm executor plugin as they are (sbatch -p, -A, --gpus=<model>:<n>, -C, ...).
-#: Config ``resources`` scope applied to every rule that asks for a GPU (before ``default``).
-GPU_SCOPE = "gpu_default"
-SLURM_KEYS = ("slurm_partition", "slurm_account", "slurm_extra", "gpu_model", "constraint", "qos")
+#: What other modules import from here (StudyConfigError: the schema check's, re-exported).
+__all__ = ["TASKS", "Study", "StudyConfigError"]
 
 
 #: The geometry of every imported model (a checkpoint the user brings): GPT-2's own, free readers.
 IMPORTED_GEOMETRY = "learned"
-
-
-class StudyConfigError(ValueError):
-    """A config the workflow cannot run; ``str()`` is the concise message, one line per
-    problem (``problems`` holds them)."""
-
-    def __init__(self, problems: Iterable[str]):
-        self.problems = list(dict.fromkeys(problems))  # one line per distinct problem
-        super().__init__("\n".join(self.problems))
 
 
 # ------------------------------------------------------------------------ what the registry knows
@@ -65,122 +57,8 @@ def _exportable(geometry: str) -> bool:
     return registry.has_gpt2_form(geometry)
 
 
-# ----------------------------------------------------------------------------- schema
-_SHORT = reprlib.Repr()
-_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxdict = 60, 60, 6, 4
-_TYPES = {
-    "integer": "an integer",
-    "number": "a number",
-    "string": "a string",
-    "boolean": "true or false",
-    "array": "a list",
-    "object": "a mapping of keys to values",
-}
-_BOUNDS = {"minimum": "≥", "exclusiveMinimum": ">", "maximum": "≤", "exclusiveMaximum": "<"}
-
-
-def _key_path(path: Iterable[Any]) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _where(path: Iterable[Any]) -> str:
-    key = _key_path(path)
-    return f"config {key}" if key else "config"
-
-
-def _did_you_mean(word: Any, choices: Iterable[Any]) -> str:
-    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _listing(values: Iterable[Any]) -> str:
-    return ", ".join(str(v) for v in values)
-
-
-def _describe(error) -> list[str]:
-    """One concise line per problem of a jsonschema ValidationError."""
-    kind, allowed, value, schema = (
-        error.validator,
-        error.validator_value,
-        error.instance,
-        error.schema,
-    )
-    where = _where(error.absolute_path)
-    if "propertyNames" in error.relative_schema_path:  # a key (model, corpus, rule) badly named
-        return [f"{where}: key {value!r} is not allowed; keys must match {allowed}"]
-    if kind == "additionalProperties" and allowed is False:
-        known = list(schema.get("properties", {}))
-        return [
-            f"{where}: unknown key {extra!r}{_did_you_mean(extra, known)}; "
-            f"allowed: {_listing(known)}"
-            for extra in value
-            if extra not in known
-        ]
-    if kind == "required":
-        missing = [k for k in allowed if k not in value]
-        return [f"{where}: missing required key(s) {_listing(missing)}"]
-    if kind == "enum":
-        return [
-            f"{where}: {_SHORT.repr(value)} is not allowed{_did_you_mean(value, allowed)}; "
-            f"allowed: {_listing(allowed)}"
-        ]
-    if kind == "type":
-        wanted = " or ".join(
-            _TYPES.get(t, t) for t in ([allowed] if isinstance(allowed, str) else allowed)
-        )
-        return [f"{where}: {_SHORT.repr(value)} is not allowed; it must be {wanted}"]
-    if kind in _BOUNDS:
-        return [
-            f"{where}: {_SHORT.repr(value)} is not allowed; it must be {_BOUNDS[kind]} {allowed}"
-        ]
-    if kind == "multipleOf":
-        return [f"{where}: {value!r} is not allowed; it must be a multiple of {allowed}"]
-    if kind == "pattern":
-        return [f"{where}: {_SHORT.repr(value)} is not allowed; it must match {allowed}"]
-    rules = {
-        "minItems": f"at least {allowed} item(s)",
-        "maxItems": f"at most {allowed} item(s)",
-        "uniqueItems": "no item twice",
-        "minProperties": f"at least {allowed} key(s)",
-        "minLength": f"at least {allowed} character(s)",
-    }
-    rule = rules.get(kind, f"{kind}: {_SHORT.repr(allowed)}")
-    return [f"{where}: {_SHORT.repr(value)} is not allowed; it must have {rule}"]
-
-
-def _validator(schema: Mapping):
-    """Draft 2020-12 validator that fills ``default`` values as it validates (as Snakemake's
-    ``validate``; a copy of each default, so one schema serves many configs)."""
-    from jsonschema import Draft202012Validator, validators
-
-    check_properties = Draft202012Validator.VALIDATORS["properties"]
-
-    def properties_with_defaults(validator, properties, instance, subschema):
-        if isinstance(instance, dict):
-            for name, spec in properties.items():
-                if "default" in spec:
-                    instance.setdefault(name, copy.deepcopy(spec["default"]))
-        yield from check_properties(validator, properties, instance, subschema)
-
-    extended = validators.extend(Draft202012Validator, {"properties": properties_with_defaults})
-    return extended(schema)
-
-
-def validate(config: dict, schema: Mapping) -> list[str]:
-    """Fill the schema's defaults into ``config`` (in place) and return one line per problem."""
-    errors = _validator(schema).iter_errors(config)
-    return [line for error in errors for line in _describe(error)]
-
-
-def load_schema(path: str | Path = SCHEMA) -> dict:
-    return yaml.safe_load(Path(path).read_text())
-
-
 # ----------------------------------------------------------------------------- study
-class Study:
+class Study(ResourceRequests):
     """A checked study config. Build it with :meth:`from_config`."""
 
     def __init__(self, config: dict):
@@ -199,7 +77,7 @@ class Study:
         the study; raise :class:`StudyConfigError` listing every problem found."""
         original, config = config, copy.deepcopy(dict(config))
         schema = schema if isinstance(schema, Mapping) else load_schema(schema)
-        problems = validate(config, schema) + _import_problems(config)  # recipe or import
+        problems = validate(config, schema) + import_problems(config)  # recipe or import
         if problems:  # the cross-key checks assume a config of the right shape
             raise StudyConfigError(problems)
         study = cls(config)
@@ -462,7 +340,7 @@ class Study:
         if self.default_corpus not in self.corpora:
             raise ValueError(
                 f"config corpus.default is {self.default_corpus!r}"
-                f"{_did_you_mean(self.default_corpus, self.corpora)}; declared corpora: "
+                f"{did_you_mean(self.default_corpus, self.corpora)}; declared corpora: "
                 f"{sorted(self.corpora)}"
             )
         training, n_ctx = self.config["training"], self.config["architecture"]["n_ctx"]
@@ -471,7 +349,7 @@ class Study:
             name = self.model_corpus(model)
             if name not in self.corpora:
                 raise ValueError(
-                    f"config models.{model}.corpus is {name!r}{_did_you_mean(name, self.corpora)}"
+                    f"config models.{model}.corpus is {name!r}{did_you_mean(name, self.corpora)}"
                     f", which the study does not declare (declared: {sorted(self.corpora)}; "
                     "add it under corpus.corpora)"
                 )
@@ -526,94 +404,6 @@ class Study:
     def index_meaningful(self, model: str) -> bool:
         """Head indices form the paper's lanes only with the base head count (docs §10.3)."""
         return self.model_config(model)["n_head"] == self.config["architecture"]["n_head"]
-
-    # ------------------------------------------------------------------ paper
-
-    # ------------------------------------------------------------------ resources
-    # One config places the DAG on a laptop and on Slurm (slurm/config.yaml). Cluster
-    # requests come from config values, never from `threads`: `--cores all` caps threads to
-    # the submit host's cores (snakemake #2447), and the Slurm plugin would otherwise derive
-    # --cpus-per-task from the capped value.
-    def _scopes(self, rule: str) -> tuple[str, ...]:
-        """Where a rule's resources are looked up, nearest first: ``resources.<rule>``, for a
-        GPU job ``resources.gpu_default`` (the GPU partition, gpu_model, constraint, CPUs per
-        GPU: set once for every GPU rule), then ``resources.default``."""
-        table = self.config["resources"]
-        gpu = next((table[s]["gpu"] for s in (rule, "default") if "gpu" in table.get(s, {})), 0)
-        return (rule, GPU_SCOPE, "default") if gpu else (rule, "default")
-
-    def _resource(self, rule: str, key: str, fallback: Any) -> Any:
-        """``key`` from the rule's nearest scope that names it (:meth:`_scopes`), else
-        ``fallback``."""
-        table = self.config["resources"]
-        for scope in self._scopes(rule):
-            if key in table.get(scope, {}):
-                return table[scope][key]
-        return fallback
-
-    def _cpu_request(self, rule: str) -> tuple[str, int] | None:
-        """(key, value) of the CPU request from the nearest scope that names one:
-        cpus_per_task, or cpus_per_gpu for a GPU job; None when no scope does."""
-        gpu = self._resource(rule, "gpu", 0)
-        for scope in self._scopes(rule):
-            entry = self.config["resources"].get(scope, {})
-            if "cpus_per_task" in entry:
-                return "cpus_per_task", entry["cpus_per_task"]
-            if gpu and "cpus_per_gpu" in entry:
-                return "cpus_per_gpu", entry["cpus_per_gpu"]
-        return None
-
-    def threads(self, rule: str) -> int:
-        """Threads of a rule's job: ``resources.<rule>.threads`` capped by the CPUs the job
-        asks for; without ``threads``, those CPUs; without either, 1."""
-        request = self._cpu_request(rule)
-        wanted = self._resource(rule, "threads", None)
-        if request is None:
-            return 1 if wanted is None else wanted
-        key, value = request
-        cpus = value * self._resource(rule, "gpu", 0) if key == "cpus_per_gpu" else value
-        return cpus if wanted is None else min(wanted, cpus)
-
-    def resources(self, rule: str, mem_mb: int, runtime: int) -> dict[str, Any]:
-        """A rule's resources: memory (MB) and run time (minutes) from config, else the rule's
-        own defaults; ``gpu`` (sbatch --gpus; locally the workflow's ``gpu`` pool); the CPU
-        request pinned from config (cpus_per_task, or cpus_per_gpu for GPU jobs; by default the
-        rule's threads) and the Slurm plugin keys of :data:`SLURM_KEYS` that config sets."""
-        out = {
-            "mem_mb": self._resource(rule, "mem_mb", mem_mb),
-            "runtime": self._resource(rule, "runtime", runtime),
-            "gpu": self._resource(rule, "gpu", 0),
-        }
-        key, value = self._cpu_request(rule) or ("cpus_per_task", self.threads(rule))
-        out[key] = value
-        for key in SLURM_KEYS:
-            value = self._resource(rule, key, None)
-            if value is not None:
-                out[key] = value
-        return out
-
-    def _check_resources(self) -> None:
-        for scope, entry in self.config["resources"].items():
-            if "cpus_per_task" in entry and "cpus_per_gpu" in entry:
-                raise ValueError(
-                    f"config resources.{scope} sets both cpus_per_task ({entry['cpus_per_task']})"
-                    f" and cpus_per_gpu ({entry['cpus_per_gpu']}); Slurm takes one of them"
-                )
-
-    def check_rules(self, rules: Iterable[str]) -> None:
-        """Every key of config ``resources`` must be ``default``, ``gpu_default`` or one of
-        ``rules`` (the workflow's rules); a typo would place nothing."""
-        known = sorted(set(rules))
-        scopes = ("default", GPU_SCOPE)
-        unknown = [r for r in self.config["resources"] if r not in scopes and r not in known]
-        if unknown:
-            raise StudyConfigError(
-                f"config resources.{r}: {r!r} is not a rule{_did_you_mean(r, known)}; "
-                f"allowed: default, {GPU_SCOPE}, {_listing(known)}"
-                for r in unknown
-            )
-
-    # ------------------------------------------------------------------ clamps (docs §13.3, §15.3)
 
     # ------------------------------------------------------------------ imported models
     # `models.<name>: {import: {format: hf-gpt2, path: DIR}, seeds: [0]}` (or format tl-gpt2, a
@@ -694,10 +484,7 @@ class Study:
                 cfg[key] = self.models[model][key]
         return cfg
 
-    # ------------------------------------------------------------------ edges (docs §15.1, §15.4)
-
-    # -------------------------------------------------------------- coordinates (docs §15.2)
-
+    # ------------------------------------------------------------------ edges (docs §15.1)
     def _check_edge_examples(self) -> None:
         """The edge stage measures the first edges.n_examples of its split: the split must
         hold them (tasks.<task>.splits)."""
@@ -878,12 +665,3 @@ class Study:
                     f"n_ctx {n_ctx}, but corpus {name} has n_val_tokens {n_val} "
                     f"({n_val // n_ctx} windows); lower them or raise n_val_tokens"
                 )
-
-
-def _import_problems(config: Mapping) -> list[str]:
-    """Every model has a training recipe (geometry) or an import block."""
-    return [
-        f"config models.{m}: give geometry (a model to train) or import (a checkpoint to import)"
-        for m, spec in config.get("models", {}).items()
-        if isinstance(spec, dict) and "geometry" not in spec and "import" not in spec
-    ]

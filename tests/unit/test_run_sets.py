@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from headgeom import run_sets
-from headgeom.study import SCHEMA, Study, StudyConfigError
+from headgeom.study import Study, StudyConfigError
+from headgeom.validation import SCHEMA
 
 REPO = Path(__file__).resolve().parents[2]
 

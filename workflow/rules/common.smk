@@ -34,7 +34,7 @@ def extended(config):
         sys.exit(f"Invalid study config:\n{err}")
 
 
-# Schema: headgeom.study.SCHEMA; the Snakefile checks `resources` keys against the rules.
+# Schema: headgeom.validation.SCHEMA; the Snakefile checks `resources` keys against the rules.
 STUDY = checked(Study.from_config, extended(config))
 #: The paper's tables and figures in this study, and what each reads (headgeom.paper.plan).
 PAPER = PaperPlan(STUDY)
