@@ -359,7 +359,7 @@ def resume_worker(spec_path: Path) -> int:
         torch.use_deterministic_algorithms(True, warn_only=True)
     from headgeom.runtime import set_threads
     from headgeom.training import loop
-    from headgeom.training.config import parse_run_config
+    from headgeom.run_config import parse_run_config
     from headgeom.training.job import CorpusFiles, JobOutputs, train_job
 
     set_threads(1)

@@ -38,7 +38,8 @@ from pathlib import Path
 
 from headgeom import config_layers
 from headgeom.paper.plan import PaperPlan
-from headgeom.study import TASKS, Study
+from headgeom.study import Study
+from headgeom.vocabulary import TASKS
 
 #: Safety factor between a projection and the resource requested for it.
 MARGIN = 1.5

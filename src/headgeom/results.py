@@ -22,9 +22,9 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from headgeom.data.lexicon import SPLITS
 from headgeom.hashing import content_hash, source_freeze
 from headgeom.io import metadata_text, write_parquet
+from headgeom.vocabulary import SPLITS, TASKS
 
 # ----------------------------------------------------------------------------- provenance
 #: SHA-256 of the checkpoint's safetensors bytes (the manifest's ``checkpoint_file_sha256``).
@@ -701,7 +701,7 @@ PAIRED_LOGO = ResultTable(
 )
 
 # --- loss versus concentration (src/concentration_loss.py) --------------------------------
-LOSS_TASKS = ("sva", "quote", "plural")
+LOSS_TASKS = TASKS
 LOSS = ResultTable(
     "loss",
     _schema(

@@ -27,9 +27,8 @@ from headgeom.validation import (
     load_schema,
     validate,
 )
+from headgeom.vocabulary import TASKS
 
-#: The three tasks of every study (docs §8), in the order the paper prints them.
-TASKS = ("sva", "quote", "plural")
 #: Per-corpus keys: at the top of `corpus` for a single corpus, else per named corpus.
 _PER_CORPUS_KEYS = ("n_train_tokens", "order", "sampling")
 #: What other modules import from here (StudyConfigError: the schema check's, re-exported).
@@ -271,7 +270,7 @@ class Study(ResourceRequests):
     def intermediate_checkpoints(self, folder: str) -> list[str]:
         """Paths in a run's ``folder`` of every intermediate checkpoint (training.
         checkpoint_steps below the final step) and then of every one's manifest."""
-        from headgeom.training.config import TrainConfig, checkpoint_name, checkpoint_schedule
+        from headgeom.run_config import TrainConfig, checkpoint_name, checkpoint_schedule
 
         steps = checkpoint_schedule(TrainConfig.from_dict(self.config["training"]))
         names = [checkpoint_name(s) for s in steps]
@@ -541,7 +540,7 @@ class Study(ResourceRequests):
     @property
     def checkpoint_steps(self) -> list[int]:
         """The intermediate checkpoints training writes (training.checkpoint_steps < steps)."""
-        from headgeom.training.config import TrainConfig, checkpoint_schedule
+        from headgeom.run_config import TrainConfig, checkpoint_schedule
 
         return list(checkpoint_schedule(TrainConfig.from_dict(self.config["training"])))
 
@@ -566,7 +565,7 @@ class Study(ResourceRequests):
     @staticmethod
     def step_label(step: int | str) -> str:
         """The {step} wildcard of a checkpoint step: its zero-padded file-name form."""
-        from headgeom.training.config import checkpoint_name
+        from headgeom.run_config import checkpoint_name
 
         return checkpoint_name(int(step)).removeprefix("step").removesuffix(".safetensors")
 

@@ -28,10 +28,10 @@ from headgeom.model.importing import (
     import_hf_gpt2,
     import_inputs,
     import_model,
-    import_run,
 )
 from headgeom.model.importing_tl import TL_CONVERSION_VERSION
 from headgeom.model.interop import export_hf, tl_state_dict
+from headgeom.training.import_job import import_run
 from tests.tolerances import largest
 from tests.weights import large_random_weights
 

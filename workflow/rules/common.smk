@@ -15,7 +15,8 @@ sys.path.insert(0, str(SRC))
 from headgeom import config_layers  # noqa: E402
 from headgeom.paper.outputs import FIGURES, TABLE_JOBS, record  # noqa: E402
 from headgeom.paper.plan import PaperPlan  # noqa: E402
-from headgeom.study import TASKS, Study, StudyConfigError  # noqa: E402
+from headgeom.study import Study, StudyConfigError  # noqa: E402
+from headgeom.vocabulary import TASKS  # noqa: E402
 
 
 def checked(check, *args):

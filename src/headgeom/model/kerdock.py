@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from headgeom.analysis.subspace import SHARED_TOL
 from headgeom.hashing import content_hash, sha256_bytes
+from headgeom.subspace import SHARED_TOL
 
 #: Primitive polynomials over GF(2) for the odd degrees t = m − 1, as bit masks (bit k is the
 #: coefficient of x^k). t = 7 (x^7 + x + 1) is the paper's field (docs §5.4 step 1).

@@ -27,8 +27,9 @@ import pyarrow.parquet as pq
 
 from headgeom.io import read_parquet_metadata
 from headgeom.selections import geometry_registry
+from headgeom.vocabulary import TASKS
 
-TASK_ORDER = ["sva", "quote", "plural"]
+TASK_ORDER = list(TASKS)
 
 
 TASK_TITLES = {"sva": "SVA", "quote": "Quote", "plural": "Plural"}

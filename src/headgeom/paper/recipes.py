@@ -26,11 +26,10 @@ import pandas as pd
 from headgeom.analysis.stats import spearman as spearman_rho
 from headgeom.paper.clamps import path_shares
 from headgeom.selections import COORDINATE_GROUPS, geometry_registry, in_tau_range
+from headgeom.vocabulary import TASKS
 
 if TYPE_CHECKING:
     from headgeom.paper.comparison import Context, Value
-
-TASKS = ("sva", "quote", "plural")
 
 
 class Recipe:
