@@ -313,16 +313,13 @@ def test_the_comparison_computes_from_parquets_and_says_what_is_missing(tmp_path
     assert not frame.duplicated(["section", "metric", "model", "paper"]).any()
 
 
-def test_a_reference_can_be_appended(tmp_path):
-    before = len(comparison.REFERENCES)
-    ref = comparison.register("§x", "two", "all", "2", 2.0, kinds=["runs"], compute=lambda c: 2.0)
-    try:
-        runs = [train_log(tmp_path / "l.parquet", "learned", "learned", 42)]
-        frame = comparison.evaluate({"runs": runs}, [ref])
-        assert frame["within"].tolist() == [True]
-    finally:
-        comparison.REFERENCES.remove(ref)
-    assert len(comparison.REFERENCES) == before
+def test_a_reference_made_in_code_is_evaluated_beside_the_records(tmp_path):
+    before = comparison.REFERENCES
+    ref = comparison.reference("§x", "two", "all", "2", 2.0, kinds=["runs"], compute=lambda c: 2.0)
+    runs = [train_log(tmp_path / "l.parquet", "learned", "learned", 42)]
+    frame = comparison.evaluate({"runs": runs}, [ref])
+    assert frame["within"].tolist() == [True]
+    assert comparison.REFERENCES is before and ref not in comparison.REFERENCES  # untouched
 
 
 # ----------------------------------------------------------------------------- catalog

@@ -159,6 +159,7 @@ def test_rehearsal_analyses_cover_every_family_of_the_papers():
     }  # fmt: skip
 
 
+@pytest.mark.e2e  # a Snakemake subprocess
 def test_rehearsal_dag_has_every_rule_of_the_papers(tmp_path):
     def jobs(name, config):
         work = make_workdir(tmp_path / name, config)

@@ -29,6 +29,9 @@ from headgeom.training.loop import initial_model, validation_loss
 from headgeom.training.state import ResumeMismatchError, read_resume_record
 from tests.scripts import SRC, load_script
 
+#: training runs in subprocesses (SIGKILLed and restarted): the e2e tier
+pytestmark = pytest.mark.e2e
+
 train_script = load_script("train")
 
 SEED = 20240604  # the kill points
