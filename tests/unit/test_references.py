@@ -108,7 +108,7 @@ def test_check_c16_reads_the_comparisons_n_eff():
         if r.id and r.id.startswith("neff.")
     }
     assert len(n_eff) == 15
-    from headgeom.checks import paper_figure4_n_eff
+    from headgeom.paper.cross_run_checks import paper_figure4_n_eff
 
     figure4 = paper_figure4_n_eff()
     assert list(figure4) == FIGURE4 and len(FIGURE4) == 9
