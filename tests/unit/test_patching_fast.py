@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from headgeom.analysis.batching import first_difference, length_batches
 from headgeom.analysis.patching import (
     attribution_patch,
-    first_difference,
-    length_batches,
     logit_difference,
     patch_all_heads,
     patch_all_heads_fast,

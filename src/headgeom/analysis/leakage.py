@@ -34,15 +34,9 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
+from headgeom.analysis.batching import first_difference, length_batches
 from headgeom.analysis.effects import drops_array, single_identity
-from headgeom.analysis.patching import (
-    add_to,
-    first_difference,
-    head_perturbations,
-    length_batches,
-    logit_difference,
-    replace_head,
-)
+from headgeom.analysis.patching import add_to, head_perturbations, logit_difference, replace_head
 from headgeom.analysis.stats import effects_from_drops
 from headgeom.analysis.tolerance import (
     Residual,

@@ -16,9 +16,9 @@ import torch
 from tqdm import tqdm
 
 from headgeom import results
+from headgeom.analysis.batching import length_batches
 from headgeom.analysis.effects import drops_columns
 from headgeom.analysis.patching import (
-    length_batches,
     patch_all_heads,
     patch_all_heads_fast,
     supports_fast,
