@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from headgeom import selections
+from headgeom.model import facts
 from headgeom.selections import unknown_model
 
 if TYPE_CHECKING:
@@ -69,21 +70,11 @@ class RunSet:
     union: tuple[str, ...] = ()
 
 
-def _registry():
-    from headgeom.model import registry  # torch: only when a run set asks the registry
-
-    return registry
-
-
-def _shared_ln1(geometry: str) -> bool:
-    """A shared LN_1 before free readers: what leakage needs (docs §11.1)."""
-    return _registry().has_shared_ln1(geometry)
-
-
 def _edge_patching(geometry: str) -> bool:
     """The edge engine reads the architecture's Q/K/V inputs (docs §15.1: GPT geometries)."""
-    registry = _registry()
-    return registry.architecture(registry.geometry(geometry).architecture).edge_patching
+    from headgeom.model import registry  # the architectures' engines: torch
+
+    return registry.architecture(facts.facts(geometry).architecture).edge_patching
 
 
 RUN_SETS: dict[str, RunSet] = {
@@ -91,7 +82,7 @@ RUN_SETS: dict[str, RunSet] = {
     for s in (
         RunSet("runs"),
         RunSet("first_seeds", seeds="first"),
-        RunSet("leakage", config="leakage.models", capable=_shared_ln1),
+        RunSet("leakage", config="leakage.models", capable=facts.has_shared_ln1),
         RunSet("clamp_pairs", config="clamps.pairs_models", entries="runs",
                geometries=CLAMP_PAIRS),
         RunSet("clamp_figure8", config="clamps.figure8_models", entries="runs",

@@ -15,15 +15,7 @@ import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-
-def geometry_registry():
-    """``headgeom.model.registry``, imported on first use: it loads torch (about 2.5 s of
-    every table and figure job), which the builders that never ask about a geometry do
-    not need."""
-    from headgeom.model import registry
-
-    return registry
-
+from headgeom.model import facts
 
 # ----------------------------------------------------------------------------- selections
 _FIGURE3_SLOTS = [
@@ -125,10 +117,7 @@ def select_models(models: Mapping[str, Mapping], name: str) -> list[tuple[str, i
             m: spec
             for m, spec in models.items()
             if (not named or corpus is None or spec.get("corpus") == corpus)
-            and (
-                name not in FREE_READERS_ONLY
-                or geometry_registry().reader_kind(spec["geometry"]) == "free"
-            )
+            and (name not in FREE_READERS_ONLY or facts.reader_kind(spec["geometry"]) == facts.FREE)
         }
         for geometry in slot:
             hits = [m for m, spec in eligible.items() if spec["geometry"] == geometry]
@@ -240,7 +229,7 @@ def default_pairs(models: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any
                 ):
                     pairs.append(_pair(a, spec_a["seeds"][0], b, spec_b["seeds"][0]))
     for m, spec in models.items():
-        if geometry_registry().is_baseline(spec["geometry"]) and len(spec["seeds"]) >= 2:
+        if facts.is_baseline(spec["geometry"]) and len(spec["seeds"]) >= 2:
             pairs.append(_pair(m, spec["seeds"][0], m, spec["seeds"][1]))
     return pairs
 

@@ -18,6 +18,7 @@ from functools import cached_property, partial
 from pathlib import Path
 
 from headgeom import run_sets, selections
+from headgeom.model import facts
 from headgeom.resources import ResourceRequests
 from headgeom.validation import (
     SCHEMA,
@@ -37,23 +38,6 @@ __all__ = ["TASKS", "Study", "StudyConfigError"]
 
 #: The geometry of every imported model (a checkpoint the user brings): GPT-2's own, free readers.
 IMPORTED_GEOMETRY = "learned"
-
-
-# ------------------------------------------------------------------------ what the registry knows
-# The only places the study asks what a geometry is: the model registry answers.
-def _reader_type(geometry: str) -> str:
-    """``block`` for the block-reader geometries (docs §4.3.1), ``free`` otherwise
-    (multiscreen tiles read freely too, though without a shared LN)."""
-    from headgeom.model import registry
-
-    return registry.reader_kind(geometry)
-
-
-def _exportable(geometry: str) -> bool:
-    """GPT-2's exact parameterisation (headgeom.model.interop): only ``learned``."""
-    from headgeom.model import registry
-
-    return registry.has_gpt2_form(geometry)
 
 
 # ----------------------------------------------------------------------------- study
@@ -280,7 +264,7 @@ class Study(ResourceRequests):
     def check_exportable(self, model: str) -> None:
         """export_hf: only a ``learned`` checkpoint has a GPT-2 form."""
         geometry = self.models[model]["geometry"]
-        if not _exportable(geometry):
+        if not facts.has_gpt2_form(geometry):
             raise ValueError(
                 f"export_hf: model {model!r} has geometry {geometry!r}; only 'learned' "
                 "checkpoints can be exported to GPT-2"
@@ -395,7 +379,7 @@ class Study(ResourceRequests):
                 "geometry": spec["geometry"],
                 "corpus": spec.get("corpus"),
                 "n_head": self.model_config(m)["n_head"],
-                "reader_type": _reader_type(spec["geometry"]),
+                "reader_type": facts.reader_kind(spec["geometry"]),
             }
             for m, spec in self.models.items()
         }
@@ -438,7 +422,7 @@ class Study(ResourceRequests):
         from headgeom.model import importing
 
         spec = self.import_spec(model)
-        if not _exportable(self.models[model]["geometry"]):
+        if not facts.has_gpt2_form(self.models[model]["geometry"]):
             raise ValueError(
                 f"config models.{model}: an imported model has GPT-2's geometry "
                 f"({IMPORTED_GEOMETRY!r}), not {self.models[model]['geometry']!r}"
@@ -609,12 +593,8 @@ class Study(ResourceRequests):
     def patching_summary_runs(self) -> list[tuple[str, int]]:
         """Runs of the paper's 19-configuration summaries (docs §6.7, §12.3): every run of the
         base architecture (the registry leaves out the softmax-free multiscreen controls)."""
-        from headgeom.model import registry
-
         return [
-            (m, s)
-            for m, s in self.runs
-            if registry.is_base_architecture(self.models[m]["geometry"])
+            (m, s) for m, s in self.runs if facts.is_base_architecture(self.models[m]["geometry"])
         ]
 
     # ----------------------------------------------------------------- ablation (docs §10.1, §10.6)

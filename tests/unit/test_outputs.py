@@ -105,7 +105,7 @@ def test_an_unknown_output_names_the_known():
 def test_the_workflow_reads_the_records_without_loading_pandas_or_matplotlib():
     # the Snakefile and every Slurm job parse the records (about 2 s more with the engines)
     code = (
-        "import sys; import headgeom.study, headgeom.paper.outputs; "
+        "import sys; import headgeom.study, headgeom.paper.plan, headgeom.model.facts; "
         "print(sorted(m for m in ('pandas', 'matplotlib', 'scipy', 'torch') if m in sys.modules))"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}

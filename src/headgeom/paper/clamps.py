@@ -14,6 +14,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from headgeom import results
+from headgeom.model import facts
 from headgeom.paper import references
 from headgeom.paper.inputs import (
     TASK_ORDER,
@@ -26,7 +27,6 @@ from headgeom.paper.inputs import (
     with_runs,
 )
 from headgeom.paper.render import Block, Table, value_range
-from headgeom.selections import geometry_registry
 
 CLAMP_PAIR_COLUMNS = results.CLAMP_PAIRS.columns(
     "model", "seed", "task", "source_layer", "source_head", "later_layer", "later_head",
@@ -101,7 +101,7 @@ def clamps_table(inputs: Inputs) -> Table:
     pairs = optional_kind(inputs, "pairs", CLAMP_PAIR_COLUMNS)
     if pairs is not None and len(pairs):
         keys = zip(pairs["model"], pairs["seed"], strict=True)
-        learned = [geometry_registry().is_baseline(geometry[key]) for key in keys]
+        learned = [facts.is_baseline(geometry[key]) for key in keys]
         pairs = pairs.assign(learned=learned)
         same = pairs[pairs["same_index"]]
         add(

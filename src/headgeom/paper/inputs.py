@@ -26,7 +26,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from headgeom.io import read_parquet_metadata
-from headgeom.selections import geometry_registry
+from headgeom.model import facts
 from headgeom.vocabulary import TASKS
 
 TASK_ORDER = list(TASKS)
@@ -190,7 +190,7 @@ def learned_reference(frame: pd.DataFrame, value: str, keys: Sequence[str]) -> p
     """Per row, ``value`` of the learned (baseline) run it is compared with: same corpus and
     ``keys`` (e.g. task) and the same seed when one exists, else the mean over that corpus's
     learned seeds (the rule of Table 2's Δ)."""
-    learned = frame[frame["geometry"].map(geometry_registry().is_baseline)]
+    learned = frame[frame["geometry"].map(facts.is_baseline)]
     keys = ["corpus", *keys]
     same_seed = learned.set_index([*keys, "seed"])[value]
     mean = learned.groupby(keys)[value].mean()

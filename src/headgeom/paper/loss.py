@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 from scipy.stats import spearmanr
 
 from headgeom import results
+from headgeom.model import facts
 from headgeom.paper.inputs import (
     Inputs,
     need_kind,
@@ -91,8 +92,8 @@ def figure4(data: pd.DataFrame) -> Figure:
             rows["N_eff_geomean"],
             marker=FIGURE4_MARKERS[reader],
             s=55,
-            facecolors="none" if flagged else ("#4c72b0" if reader == "free" else "#dd8452"),
-            edgecolors="#4c72b0" if reader == "free" else "#dd8452",
+            facecolors="none" if flagged else ("#4c72b0" if reader == facts.FREE else "#dd8452"),
+            edgecolors="#4c72b0" if reader == facts.FREE else "#dd8452",
             linewidths=1.5,
             label=label,
             zorder=3,

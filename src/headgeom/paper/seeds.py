@@ -12,6 +12,7 @@ import pandas as pd
 from scipy import stats as scipy_stats
 
 from headgeom import results
+from headgeom.model import facts
 from headgeom.paper.inputs import (
     TASK_ORDER,
     TASK_TITLES,
@@ -25,7 +26,6 @@ from headgeom.paper.inputs import (
     with_runs,
 )
 from headgeom.paper.render import Block, Table
-from headgeom.selections import geometry_registry
 
 SUMMARY_COLUMNS = results.SUMMARY.columns("model", "seed", "task", "split", "N_eff", "E")
 
@@ -54,7 +54,7 @@ def vs_learned(summary: pd.DataFrame, value: str = "N_eff") -> pd.DataFrame:
     seeds), with ``ref`` (the reference's ``value``) and ``below`` (``value`` < ``ref``)."""
     frame = summary.copy()
     frame["ref"] = learned_reference(frame, value, ["task"])
-    frame = frame[~frame["geometry"].map(geometry_registry().is_baseline) & frame["ref"].notna()]
+    frame = frame[~frame["geometry"].map(facts.is_baseline) & frame["ref"].notna()]
     frame["below"] = frame[value] < frame["ref"]
     return frame
 
@@ -64,7 +64,7 @@ def below_learned(summary: pd.DataFrame) -> pd.DataFrame:
     of all block-reader models lie below the learned model's (same corpus, same seed when
     it exists, else the mean over learned seeds). Rows: group, corpus, k, n."""
     frame = vs_learned(summary)
-    frame["block"] = frame["geometry"].map(geometry_registry().reader_kind) == "block"
+    frame["block"] = frame["geometry"].map(facts.reader_kind) == facts.BLOCK
     rows = []
     for corpus, by_corpus in frame.groupby("corpus", sort=False):
         groups = [("block-reader models", by_corpus[by_corpus["block"]])]

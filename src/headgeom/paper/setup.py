@@ -18,6 +18,7 @@ import seaborn as sns
 from matplotlib.figure import Figure
 
 from headgeom import results, selections
+from headgeom.model import facts
 from headgeom.paper.inputs import (
     TASK_TITLES,
     Context,
@@ -35,7 +36,6 @@ from headgeom.paper.inputs import (
 )
 from headgeom.paper.plotting import MASK_COLOUR, model_order
 from headgeom.paper.render import Block, Table, cell_frame, fixed, formatter
-from headgeom.selections import geometry_registry
 
 #: Geometry columns Table 2 takes from the geometry_stats summaries (docs §9.4, §14.1).
 TABLE2_GEOMETRY_COLUMNS = results.GEOMETRY_SUMMARY.columns(
@@ -147,7 +147,7 @@ def figure1_data(inputs: Inputs) -> pd.DataFrame:
     runs = read_runs(need_kind(inputs, "runs", "figure1"))
     with_runs(frame[["model", "seed"]].drop_duplicates(), runs, "figure1")  # each has its log
     kind = {
-        (m, int(s)): selections.geometry_registry().reader_kind(g)
+        (m, int(s)): selections.facts.reader_kind(g)
         for m, s, g in zip(runs["model"], runs["seed"], runs["geometry"], strict=True)
     }
     frame["reader_kind"] = [kind[(m, int(s))] for m, s in zip(frame.model, frame.seed, strict=True)]
@@ -187,7 +187,7 @@ def _annotation(rows: pd.DataFrame) -> str:
                 wr.loc[wr["same_index"], "pk"].mean(), wr.loc[~wr["same_index"], "pk"].mean()
             )
         )
-        if rows["reader_kind"].iloc[0] == "block":
+        if rows["reader_kind"].iloc[0] == facts.BLOCK:
             lines.append(folded_reader_note(wr))
     return "\n".join(lines)
 
@@ -296,7 +296,7 @@ def write_text(geometry: str) -> str:
 
 def readers_text(geometry: str) -> str:
     """``free`` or ``block …`` (the registry's reader kind) with the paper's detail."""
-    kind = geometry_registry().reader_kind(geometry)
+    kind = facts.reader_kind(geometry)
     detail = GEOMETRY_TEXT.get(geometry, ("", ""))[1]
     return f"{kind} {detail}".strip() if detail else kind
 
@@ -311,7 +311,7 @@ def table2_paper(inputs: Inputs, context: Context | None = None) -> Table:
     frame = runs[["model", "display_name", "geometry", "seed", "corpus", "n_params", "val_loss"]]
     frame = frame.copy()
     frame["delta_vs_learned"] = frame["val_loss"] - learned_reference(frame, "val_loss", [])
-    frame.loc[frame["geometry"].map(geometry_registry().is_baseline), "delta_vs_learned"] = np.nan
+    frame.loc[frame["geometry"].map(facts.is_baseline), "delta_vs_learned"] = np.nan
     frame["write"] = frame["geometry"].map(write_text)
     frame["readers"] = frame["geometry"].map(readers_text)
     rank = frame["corpus"].map({"R": 0, "S": 1}).fillna(2)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from headgeom import results
+from headgeom.model import facts
 from headgeom.paper.comparison import comparison_table
 from headgeom.paper.inputs import (
     TASK_TITLES,
@@ -22,7 +23,6 @@ from headgeom.paper.inputs import (
 )
 from headgeom.paper.render import Block, Table, format_p, value_range
 from headgeom.paper.seeds import below_learned, capacity_covariation, evaluation_summaries
-from headgeom.selections import geometry_registry
 
 NOT_IN_STUDY = "not in this study"
 
@@ -117,10 +117,8 @@ def _concentration_finding(inputs: Inputs) -> str:
     free = counts_[(counts_["group"] != "block-reader models")]
     for r in free.itertuples(index=False):
         if (
-            geometry_registry().reader_kind(
-                summary.loc[summary["display_name"] == r.group, "geometry"].iloc[0]
-            )
-            == "free"
+            facts.reader_kind(summary.loc[summary["display_name"] == r.group, "geometry"].iloc[0])
+            == facts.FREE
         ):
             parts.append(f"{r.group} below learned in {r.k} of {r.n}")
     rob = optional_kind(inputs, "robustness", ROBUSTNESS_COLUMNS)

@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 
 from headgeom.analysis.stats import spearman as spearman_rho
+from headgeom.model import facts
 from headgeom.paper.recipes.recipe import recipe, runs_in, span_of
-from headgeom.selections import geometry_registry
 from headgeom.vocabulary import TASKS
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ def below_learned(c: Context, *, geometry=None):
         else [
             r
             for g in set(c.runs["geometry"])
-            if geometry_registry().reader_kind(g) == "block"
+            if facts.reader_kind(g) == facts.BLOCK
             for r in c.runs_of(g, "S")
         ]
     )

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from headgeom.model import facts
 from headgeom.paper.recipes.recipe import recipe, span_of
-from headgeom.selections import geometry_registry
 from headgeom.vocabulary import TASKS
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def clamp_span(c: Context, *, same, learned, column):
     geometry = c.runs.set_index(["model", "seed"])["geometry"]
     is_learned = np.array(
         [
-            geometry_registry().is_baseline(geometry[(m, int(s))])
+            facts.is_baseline(geometry[(m, int(s))])
             for m, s in zip(pairs["model"], pairs["seed"], strict=True)
         ]
     )
