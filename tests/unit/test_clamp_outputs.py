@@ -10,7 +10,7 @@ import pytest
 from headgeom import results
 from headgeom.paper.clamps import path_shares
 from headgeom.paper.outputs import FIGURES, TABLES
-from tests.unit.test_figures import train_log
+from tests.helpers.results import train_log_s as train_log
 
 
 def paths_row(model, seed, task, rank, none, heads, mlps, both):

@@ -17,7 +17,7 @@ from headgeom import results, selections
 from headgeom.analysis.concentration import spearman_rows
 from headgeom.catalog import catalog, template_regex
 from headgeom.paper import comparison, seeds, setup, summary
-from tests.unit.test_tables import train_log, write_rows
+from tests.helpers.results import train_log, write_rows
 
 TASKS = ("sva", "quote", "plural")
 

@@ -19,6 +19,7 @@ from headgeom.paper.lanes import figure5, figure5_data
 from headgeom.paper.loss import figure4, figure4_data, figure4_spearman
 from headgeom.paper.setup import figure1, figure1_data, pk_heatmap_matrix
 from make_figure import main as make_figure_main
+from tests.helpers.results import train_log_s as train_log
 
 N_LAYER, N_HEAD, D_HEAD = 3, 2, 4
 
@@ -161,19 +162,6 @@ def write_rows(path, rows: list[dict]) -> str:
     frame = pd.DataFrame(rows)
     schema = pa.Schema.from_pandas(frame, preserve_index=False).remove_metadata()
     write_parquet(path, frame, schema)
-    return str(path)
-
-
-def train_log(path, model: str, geometry: str, seed: int = 42) -> str:
-    cfg = {
-        "model_name": model,
-        "seed": seed,
-        "corpus": "S",
-        "model": {"geometry": geometry, "n_layer": 3, "n_head": 4},
-    }
-    schema = pa.schema([("step", pa.int64())])
-    meta = {"config": cfg, "n_params": 1, "val_loss_nats": 3.5}
-    write_parquet(path, pd.DataFrame({"step": [1]}), schema, meta)
     return str(path)
 
 

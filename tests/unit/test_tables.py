@@ -7,36 +7,14 @@ import re
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pytest
 
-from headgeom.io import write_parquet
 from headgeom.paper.concentration import decomposition_cell, table3, table6
 from headgeom.paper.outputs import TABLES
 from headgeom.paper.render import fixed, format_p, latex_escape, value_range
 from headgeom.paper.setup import table2, table5
 from make_table import main as make_table_main
-
-
-def train_log(path, model, geometry, seed, n_params=1000, val_loss=3.5, **cfg_extra):
-    cfg = {
-        "model_name": model,
-        "seed": seed,
-        "model": {"geometry": geometry, "n_layer": 2, "n_head": 2},
-        **cfg_extra,
-    }
-    frame = pd.DataFrame({"step": [1], "loss": [1.0]})
-    schema = pa.schema([("step", pa.int64()), ("loss", pa.float64())])
-    meta = {"config": cfg, "n_params": n_params, "val_loss_nats": val_loss}
-    write_parquet(path, frame, schema, meta)
-    return str(path)
-
-
-def write_rows(path, rows: list[dict]) -> str:
-    frame = pd.DataFrame(rows)
-    schema = pa.Schema.from_pandas(frame, preserve_index=False).remove_metadata()
-    write_parquet(path, frame, schema)
-    return str(path)
+from tests.helpers.results import train_log, write_rows
 
 
 def numbers(text: str) -> list[str]:

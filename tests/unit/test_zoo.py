@@ -28,6 +28,7 @@ from headgeom.model.kerdock import build_basis_family
 from headgeom.run_config import TrainConfig
 from headgeom.subspace import folded_block_read_basis
 from headgeom.training.loop import train
+from tests.helpers.models import GPT_GEOMETRIES, tiny_arch, tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -89,18 +90,6 @@ def arithmetic(geometry: str, V: int, n_ctx: int, n_layer: int, n_head: int, d_m
 
 
 BLOCK_READERS = ("read-common", "all-common-axis", "all-rotated", "all-rotated-self")
-GPT_GEOMETRIES = registry.geometry_names("gpt")
-
-
-def tiny_arch(geometry: str) -> dict:
-    return TINY_ROUTED if geometry.startswith("write-routed") else TINY
-
-
-def tiny_model(geometry: str, seed: int = 0, **params) -> GPT:
-    torch.manual_seed(seed)
-    return registry.build_model(
-        zoo.derive_model_config(geometry, tiny_arch(geometry), params), V_TINY
-    )
 
 
 def projector(A: torch.Tensor) -> torch.Tensor:
