@@ -26,6 +26,21 @@ _FIGURE3_SLOTS = [
     ["all-rotated"],
     ["all-rotated-self"],
 ]
+#: Paper Table 6's rows (docs §6.7, §17.1) in the paper's order, every seed of each: corpus R
+#: learned and write-common-axis (s42, s43), then the corpus-S models.
+TABLE6_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("learned", "R", "learned (s42, s43)"),
+    ("write-common-axis", "R", "write-common-axis (s42, s43)"),
+    ("learned", "S", "learned"),
+    ("write-rotated", "S", "write-rotated"),
+    ("write-routed-a", "S", "write-routed A"),
+    ("write-routed-b", "S", "write-routed B"),
+    ("write-routed-c", "S", "write-routed C"),
+    ("read-common", "S", "read-common"),
+    ("all-common-axis", "S", "all-common-axis"),
+    ("all-rotated", "S", "all-rotated"),
+    ("all-rotated-self", "S", "all-rotated-self"),
+)
 #: The models each paper table or figure shows (docs §12.1–12.2, §12.7, §13.1, §17), as
 #: slots of geometries in order of preference, on corpus S where the study names corpora.
 #: A study without mlp3456 (the demo) shows its write-common-axis in that slot.
@@ -49,41 +64,26 @@ PAPER_SELECTIONS: dict[str, list[list[str]]] = {
         ["all-rotated"],
         ["all-rotated-self"],
     ],
+    # Table 2's ten rows (docs §6.1: rows 1, 4, 6, 7, 3, 8, 9, 10, 11, 12, both
+    # corpora, seed 42 shown) and Figure 7's eight free-reader models (rows 1–8, every seed).
+    "table2": [
+        ["learned"],
+        ["write-common-axis"],
+        ["write-common"],
+        ["write-rotated"],
+        ["read-common"],
+        ["all-common-axis"],
+        ["all-rotated"],
+        ["all-rotated-self"],
+    ],
+    "figure7": [
+        ["learned"],
+        ["write-common-axis"],
+        ["write-common"],
+        ["write-rotated"],
+    ],
+    "table6": [[geometry] for geometry, _, _ in TABLE6_ROWS],
 }
-# Table 2's ten rows (docs §6.1: rows 1, 4, 6, 7, 3, 8, 9, 10, 11, 12, both
-# corpora, seed 42 shown) and Figure 7's eight free-reader models (rows 1–8, every seed).
-PAPER_SELECTIONS["table2"] = [
-    ["learned"],
-    ["write-common-axis"],
-    ["write-common"],
-    ["write-rotated"],
-    ["read-common"],
-    ["all-common-axis"],
-    ["all-rotated"],
-    ["all-rotated-self"],
-]
-PAPER_SELECTIONS["figure7"] = [
-    ["learned"],
-    ["write-common-axis"],
-    ["write-common"],
-    ["write-rotated"],
-]
-# Paper Table 6's rows (docs §6.7, §17.1) in the paper's order, every seed of each: corpus R
-# learned and write-common-axis (s42, s43), then the corpus-S models.
-TABLE6_ROWS: tuple[tuple[str, str, str], ...] = (
-    ("learned", "R", "learned (s42, s43)"),
-    ("write-common-axis", "R", "write-common-axis (s42, s43)"),
-    ("learned", "S", "learned"),
-    ("write-rotated", "S", "write-rotated"),
-    ("write-routed-a", "S", "write-routed A"),
-    ("write-routed-b", "S", "write-routed B"),
-    ("write-routed-c", "S", "write-routed C"),
-    ("read-common", "S", "read-common"),
-    ("all-common-axis", "S", "all-common-axis"),
-    ("all-rotated", "S", "all-rotated"),
-    ("all-rotated-self", "S", "all-rotated-self"),
-)
-PAPER_SELECTIONS["table6"] = [[geometry] for geometry, _, _ in TABLE6_ROWS]
 #: The corpus of each slot of a selection whose slots name their own corpus (the others draw
 #: every slot from SELECTION_CORPUS, or from every corpus: ALL_CORPORA).
 SLOT_CORPORA: dict[str, list[str]] = {"table6": [corpus for _, corpus, _ in TABLE6_ROWS]}

@@ -84,11 +84,6 @@ ROBUSTNESS_COLUMNS = results.ROBUSTNESS.columns(
 )
 
 
-#: Table 1's rows: property, meaning and measure, the input kinds its finding needs, and the
-#: function that writes the finding from them. A row whose kinds the study lacks says so.
-TABLE1_ROWS: list[tuple[str, str, tuple[str, ...], Callable[[Inputs], str] | None]] = []
-
-
 def _exclusivity_finding(inputs: Inputs) -> str:
     ex = read_kind(inputs["exclusivity"], EXCLUSIVITY_COLUMNS, "table1")
     run = ex[ex["scope"] == "run"]
@@ -195,7 +190,9 @@ def _coordinate_finding(inputs: Inputs) -> str:  # coordinate concentration (doc
             + "; ".join(parts)) if parts else "—"  # fmt: skip
 
 
-TABLE1_ROWS += [
+#: Table 1's rows: property, meaning and measure, the input kinds its finding needs, and the
+#: function that writes the finding from them. A row whose kinds the study lacks says so.
+TABLE1_ROWS: list[tuple[str, str, tuple[str, ...], Callable[[Inputs], str] | None]] = [
     (
         "Intervention site",
         "which head is manipulated: one head's output z before W_O, "
