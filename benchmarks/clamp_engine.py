@@ -26,8 +26,9 @@ import numpy as np
 import torch
 
 from headgeom.analysis import clamps
+from headgeom.analysis.batching import length_batches
 from headgeom.analysis.clamps import Case
-from headgeom.analysis.patching import length_batches, logit_difference
+from headgeom.analysis.patching import logit_difference
 from headgeom.data import tasks
 from headgeom.model import registry, zoo
 from headgeom.model.gpt import site

@@ -45,7 +45,7 @@ from patching_engine import (  # noqa: E402
 )
 
 from headgeom.analysis import edges as E  # noqa: E402
-from headgeom.analysis.patching import first_difference  # noqa: E402
+from headgeom.analysis.batching import first_difference  # noqa: E402
 
 
 def edge_flops(cfg, reader_layer: int, T: int, p: int, engine: str) -> int:

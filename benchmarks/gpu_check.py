@@ -357,9 +357,9 @@ def resume_worker(spec_path: Path) -> int:
     if spec["deterministic"]:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before any cuBLAS call
         torch.use_deterministic_algorithms(True, warn_only=True)
+    from headgeom.run_config import parse_run_config
     from headgeom.runtime import set_threads
     from headgeom.training import loop
-    from headgeom.training.config import parse_run_config
     from headgeom.training.job import CorpusFiles, JobOutputs, train_job
 
     set_threads(1)

@@ -26,8 +26,9 @@ import time
 import numpy as np
 import torch
 
+from headgeom.analysis.batching import length_batches
 from headgeom.analysis.leakage import leakage_table, leakage_to_readers, read_bases
-from headgeom.analysis.patching import delta_patch_layer, length_batches, patch_all_heads_fast
+from headgeom.analysis.patching import delta_patch_layer, patch_all_heads_fast
 from headgeom.analysis.stats import effects_from_drops
 from headgeom.data.task_files import PatchInputs
 from headgeom.model.config import ModelConfig

@@ -32,7 +32,8 @@ import numpy as np
 import torch
 from scipy import stats
 
-from headgeom.analysis.patching import attribution_patch, first_difference, patch_all_heads_fast
+from headgeom.analysis.batching import first_difference
+from headgeom.analysis.patching import attribution_patch, patch_all_heads_fast
 from headgeom.data import tasks
 from headgeom.model import registry, zoo
 

@@ -16,6 +16,7 @@ import json
 import sys
 
 from headgeom import checks, results
+from headgeom.paper import cross_run_checks
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     files, runs = json.loads(args.files_json), json.loads(args.runs_json)
     rows = checks.collect(files)
-    rows += checks.cross_run_checks(checks.loss_runs(files, runs))
+    rows += cross_run_checks.cross_run_checks(cross_run_checks.loss_runs(files, runs))
     frame = checks.table(rows)
     failed = checks.failures(frame)
     if len(failed):

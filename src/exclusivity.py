@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from headgeom import results
 from headgeom.analysis.exclusivity import exclusivity_tables
-from headgeom.paper.tables import read_runs
+from headgeom.paper.inputs import read_runs
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

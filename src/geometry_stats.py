@@ -23,10 +23,10 @@ import pandas as pd
 
 from headgeom import results
 from headgeom.analysis.geometry_summary import c14_metadata, designed_pk_metadata, geometry_tables
-from headgeom.analysis.subspace import RANK_RTOL
 from headgeom.model import registry, zoo
 from headgeom.model.checkpoint import load_verified
 from headgeom.runtime import set_threads
+from headgeom.subspace import RANK_RTOL
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

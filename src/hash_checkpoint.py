@@ -22,8 +22,8 @@ import sys
 from headgeom.hashing import manifest_hash
 from headgeom.io import write_json
 from headgeom.manifest import final_manifest
+from headgeom.run_config import parse_run_config
 from headgeom.runtime import set_threads
-from headgeom.training.config import parse_run_config
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

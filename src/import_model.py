@@ -22,8 +22,8 @@ from headgeom import results
 from headgeom.data.corpus import read_tokens
 from headgeom.hashing import manifest_hash
 from headgeom.io import write_json
-from headgeom.model.importing import import_run
 from headgeom.runtime import set_threads
+from headgeom.training.import_job import import_run
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -1,9 +1,10 @@
 """Render several paper tables in one job (rule make_document; docs §17): Markdown, LaTeX
 and CSV of each, with a sidecar of input hashes, from result Parquets.
 
-Inputs come as ``--input TABLE:KIND PATH...`` (see ``headgeom.paper.document``); ``--context``
-is the JSON of what the config says about the models (Table 4's sections). One Python start
-for all tables: each make_table job costs ~4 s of imports on the demo."""
+Inputs come as ``--input TABLE:KIND PATH...`` (the kinds of each table's record,
+``headgeom.paper.outputs``); ``--context`` is the JSON of what the config says about the
+models (Table 4's sections). One Python start for all tables: each make_table job costs
+~4 s of imports on the demo."""
 
 from __future__ import annotations
 
@@ -14,13 +15,13 @@ from pathlib import Path
 
 from headgeom.hashing import sha256_file
 from headgeom.io import write_json, write_text
-from headgeom.paper.document import BUILDERS
-from headgeom.paper.tables import grouped_inputs
+from headgeom.paper.inputs import grouped_inputs
+from headgeom.paper.outputs import DOCUMENT_TABLES, TABLES
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--tables", nargs="+", required=True, choices=sorted(BUILDERS))
+    parser.add_argument("--tables", nargs="+", required=True, choices=sorted(DOCUMENT_TABLES))
     parser.add_argument(
         "--input", nargs="+", action="append", default=[], metavar=("TABLE:KIND", "PATH"),
         help="a table, an input kind (runs, summaries, ...) and its Parquets",
@@ -39,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     rendered = {}
     for name in args.tables:  # build every text first: a failure leaves no partial set
         inputs = grouped_inputs(per_table[name])
-        table = BUILDERS[name](inputs, context)
+        table = TABLES[name].function("build")(inputs, context)
         rendered[name] = (table, inputs)
     out = Path(args.out_dir)
     for name, (table, inputs) in rendered.items():

@@ -1,8 +1,9 @@
 """Render one paper figure (PNG + SVG) and its source data (CSV) from result Parquets, with a
 sidecar of input hashes (docs §17).
 
-Inputs come in kinds, one ``--input KIND PATH...`` per kind (see ``headgeom.paper.figures``);
-``--models`` restricts a figure drawn from a cross-model Parquet (Figure 4) to those models."""
+Inputs come in kinds, one ``--input KIND PATH...`` per kind (the kinds of the figure's record,
+``headgeom.paper.outputs``); ``--models`` restricts a figure drawn from a cross-model Parquet
+(Figure 4) to those models."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import sys
 
 from headgeom.hashing import sha256_file
 from headgeom.io import write_json, write_text
-from headgeom.paper.figures import FIGURES, save_figure
-from headgeom.paper.tables import grouped_inputs
+from headgeom.paper.inputs import grouped_inputs
+from headgeom.paper.outputs import FIGURES
+from headgeom.paper.plotting import save_figure
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,9 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     inputs = grouped_inputs(args.input)
-    build_data, draw = FIGURES[args.figure]
-    if args.models is not None and args.figure != "figure4":
-        parser.error("--models applies to figure4 only")
+    record = FIGURES[args.figure]
+    build_data, draw = record.function("build"), record.function("draw")
+    if args.models is not None and not record.plots_models:
+        told = [n for n, o in FIGURES.items() if o.plots_models]
+        parser.error(f"--models applies to {', '.join(told)} only")
     data = build_data(inputs, models=args.models) if args.models else build_data(inputs)
     fig = draw(data)
     save_figure(fig, args.out_png, "png")

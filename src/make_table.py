@@ -1,7 +1,8 @@
 """Render one paper table (Markdown, LaTeX and CSV) from result Parquets, with a sidecar of
 input hashes (docs §17).
 
-Inputs come in kinds, one ``--input KIND PATH...`` per kind (see ``headgeom.paper.tables``)."""
+Inputs come in kinds, one ``--input KIND PATH...`` per kind: the kinds of the table's record
+(``headgeom.paper.outputs``)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ import sys
 
 from headgeom.hashing import sha256_file
 from headgeom.io import write_json, write_text
-from headgeom.paper.document import TABLE_BUILDERS as BUILDERS
-from headgeom.paper.tables import grouped_inputs
+from headgeom.paper.inputs import grouped_inputs
+from headgeom.paper.outputs import TABLE_JOBS, TABLES
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--table", required=True, choices=sorted(BUILDERS))
+    parser.add_argument("--table", required=True, choices=sorted(TABLE_JOBS))
     parser.add_argument(
         "--input",
         nargs="+",
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     inputs = grouped_inputs(args.input)
-    table = BUILDERS[args.table](inputs)
+    table = TABLES[args.table].function("build")(inputs)
     # build every text first: a failing renderer leaves no partial set of outputs
     csv, markdown, latex = table.frame.to_csv(index=False), table.markdown(), table.latex()
     write_text(args.out_csv, csv)

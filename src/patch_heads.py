@@ -21,10 +21,11 @@ import sys
 
 from headgeom import results
 from headgeom.analysis.ablation import read_means
-from headgeom.analysis.patch_effects import ENGINES, MODES, effects_metadata, patch_task
+from headgeom.analysis.patch_effects import ENGINES, effects_metadata, patch_task
 from headgeom.data.task_files import read_task
 from headgeom.model.checkpoint import load_verified
 from headgeom.runtime import pick_device, set_threads
+from headgeom.vocabulary import MODES
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -18,8 +18,8 @@ import argparse
 import json
 import sys
 
+from headgeom.run_config import parse_run_config
 from headgeom.runtime import set_threads
-from headgeom.training.config import parse_run_config
 from headgeom.training.job import CorpusFiles, JobOutputs, train_job
 
 

@@ -14,9 +14,20 @@ torch.set_num_threads(1)
 
 
 import random  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+
+E2E = Path(__file__).resolve().parent / "e2e"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test under tests/e2e runs the real DAG: marked ``e2e`` like the unit tests that
+    start Snakemake or training in a subprocess, so ``-m "not e2e"`` runs the fast tier."""
+    for item in items:
+        if E2E in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.e2e)
 
 
 @pytest.fixture(autouse=True)

@@ -21,7 +21,8 @@ key                                value
 a dot (``C3.rejection``). A residual of null means the check does not apply to that artifact
 (C14 where the writes do not decompose R^D; C1 away from the paper's size). Rule ``checks``
 gathers every logged check of the DAG with :func:`collect` and adds the two computed from
-numbers alone (:func:`cross_run_checks`: C16 and the §7.3 loss ordering).
+numbers alone (``headgeom.paper.cross_run_checks``: C16 against the paper's numbers and
+the §7.3 loss ordering).
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 KINDS = {"abs": "max_abs_residual", "rel": "max_rel_residual", "count": "mismatches"}
@@ -164,7 +164,7 @@ class Logged:
         return None if self.tolerance is None else passes(self.residual, self.tolerance)
 
 
-def _decoded(value: Any) -> Any:
+def decoded(value: Any) -> Any:
     """A metadata value: Parquet metadata holds JSON text (io.write_parquet), JSON artifacts
     hold the value itself."""
     if isinstance(value, str):
@@ -175,7 +175,7 @@ def _decoded(value: Any) -> Any:
     return value
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
@@ -190,7 +190,7 @@ def parse(metadata: Mapping[str, Any], where: str | os.PathLike = "") -> dict[st
             continue  # not a §18 check (e.g. clamps' check_effects_*)
         field = match["field"]
         entry = fields.setdefault(match["id"], {})
-        value = _decoded(raw)
+        value = decoded(raw)
         if match["kind"] or field == "mismatches":
             kind = match["kind"] or "count"
             if "kind" in entry:
@@ -210,7 +210,7 @@ def parse(metadata: Mapping[str, Any], where: str | os.PathLike = "") -> dict[st
                            "_mismatches)")  # fmt: skip
         residual, tolerance = entry.get("residual"), entry.get("tolerance")
         for name, value in (("residual", residual), ("tolerance", tolerance)):
-            if value is not None and not _is_number(value):
+            if value is not None and not is_number(value):
                 raise ValueError(f"{where}: check {check} {name} is {value!r}, not a number")
         out[check] = Logged(
             check=check,
@@ -283,7 +283,7 @@ COLUMNS = ["check", "part", "title", "section", "rule", "path", "scope", "model"
            "task", "kind", "residual", "tolerance", "passed", "enforced", "note"]  # fmt: skip
 
 
-def _row(logged: Logged, **where: Any) -> dict[str, Any]:
+def row(logged: Logged, **where: Any) -> dict[str, Any]:
     base, _, part = logged.check.partition(".")
     spec = CATALOG[base]
     return {
@@ -324,7 +324,7 @@ def collect(files: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "seed": f.get("seed"),
                 "task": f.get("task"),
             }
-            rows += [_row(found[c], **where) for c in sorted(found, key=_order)]
+            rows += [row(found[c], **where) for c in sorted(found, key=_order)]
     return rows
 
 
@@ -369,148 +369,3 @@ def summary_line(frame: pd.DataFrame) -> str:
     failed = int(frame["passed"].eq(False).sum())
     return (f"{len(frame)} checks: {passed} passed, {failed} failed (reported only), "
             f"{int(frame['passed'].isna().sum())} not applicable")  # fmt: skip
-
-
-# ----------------------------------------------------------------------------- computed checks
-def paper_figure4_n_eff() -> dict[str, tuple[float, float, float]]:
-    """C16 (docs §12.7): geometry -> evaluation N_eff for SVA, Quote, Plural (paper Table 6)
-    of the 9 corpus-S models of paper Figure 4 (``selections.PAPER_SELECTIONS["figure4"]``),
-    from headgeom/paper/references.yaml (records ``neff.<geometry>.S.<task>``); their
-    validation losses (§6.1) and head counts come from the model zoo
-    (``zoo.CONFIGURATIONS``, ``zoo.paper_model_config``)."""
-    from headgeom.paper import references, selections  # on first use: every stage imports us
-
-    geometries = [slot[0] for slot in selections.PAPER_SELECTIONS["figure4"]]
-    tasks = ("sva", "quote", "plural")
-    return {g: tuple(references.value(f"neff.{g}.S.{t}") for t in tasks) for g in geometries}
-
-
-#: The paper's values to its printed three decimals: half a unit of the last digit.
-C16_EXPECTED = {"all": -0.767, "twelve-head": -0.943}
-C16_TOLERANCE = 5e-4
-
-
-def paper_figure4() -> dict[str, tuple[float, tuple[float, float, float], int]]:
-    """geometry -> (validation loss, N_eff per task, heads per layer) of the Figure 4 models."""
-    from headgeom.model import zoo
-
-    out = {}
-    for geometry, n_eff in paper_figure4_n_eff().items():
-        config = next(c for c in zoo.CONFIGURATIONS if c.geometry == geometry and c.corpus == "S")
-        n_head = zoo.paper_model_config(geometry)["n_head"]
-        out[geometry] = (config.val_loss[config.seeds[0]], n_eff, n_head)
-    return out
-
-
-def c16() -> list[dict[str, Any]]:
-    """C16 recomputed with the project's own statistics (``stats.spearman``,
-    ``stats.geometric_mean``) from the paper's numbers (:func:`paper_figure4`)."""
-    from headgeom.analysis.stats import geometric_mean, spearman
-
-    models = paper_figure4()
-    loss = np.array([v[0] for v in models.values()])
-    n_eff = geometric_mean(np.array([v[1] for v in models.values()]))
-    twelve = np.array([v[2] == 12 for v in models.values()])
-    rows = []
-    for part, mask in (("all", np.ones_like(twelve)), ("twelve-head", twelve)):
-        rho, _ = spearman(loss[mask], n_eff[mask])
-        check = "C16" if part == "all" else f"C16.{part}"
-        logged = Logged(
-            check, "abs", abs(rho - C16_EXPECTED[part]), C16_TOLERANCE, True,
-            f"Spearman {rho:.4f} over {int(mask.sum())} models; paper {C16_EXPECTED[part]}",
-        )  # fmt: skip
-        rows.append(_row(logged, **_computed("paper Table 6 N_eff and §6.1 losses")))
-    return rows
-
-
-def _computed(source: str) -> dict[str, Any]:
-    return {"rule": "checks", "path": None, "scope": source, "model": None, "seed": None,
-            "task": None}  # fmt: skip
-
-
-#: docs §7.3 [CHECK]: the ordering of validation losses within a corpus, by geometry class.
-LOSS_CLASSES: dict[str, int] = {
-    "learned": 0,
-    "write-common-axis": 1,
-    "write-common": 1,
-    "write-rotated": 1,
-    "read-common": 2,
-    "all-common-axis": 3,
-    "all-rotated": 3,
-    "all-rotated-self": 3,
-}
-LOSS_CLASS_NAMES = ("learned", "write-*", "read-common", "all-*")
-
-
-def loss_order(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The §7.3 ordering: per corpus, every run of a lower class (``LOSS_CLASSES``) has a
-    strictly lower validation loss than every run of a higher class. ``runs``: ``{model,
-    seed, geometry, corpus, val_loss, paper_size}``; one row per corpus with runs of at least
-    two classes; residual = the number of out-of-order run pairs (tolerance 0); enforced
-    only when every run compared has the paper's size and its training budget (a rehearsal's
-    4-step paper-size models are reported, not held to the trained models' order)."""
-    by_corpus: dict[Any, list[Mapping[str, Any]]] = {}
-    for run in runs:
-        if run["geometry"] in LOSS_CLASSES and run.get("val_loss") is not None:
-            by_corpus.setdefault(run.get("corpus"), []).append(run)
-    rows = []
-    for corpus, members in by_corpus.items():
-        if len({LOSS_CLASSES[r["geometry"]] for r in members}) < 2:
-            continue
-        bad, worst = [], None
-        for a in members:
-            for b in members:
-                if LOSS_CLASSES[a["geometry"]] < LOSS_CLASSES[b["geometry"]]:
-                    if not a["val_loss"] < b["val_loss"]:
-                        bad.append((a, b))
-                        gap = a["val_loss"] - b["val_loss"]
-                        worst = gap if worst is None else max(worst, gap)
-        shown = "; ".join(f"{a['model']} s{a['seed']} {a['val_loss']:.4f} ≥ {b['model']} "
-                          f"s{b['seed']} {b['val_loss']:.4f}" for a, b in bad[:3])  # fmt: skip
-        note = f"{len(members)} runs; " + (f"out of order: {shown}" if bad else "in order")
-        enforced = all(r.get("paper_size") and r.get("paper_training") for r in members)
-        label = "" if corpus is None else f"corpus {corpus}"
-        logged = Logged("loss-order", "count", len(bad), 0.0, enforced, note)
-        rows.append(_row(logged, **{**_computed("validation losses of the runs"),
-                                    "scope": label or "every run"}))  # fmt: skip
-    return rows
-
-
-def loss_runs(
-    files: Sequence[Mapping[str, Any]], runs: Sequence[Mapping[str, Any]]
-) -> list[dict[str, Any]]:
-    """``runs`` (``{model, seed, geometry, corpus}``) with the validation loss their run log
-    records (``val_loss_nats``, None without one), whether they have the paper's size
-    (``expected_n_params`` of the parameter counts is set) and its training budget (the run
-    config's steps × batch_size against the zoo's ``PAPER_TRAINING_SEQUENCES``), for
-    :func:`loss_order`."""
-    import pyarrow.parquet as pq
-
-    from headgeom.io import read_parquet_metadata
-    from headgeom.model.zoo import PAPER_TRAINING_SEQUENCES
-
-    logs = {(f["model"], int(f["seed"])): f["path"] for f in files
-            if f["kind"] in ("train_log", "run_log")}  # fmt: skip
-    paper: dict[tuple[str, int], bool] = {}
-    for f in files:
-        if f["kind"] == "param_counts":
-            counts = pq.read_table(f["path"], columns=["model", "seed", "expected_n_params"])
-            for row in counts.to_pylist():
-                paper[(row["model"], int(row["seed"]))] = row["expected_n_params"] is not None
-    out = []
-    for run in runs:
-        key = (run["model"], int(run["seed"]))
-        meta = read_parquet_metadata(logs[key]) if key in logs else {}
-        loss = _decoded(meta.get("val_loss_nats"))
-        config = _decoded(meta.get("config"))
-        training = (config.get("training") if isinstance(config, dict) else None) or {}
-        sequences = training.get("steps", 0) * training.get("batch_size", 0)
-        out.append({**run, "val_loss": loss if _is_number(loss) else None,
-                    "paper_size": paper.get(key, False),
-                    "paper_training": sequences >= PAPER_TRAINING_SEQUENCES})  # fmt: skip
-    return out
-
-
-def cross_run_checks(runs: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The checks computed from numbers alone: C16 and the §7.3 loss ordering."""
-    return c16() + loss_order(runs)

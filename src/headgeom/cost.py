@@ -37,7 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from headgeom import config_layers
-from headgeom.study import TASKS, Study
+from headgeom.paper.plan import PaperPlan
+from headgeom.study import Study
+from headgeom.vocabulary import TASKS
 
 #: Safety factor between a projection and the resource requested for it.
 MARGIN = 1.5
@@ -188,8 +190,10 @@ def _runs(runs, tasks=(None,), **extra) -> list[Job]:
 
 def _read_by_outputs(study: Study, result: str) -> list[tuple[str, int]]:
     """Runs whose ``result`` a paper table, figure or the document reads, in run order."""
-    names = [*study.tables, *study.figures, *study.document_tables]
-    wanted = {run for name in names for res, runs in study.paper_inputs(name).values()
+    plan = PaperPlan(study)
+    made = [("table", n) for n in [*plan.tables, *plan.document_tables]]
+    made += [("figure", n) for n in plan.figures]
+    wanted = {run for kind, name in made for res, runs in plan.paper_inputs(name, kind).values()
               if res == result and runs for run in runs}  # fmt: skip
     return [r for r in study.runs if r in wanted]
 
@@ -201,7 +205,7 @@ def _union(study: Study, *run_sets) -> list[tuple[str, int]]:
 
 def _steps(study: Study, task: bool = True) -> list[Job]:
     """One job per timeline run and timeline step (SVA only where a task is a wildcard)."""
-    return [{**job, "step": step} for job in _runs(study.dynamics_runs("timeline"),
+    return [{**job, "step": step} for job in _runs(study.run_set("dynamics_timeline"),
             ("sva",) if task else (None,)) for step in study.timeline_steps]  # fmt: skip
 
 
@@ -215,19 +219,21 @@ def _means_runs(study: Study) -> list[tuple[str, int]]:
     """Runs of rule ablation_atlas (it also writes the means): the atlas, the mode
     comparison, and every patched run when patching.mode is mean."""
     mean_mode = study.runs if study.patch_mode == "mean" else []
-    return _union(study, study.atlas_runs, study.mode_runs, mean_mode)
+    return _union(
+        study, study.run_set("ablation_atlas"), study.run_set("ablation_modes"), mean_mode
+    )
 
 
 def _mode_jobs(study: Study) -> list[Job]:
-    return [{**job, "mode": mode} for job in _runs(study.mode_runs, TASKS)
+    return [{**job, "mode": mode} for job in _runs(study.run_set("ablation_modes"), TASKS)
             for mode in study.extra_modes]  # fmt: skip
 
 
 def _lanes(study: Study) -> list[Job]:
     """Λ of every task of the runs the outputs and the mode comparison read, and of SVA of
     the timeline runs (rule dynamics)."""
-    every = set(_union(study, _read_by_outputs(study, "lanes"), study.mode_runs))
-    timeline = set(study.dynamics_runs("timeline"))
+    every = set(_union(study, _read_by_outputs(study, "lanes"), study.run_set("ablation_modes")))
+    timeline = set(study.run_set("dynamics_timeline"))
     return [job for job in _runs(study.runs, TASKS) if (job["model"], job["seed"]) in every
             or ((job["model"], job["seed"]) in timeline and job["task"] == "sva")]  # fmt: skip
 
@@ -248,7 +254,7 @@ JOBS: dict[str, Callable[[Study], list[Job]]] = {
     "param_counts": lambda s: _once(),
     "basis_family": lambda s: _once(bool(s.basis_family_models())),
     "evaluate_clean": lambda s: _runs(_union(s, _read_by_outputs(s, "eval"),
-                                             s.dynamics_runs("timeline"))),
+                                             s.run_set("dynamics_timeline"))),
     "evaluate_step": _steps,
     "patch_heads": lambda s: _runs(s.runs, TASKS),  # every run's concentration (rule all)
     "patch_step": _steps,
@@ -258,24 +264,24 @@ JOBS: dict[str, Callable[[Study], list[Job]]] = {
     "concentration_loss": lambda s: _once(),
     "lanes": _lanes,
     "lanes_step": _steps,
-    "leakage": lambda s: _runs(s.leakage_runs, TASKS),
-    "exclusivity": lambda s: _once(bool(s.leakage_runs)),
-    "clamps": lambda s: _runs(s.clamp_runs("all")),
+    "leakage": lambda s: _runs(s.run_set("leakage"), TASKS),
+    "exclusivity": lambda s: _once(bool(s.run_set("leakage"))),
+    "clamps": lambda s: _runs(s.run_set("clamps")),
     "geometry_stats": lambda s: _runs(s.runs),  # every run's summary (rule checks)
     "geometry_step": lambda s: _steps(s, task=False),
-    "dynamics": lambda s: _runs(s.dynamics_runs("timeline")),
-    "scalar_ablation": lambda s: _runs(s.dynamics_runs("ablation")),
-    "edges": lambda s: _runs(s.edge_runs),
-    "acdc": lambda s: _runs(s.acdc_runs),
-    "coordinates": lambda s: _runs(s.coordinate_runs),
+    "dynamics": lambda s: _runs(s.run_set("dynamics_timeline")),
+    "scalar_ablation": lambda s: _runs(s.run_set("dynamics_ablation")),
+    "edges": lambda s: _runs(s.run_set("edges")),
+    "acdc": lambda s: _runs(s.run_set("acdc")),
+    "coordinates": lambda s: _runs(s.run_set("coordinates")),
     "ablation_atlas": lambda s: _runs(_means_runs(s)),
-    "patch_modes": lambda s: _runs(s.mode_runs),
+    "patch_modes": lambda s: _runs(s.run_set("ablation_modes")),
     "concentration_mode": _mode_jobs,
     "lanes_mode": _mode_jobs,
-    "compare_modes": lambda s: _once(bool(s.mode_runs)),
-    "make_table": lambda s: [{"table": t} for t in s.tables],
-    "make_figure": lambda s: [{"figure": f} for f in s.figures],
-    "make_document": lambda s: _once(bool(s.document_tables)),
+    "compare_modes": lambda s: _once(bool(s.run_set("ablation_modes"))),
+    "make_table": lambda s: [{"table": t} for t in PaperPlan(s).tables],
+    "make_figure": lambda s: [{"figure": f} for f in PaperPlan(s).figures],
+    "make_document": lambda s: _once(bool(PaperPlan(s).document_tables)),
     "catalog": lambda s: _once(),
     "checks": lambda s: _once(),
     "export_hf": lambda s: [],  # asked for by name only

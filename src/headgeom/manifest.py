@@ -24,7 +24,7 @@ from headgeom.io import read_json, read_parquet_metadata
 from headgeom.model import registry
 from headgeom.model.checkpoint import load_checkpoint
 from headgeom.model.frozen import check_frozen_buffers
-from headgeom.training.config import RunConfig
+from headgeom.run_config import RunConfig
 
 # Corpus-manifest fields copied into ``data`` when present (names as in docs §2.3).
 DATASET_FIELDS = ("dataset_config", "dataset_revision", "dataset_split", "source_files")

@@ -16,14 +16,15 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 
-from headgeom.data.lexicon import SPLITS
 from headgeom.hashing import content_hash, source_freeze
 from headgeom.io import metadata_text, write_parquet
+from headgeom.vocabulary import SPLITS, TASKS
 
 # ----------------------------------------------------------------------------- provenance
 #: SHA-256 of the checkpoint's safetensors bytes (the manifest's ``checkpoint_file_sha256``).
@@ -700,7 +701,7 @@ PAIRED_LOGO = ResultTable(
 )
 
 # --- loss versus concentration (src/concentration_loss.py) --------------------------------
-LOSS_TASKS = ("sva", "quote", "plural")
+LOSS_TASKS = TASKS
 LOSS = ResultTable(
     "loss",
     _schema(
@@ -932,34 +933,6 @@ EXCLUSIVITY = ResultTable(
     "(quantity, scope, model, seed, task, read_type)",
 )
 
-#: Every result table by name (docs and tests walk this).
-TABLES: dict[str, ResultTable] = {
-    t.name: t
-    for t in (
-        TOKENS,
-        VOCAB,
-        TASK,
-        PARAM_COUNTS,
-        GEOMETRY_PK,
-        GEOMETRY_SUMMARY,
-        EVAL,
-        EFFECTS,
-        HEADS,
-        SUMMARY,
-        ROBUSTNESS,
-        CONDITIONS,
-        LOGO,
-        PAIRED,
-        PAIRED_LOGO,
-        LOSS,
-        SPEARMAN,
-        LANES,
-        LEAKAGE,
-        EXCLUSIVITY_HEADS,
-        EXCLUSIVITY_PAIRS,
-        EXCLUSIVITY,
-    )
-}
 
 # --- clamps (docs §13.3, §15.3; src/clamps.py) ---------------------------------------------
 _CLAMP_SOURCE = {
@@ -1074,7 +1047,6 @@ CLAMP_LUMPED = ResultTable(
     },
     "index shift s = 0..H−1 of one (model, seed, task)",
 )
-TABLES.update({t.name: t for t in (CLAMP_PAIRS, CLAMP_PATHS, CLAMP_LUMPED)})
 
 # --- dynamics (docs §13.2–14.5; src/dynamics.py, src/scalar_ablation.py) ------------------
 _STEP = {
@@ -1239,7 +1211,6 @@ SCALAR_ABLATION = ResultTable(
     },
     "(model, seed, task, edit)",
 )
-TABLES.update({t.name: t for t in (TIMELINE, TAU, VALUE_GRADIENTS, SCALAR_ABLATION)})
 
 # --- the results catalog (src/catalog.py) -------------------------------------------------
 CATALOG = ResultTable(
@@ -1274,7 +1245,6 @@ CATALOG = ResultTable(
     },
     "artifact (file) of the study's results folder",
 )
-TABLES["catalog"] = CATALOG
 
 
 # ============================================================================= ablation
@@ -1368,7 +1338,6 @@ ABLATION_MODES = ResultTable(
     },
     "(model, seed, task, mode)",
 )
-TABLES.update({t.name: t for t in (ABLATION_ATLAS, ABLATION_MODES)})
 
 # --- edges (docs §15.1, §15.4; src/edges.py, src/acdc.py) ---------------------------------
 _EDGE = [
@@ -1473,7 +1442,6 @@ ACDC = ResultTable(
     },
     "edge of the ACDC circuit (after pruning nodes that no longer reach the logits)",
 )
-TABLES.update({t.name: t for t in (EDGES, EDGE_SUMMARY, ACDC)})
 
 
 # --- coordinate concentration (docs §15.2; src/coordinates.py) -----------------------------
@@ -1560,7 +1528,6 @@ COORDINATES = ResultTable(
     },
     "run, task and site",
 )
-TABLES.update({COORDINATES.name: COORDINATES})
 
 # --------------------------------------------------------------- coordinate directions (docs §15.2)
 COORDINATE_DIRECTIONS = ResultTable(
@@ -1597,7 +1564,6 @@ COORDINATE_DIRECTIONS = ResultTable(
     },
     "run, task, site and direction",
 )
-TABLES.update({COORDINATE_DIRECTIONS.name: COORDINATE_DIRECTIONS})
 
 
 # ----------------------------------------------------------------------------- checks (§18)
@@ -1647,4 +1613,10 @@ CHECKS = ResultTable(
     },
     "(check and part, artifact, scope)",
 )
-TABLES[CHECKS.name] = CHECKS
+
+
+#: Every result table of this module by name (docs/results.md's column tables and the tests
+#: walk it), gathered once from the definitions above.
+TABLES: Mapping[str, ResultTable] = MappingProxyType(
+    {v.name: v for v in list(globals().values()) if isinstance(v, ResultTable)}
+)

@@ -1,10 +1,11 @@
 """The study a config describes: :meth:`Study.from_config` checks a config (``config/*.yaml``)
-against ``workflow/schemas/config.schema.yaml`` and across keys, and answers every question
-the workflow asks about it: its runs (model, seed), corpora, run configs, paper selections
-and pairs, per-stage config blocks and per-rule resources.
+against the schema (:mod:`headgeom.validation`) and across keys, and answers the workflow's
+questions about it: its runs (model, seed), corpora, run configs, the runs of each analysis
+(:meth:`Study.run_set`, :mod:`headgeom.run_sets`), pairs, per-stage config blocks and
+per-rule resources (:mod:`headgeom.resources`). Which paper tables and figures it makes is
+:mod:`headgeom.paper.plan`'s.
 
-A config it cannot run raises :class:`StudyConfigError`, whose message is one short line per
-problem (key path, bad value, what is allowed, the nearest allowed name), never the schema.
+A config it cannot run raises :class:`StudyConfigError`, one short line per problem.
 Defaults are filled as Snakemake's ``validate`` fills them, on a copy: ``Study.config`` is
 the config the workflow runs.
 """
@@ -12,182 +13,35 @@ the config the workflow runs.
 from __future__ import annotations
 
 import copy
-import difflib
-import reprlib
 from collections.abc import Iterable, Mapping
 from functools import cached_property, partial
 from pathlib import Path
-from typing import Any
 
-import yaml
+from headgeom import run_sets, selections
+from headgeom.model import facts
+from headgeom.resources import ResourceRequests
+from headgeom.validation import (
+    SCHEMA,
+    StudyConfigError,
+    did_you_mean,
+    import_problems,
+    load_schema,
+    validate,
+)
+from headgeom.vocabulary import TASKS
 
-from headgeom.paper import selections
-
-#: The three tasks of every study (docs §8), in the order the paper prints them.
-TASKS = ("sva", "quote", "plural")
-#: The schema beside the workflow (the repository root holds src/ and workflow/).
-SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 #: Per-corpus keys: at the top of `corpus` for a single corpus, else per named corpus.
 _PER_CORPUS_KEYS = ("n_train_tokens", "order", "sampling")
-#: Passed to the Slurm executor plugin as they are (sbatch -p, -A, --gpus=<model>:<n>, -C, ...).
-#: Config ``resources`` scope applied to every rule that asks for a GPU (before ``default``).
-GPU_SCOPE = "gpu_default"
-SLURM_KEYS = ("slurm_partition", "slurm_account", "slurm_extra", "gpu_model", "constraint", "qos")
+#: What other modules import from here (StudyConfigError: the schema check's, re-exported).
+__all__ = ["TASKS", "Study", "StudyConfigError"]
 
 
 #: The geometry of every imported model (a checkpoint the user brings): GPT-2's own, free readers.
 IMPORTED_GEOMETRY = "learned"
 
 
-class StudyConfigError(ValueError):
-    """A config the workflow cannot run; ``str()`` is the concise message, one line per
-    problem (``problems`` holds them)."""
-
-    def __init__(self, problems: Iterable[str]):
-        self.problems = list(dict.fromkeys(problems))  # one line per distinct problem
-        super().__init__("\n".join(self.problems))
-
-
-# ------------------------------------------------------------------------ what the registry knows
-# The only places the study asks what a geometry is: the model registry answers.
-def _reader_type(geometry: str) -> str:
-    """``block`` for the block-reader geometries (docs §4.3.1), ``free`` otherwise
-    (multiscreen tiles read freely too, though without a shared LN)."""
-    from headgeom.model import registry
-
-    return registry.reader_kind(geometry)
-
-
-def _leakage_capable(geometry: str) -> bool:
-    """A shared LN_1 before free readers: what leakage needs (docs §11.1)."""
-    from headgeom.model import registry
-
-    return registry.has_shared_ln1(geometry)
-
-
-def _exportable(geometry: str) -> bool:
-    """GPT-2's exact parameterisation (headgeom.model.interop): only ``learned``."""
-    from headgeom.model import registry
-
-    return registry.has_gpt2_form(geometry)
-
-
-# ----------------------------------------------------------------------------- schema
-_SHORT = reprlib.Repr()
-_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxdict = 60, 60, 6, 4
-_TYPES = {
-    "integer": "an integer",
-    "number": "a number",
-    "string": "a string",
-    "boolean": "true or false",
-    "array": "a list",
-    "object": "a mapping of keys to values",
-}
-_BOUNDS = {"minimum": "≥", "exclusiveMinimum": ">", "maximum": "≤", "exclusiveMaximum": "<"}
-
-
-def _key_path(path: Iterable[Any]) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
-def _where(path: Iterable[Any]) -> str:
-    key = _key_path(path)
-    return f"config {key}" if key else "config"
-
-
-def _did_you_mean(word: Any, choices: Iterable[Any]) -> str:
-    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _listing(values: Iterable[Any]) -> str:
-    return ", ".join(str(v) for v in values)
-
-
-def _describe(error) -> list[str]:
-    """One concise line per problem of a jsonschema ValidationError."""
-    kind, allowed, value, schema = (
-        error.validator,
-        error.validator_value,
-        error.instance,
-        error.schema,
-    )
-    where = _where(error.absolute_path)
-    if "propertyNames" in error.relative_schema_path:  # a key (model, corpus, rule) badly named
-        return [f"{where}: key {value!r} is not allowed; keys must match {allowed}"]
-    if kind == "additionalProperties" and allowed is False:
-        known = list(schema.get("properties", {}))
-        return [
-            f"{where}: unknown key {extra!r}{_did_you_mean(extra, known)}; "
-            f"allowed: {_listing(known)}"
-            for extra in value
-            if extra not in known
-        ]
-    if kind == "required":
-        missing = [k for k in allowed if k not in value]
-        return [f"{where}: missing required key(s) {_listing(missing)}"]
-    if kind == "enum":
-        return [
-            f"{where}: {_SHORT.repr(value)} is not allowed{_did_you_mean(value, allowed)}; "
-            f"allowed: {_listing(allowed)}"
-        ]
-    if kind == "type":
-        wanted = " or ".join(
-            _TYPES.get(t, t) for t in ([allowed] if isinstance(allowed, str) else allowed)
-        )
-        return [f"{where}: {_SHORT.repr(value)} is not allowed; it must be {wanted}"]
-    if kind in _BOUNDS:
-        return [
-            f"{where}: {_SHORT.repr(value)} is not allowed; it must be {_BOUNDS[kind]} {allowed}"
-        ]
-    if kind == "multipleOf":
-        return [f"{where}: {value!r} is not allowed; it must be a multiple of {allowed}"]
-    if kind == "pattern":
-        return [f"{where}: {_SHORT.repr(value)} is not allowed; it must match {allowed}"]
-    rules = {
-        "minItems": f"at least {allowed} item(s)",
-        "maxItems": f"at most {allowed} item(s)",
-        "uniqueItems": "no item twice",
-        "minProperties": f"at least {allowed} key(s)",
-        "minLength": f"at least {allowed} character(s)",
-    }
-    rule = rules.get(kind, f"{kind}: {_SHORT.repr(allowed)}")
-    return [f"{where}: {_SHORT.repr(value)} is not allowed; it must have {rule}"]
-
-
-def _validator(schema: Mapping):
-    """Draft 2020-12 validator that fills ``default`` values as it validates (as Snakemake's
-    ``validate``; a copy of each default, so one schema serves many configs)."""
-    from jsonschema import Draft202012Validator, validators
-
-    check_properties = Draft202012Validator.VALIDATORS["properties"]
-
-    def properties_with_defaults(validator, properties, instance, subschema):
-        if isinstance(instance, dict):
-            for name, spec in properties.items():
-                if "default" in spec:
-                    instance.setdefault(name, copy.deepcopy(spec["default"]))
-        yield from check_properties(validator, properties, instance, subschema)
-
-    extended = validators.extend(Draft202012Validator, {"properties": properties_with_defaults})
-    return extended(schema)
-
-
-def validate(config: dict, schema: Mapping) -> list[str]:
-    """Fill the schema's defaults into ``config`` (in place) and return one line per problem."""
-    errors = _validator(schema).iter_errors(config)
-    return [line for error in errors for line in _describe(error)]
-
-
-def load_schema(path: str | Path = SCHEMA) -> dict:
-    return yaml.safe_load(Path(path).read_text())
-
-
 # ----------------------------------------------------------------------------- study
-class Study:
+class Study(ResourceRequests):
     """A checked study config. Build it with :meth:`from_config`."""
 
     def __init__(self, config: dict):
@@ -195,6 +49,7 @@ class Study:
         self.name: str = config["study"]
         self.models: dict[str, dict] = config["models"]
         self._model_configs: dict[str, dict] = {}
+        self._run_sets: dict[str, list[tuple[str, int]]] = {}
         for spec in self.models.values():  # an imported model is `learned`
             if "import" in spec:
                 spec.setdefault("geometry", IMPORTED_GEOMETRY)
@@ -205,7 +60,7 @@ class Study:
         the study; raise :class:`StudyConfigError` listing every problem found."""
         original, config = config, copy.deepcopy(dict(config))
         schema = schema if isinstance(schema, Mapping) else load_schema(schema)
-        problems = validate(config, schema) + _import_problems(config)  # recipe or import
+        problems = validate(config, schema) + import_problems(config)  # recipe or import
         if problems:  # the cross-key checks assume a config of the right shape
             raise StudyConfigError(problems)
         study = cls(config)
@@ -228,13 +83,13 @@ class Study:
         yield from (
             partial(self._check_split, key) for key in ("concentration", "lanes", "leakage")
         )
-        # the models the analyses name (computed once, here)
-        yield lambda: self.leakage_models
+        # the runs the analyses name (computed once, here)
+        yield lambda: self.run_set("leakage")
         yield lambda: self.pairs
         yield lambda: self.loss_models
         yield partial(self._check_split, "clamps")  # clamps (docs §13.3, §15.3)
-        yield lambda: self.clamp_runs("all")
-        yield lambda: (self.mode_runs, self.atlas_runs)  # ablation (docs §10.6)
+        yield lambda: self.run_set("clamps")
+        yield lambda: (self.run_set("ablation_modes"), self.run_set("ablation_atlas"))
         yield self._check_ablation_windows
         yield self._check_resources
         yield from self._dynamics_checks()  # training dynamics (docs §13.2, §14.5)
@@ -248,6 +103,13 @@ class Study:
 
     def task_config(self, task: str) -> dict:
         return self.config["tasks"][task]
+
+    def run_set(self, name: str) -> list[tuple[str, int]]:
+        """The runs of run set ``name`` (``headgeom.run_sets.RUN_SETS``: ``leakage``,
+        ``clamp_pairs``, ``edges``, ...), in config order, resolved once."""
+        if name not in self._run_sets:
+            self._run_sets[name] = run_sets.resolve(self, name)
+        return self._run_sets[name]
 
     @cached_property
     def runs(self) -> list[tuple[str, int]]:
@@ -327,7 +189,7 @@ class Study:
     @cached_property
     def timeline_models(self) -> list[str]:
         """Models with a timeline run (their runs keep training.checkpoint_steps)."""
-        return list(dict.fromkeys(m for m, _ in self.dynamics_runs("timeline")))
+        return list(dict.fromkeys(m for m, _ in self.run_set("dynamics_timeline")))
 
     def param_count_runs(self) -> list[dict]:
         """Every run with the model section of its run config (rule param_counts)."""
@@ -372,12 +234,12 @@ class Study:
             out += [{"kind": "summary", "result": "summary", **run, "task": t} for t in TASKS]
         out += [
             {"kind": "leakage", "result": "leakage", "model": m, "seed": s, "task": t}
-            for m, s in self.leakage_runs
+            for m, s in self.run_set("leakage")
             for t in TASKS
         ]
         out += [
             {"kind": "clamps", "result": "clamp_pairs", "model": m, "seed": s}
-            for m, s in self.clamp_runs("all")
+            for m, s in self.run_set("clamps")
         ]
         return out
 
@@ -392,7 +254,7 @@ class Study:
     def intermediate_checkpoints(self, folder: str) -> list[str]:
         """Paths in a run's ``folder`` of every intermediate checkpoint (training.
         checkpoint_steps below the final step) and then of every one's manifest."""
-        from headgeom.training.config import TrainConfig, checkpoint_name, checkpoint_schedule
+        from headgeom.run_config import TrainConfig, checkpoint_name, checkpoint_schedule
 
         steps = checkpoint_schedule(TrainConfig.from_dict(self.config["training"]))
         names = [checkpoint_name(s) for s in steps]
@@ -402,7 +264,7 @@ class Study:
     def check_exportable(self, model: str) -> None:
         """export_hf: only a ``learned`` checkpoint has a GPT-2 form."""
         geometry = self.models[model]["geometry"]
-        if not _exportable(geometry):
+        if not facts.has_gpt2_form(geometry):
             raise ValueError(
                 f"export_hf: model {model!r} has geometry {geometry!r}; only 'learned' "
                 "checkpoints can be exported to GPT-2"
@@ -461,7 +323,7 @@ class Study:
         if self.default_corpus not in self.corpora:
             raise ValueError(
                 f"config corpus.default is {self.default_corpus!r}"
-                f"{_did_you_mean(self.default_corpus, self.corpora)}; declared corpora: "
+                f"{did_you_mean(self.default_corpus, self.corpora)}; declared corpora: "
                 f"{sorted(self.corpora)}"
             )
         training, n_ctx = self.config["training"], self.config["architecture"]["n_ctx"]
@@ -470,7 +332,7 @@ class Study:
             name = self.model_corpus(model)
             if name not in self.corpora:
                 raise ValueError(
-                    f"config models.{model}.corpus is {name!r}{_did_you_mean(name, self.corpora)}"
+                    f"config models.{model}.corpus is {name!r}{did_you_mean(name, self.corpora)}"
                     f", which the study does not declare (declared: {sorted(self.corpora)}; "
                     "add it under corpus.corpora)"
                 )
@@ -492,33 +354,10 @@ class Study:
                 "include it; add it to patching.splits"
             )
 
-    def configured_models(self, block: str, key: str) -> list[str] | None:
-        """Config ``<block>.<key>``, a list of model names, each checked to be a model of the
-        study (an unknown name fails naming its index and the nearest known name); None when
-        the config leaves the choice to the stage's default."""
-        chosen = (self.config.get(block) or {}).get(key)
-        for i, model in enumerate(chosen or []):
-            if model not in self.models:
-                raise selections.unknown_model(model, self.models, f"config {block}.{key}[{i}]")
-        return None if chosen is None else list(chosen)
-
-    @cached_property
-    def leakage_models(self) -> list[str]:
-        """Models leakage measures: config leakage.models, by default every model whose
-        geometry has a shared LN_1 before free readers (docs §11.1)."""
-        chosen = self.configured_models("leakage", "models")
-        if chosen is None:
-            return [m for m, spec in self.models.items() if _leakage_capable(spec["geometry"])]
-        return chosen
-
-    @cached_property
-    def leakage_runs(self) -> list[tuple[str, int]]:
-        return [(m, s) for m, s in self.runs if m in self.leakage_models]
-
     @cached_property
     def pairs(self) -> list[dict]:
         """Model pairs of the paired bootstrap: config concentration.pairs, or the paper's
-        pairs present in the study (headgeom.paper.selections.default_pairs)."""
+        pairs present in the study (headgeom.selections.default_pairs)."""
         return selections.resolve_pairs(self.models, self.config["concentration"].get("pairs"))
 
     @cached_property
@@ -540,7 +379,7 @@ class Study:
                 "geometry": spec["geometry"],
                 "corpus": spec.get("corpus"),
                 "n_head": self.model_config(m)["n_head"],
-                "reader_type": _reader_type(spec["geometry"]),
+                "reader_type": facts.reader_kind(spec["geometry"]),
             }
             for m, spec in self.models.items()
         }
@@ -548,185 +387,6 @@ class Study:
     def index_meaningful(self, model: str) -> bool:
         """Head indices form the paper's lanes only with the base head count (docs §10.3)."""
         return self.model_config(model)["n_head"] == self.config["architecture"]["n_head"]
-
-    # ------------------------------------------------------------------ paper
-    def selection(self, name: str) -> list[tuple[str, int]]:
-        """(model, seed) pairs a paper table/figure shows; every run for the others."""
-        if name in selections.CLAMP_OUTPUTS:  # clamps (docs §13.3, §15.3)
-            return self.clamp_runs(selections.CLAMP_OUTPUTS[name])
-        if name in selections.DYNAMICS_OUTPUTS:  # training dynamics
-            return self.dynamics_runs(selections.DYNAMICS_OUTPUTS[name])
-        if name in selections.PAPER_SELECTIONS:
-            return selections.select_models(self.models, name)
-        return self.runs
-
-    @property
-    def tables(self) -> list[str]:
-        """The paper tables this study can make (a table whose models it lacks is left out)."""
-        return [
-            t for t in selections.PAPER_TABLES if self.selection(t) and self._ablation_has_runs(t)
-        ]
-
-    @property
-    def figures(self) -> list[str]:
-        # Figure 2 (paper §5.1) needs leakage runs
-        return [
-            f
-            for f in selections.PAPER_FIGURES
-            if self.selection(f)
-            and (f != "figure2" or self.leakage_runs)
-            and self._ablation_has_runs(f)  # the atlas figure only with atlas runs
-        ]
-
-    def paper_inputs(self, name: str) -> dict[str, tuple[str, list[tuple[str, int]] | None]]:
-        """kind -> (result, runs) of what table/figure ``name`` reads; runs None: one file."""
-        run_sets = {
-            "runs": self.runs,
-            "selection": self.selection(name),
-            "leakage": self.leakage_runs,
-            "first_seeds": self.first_seed_runs,
-            **{f"clamp_{k}": self.clamp_runs(k) for k in ("pairs", "figure8", "both_orders")},
-            "ablation_atlas": self.atlas_runs,  # docs §10.6
-            "ablation_modes": self.mode_runs,
-            "clamp_lumped": self.clamp_runs("lumped"),
-            "clamps": self.clamp_runs("all"),
-            **{f"dynamics_{k}": self.dynamics_runs(k) for k in ("timeline", "ablation")},
-            "edges": self.edge_runs,  # docs §15.1
-            "acdc": self.acdc_runs,
-            "coordinates": self.coordinate_runs,  # docs §15.2
-            None: None,
-            # one cross-run file when the DAG makes it, else nothing
-            "exclusivity": None if self.leakage_runs else [],
-            "pairs": self.pair_runs,
-            "paired_tasks": None if self.pairs else [],
-        }
-        return {
-            kind: (result, run_sets[which])
-            for kind, (result, which) in selections.PAPER_INPUTS[name].items()
-        }
-
-    def figure_models(self, name: str) -> list[str]:
-        """Models a figure is told to plot from a cross-model Parquet (Figure 4), else []."""
-        if name not in selections.PLOTS_MODELS:
-            return []
-        return list(dict.fromkeys(m for m, _ in self.selection(name)))
-
-    # ------------------------------------------------------------------ resources
-    # One config places the DAG on a laptop and on Slurm (slurm/config.yaml). Cluster
-    # requests come from config values, never from `threads`: `--cores all` caps threads to
-    # the submit host's cores (snakemake #2447), and the Slurm plugin would otherwise derive
-    # --cpus-per-task from the capped value.
-    def _scopes(self, rule: str) -> tuple[str, ...]:
-        """Where a rule's resources are looked up, nearest first: ``resources.<rule>``, for a
-        GPU job ``resources.gpu_default`` (the GPU partition, gpu_model, constraint, CPUs per
-        GPU: set once for every GPU rule), then ``resources.default``."""
-        table = self.config["resources"]
-        gpu = next((table[s]["gpu"] for s in (rule, "default") if "gpu" in table.get(s, {})), 0)
-        return (rule, GPU_SCOPE, "default") if gpu else (rule, "default")
-
-    def _resource(self, rule: str, key: str, fallback: Any) -> Any:
-        """``key`` from the rule's nearest scope that names it (:meth:`_scopes`), else
-        ``fallback``."""
-        table = self.config["resources"]
-        for scope in self._scopes(rule):
-            if key in table.get(scope, {}):
-                return table[scope][key]
-        return fallback
-
-    def _cpu_request(self, rule: str) -> tuple[str, int] | None:
-        """(key, value) of the CPU request from the nearest scope that names one:
-        cpus_per_task, or cpus_per_gpu for a GPU job; None when no scope does."""
-        gpu = self._resource(rule, "gpu", 0)
-        for scope in self._scopes(rule):
-            entry = self.config["resources"].get(scope, {})
-            if "cpus_per_task" in entry:
-                return "cpus_per_task", entry["cpus_per_task"]
-            if gpu and "cpus_per_gpu" in entry:
-                return "cpus_per_gpu", entry["cpus_per_gpu"]
-        return None
-
-    def threads(self, rule: str) -> int:
-        """Threads of a rule's job: ``resources.<rule>.threads`` capped by the CPUs the job
-        asks for; without ``threads``, those CPUs; without either, 1."""
-        request = self._cpu_request(rule)
-        wanted = self._resource(rule, "threads", None)
-        if request is None:
-            return 1 if wanted is None else wanted
-        key, value = request
-        cpus = value * self._resource(rule, "gpu", 0) if key == "cpus_per_gpu" else value
-        return cpus if wanted is None else min(wanted, cpus)
-
-    def resources(self, rule: str, mem_mb: int, runtime: int) -> dict[str, Any]:
-        """A rule's resources: memory (MB) and run time (minutes) from config, else the rule's
-        own defaults; ``gpu`` (sbatch --gpus; locally the workflow's ``gpu`` pool); the CPU
-        request pinned from config (cpus_per_task, or cpus_per_gpu for GPU jobs; by default the
-        rule's threads) and the Slurm plugin keys of :data:`SLURM_KEYS` that config sets."""
-        out = {
-            "mem_mb": self._resource(rule, "mem_mb", mem_mb),
-            "runtime": self._resource(rule, "runtime", runtime),
-            "gpu": self._resource(rule, "gpu", 0),
-        }
-        key, value = self._cpu_request(rule) or ("cpus_per_task", self.threads(rule))
-        out[key] = value
-        for key in SLURM_KEYS:
-            value = self._resource(rule, key, None)
-            if value is not None:
-                out[key] = value
-        return out
-
-    def _check_resources(self) -> None:
-        for scope, entry in self.config["resources"].items():
-            if "cpus_per_task" in entry and "cpus_per_gpu" in entry:
-                raise ValueError(
-                    f"config resources.{scope} sets both cpus_per_task ({entry['cpus_per_task']})"
-                    f" and cpus_per_gpu ({entry['cpus_per_gpu']}); Slurm takes one of them"
-                )
-
-    def check_rules(self, rules: Iterable[str]) -> None:
-        """Every key of config ``resources`` must be ``default``, ``gpu_default`` or one of
-        ``rules`` (the workflow's rules); a typo would place nothing."""
-        known = sorted(set(rules))
-        scopes = ("default", GPU_SCOPE)
-        unknown = [r for r in self.config["resources"] if r not in scopes and r not in known]
-        if unknown:
-            raise StudyConfigError(
-                f"config resources.{r}: {r!r} is not a rule{_did_you_mean(r, known)}; "
-                f"allowed: default, {GPU_SCOPE}, {_listing(known)}"
-                for r in unknown
-            )
-
-    # ------------------------------------------------------------------ clamps (docs §13.3, §15.3)
-    def clamp_runs(self, kind: str) -> list[tuple[str, int]]:
-        """Runs of a clamp analysis (docs §13.3, §15.3), in config order: ``pairs`` (Figure
-        6d–e), ``figure8`` (Figure 8, order A: its paper selection), ``both_orders`` (§15.3
-        both orders), ``lumped`` (lumped lane clamp), or ``all`` (every run the clamps
-        stage measures). Config ``clamps.<kind>_models`` (a model: all its seeds; or
-        ``{model, seeds}``), else ``selections.CLAMP_DEFAULTS`` by geometry."""
-        if kind == "all":
-            chosen = {r for k in ("pairs", "figure8", "both_orders", "lumped")
-                      for r in self.clamp_runs(k)}  # fmt: skip
-            return [r for r in self.runs if r in chosen]
-        if kind == "figure8" and self.config["clamps"].get("figure8_models") is None:
-            return selections.select_models(self.models, "figure8")
-        if kind not in ("pairs", "figure8", "both_orders", "lumped"):
-            raise ValueError(f"unknown clamp analysis {kind!r}")
-        entries = self.config["clamps"].get(f"{kind}_models")
-        if entries is None:
-            geometries = selections.CLAMP_DEFAULTS[kind]
-            return [(m, s) for m, s in self.runs if self.models[m]["geometry"] in geometries]
-        runs = []
-        for i, entry in enumerate(entries):
-            where = f"config clamps.{kind}_models[{i}]"
-            model = entry if isinstance(entry, str) else entry["model"]
-            if model not in self.models:
-                raise selections.unknown_model(model, self.models, where)
-            seeds = [int(s) for s in self.models[model]["seeds"]]
-            wanted = seeds if isinstance(entry, str) else [int(s) for s in entry["seeds"]]
-            for seed in wanted:
-                if seed not in seeds:
-                    raise ValueError(f"{where}: model {model!r} has seeds {seeds}, not {seed}")
-            runs += [(model, s) for s in wanted]
-        return [r for r in self.runs if r in set(runs)]
 
     # ------------------------------------------------------------------ imported models
     # `models.<name>: {import: {format: hf-gpt2, path: DIR}, seeds: [0]}` (or format tl-gpt2, a
@@ -762,7 +422,7 @@ class Study:
         from headgeom.model import importing
 
         spec = self.import_spec(model)
-        if not _exportable(self.models[model]["geometry"]):
+        if not facts.has_gpt2_form(self.models[model]["geometry"]):
             raise ValueError(
                 f"config models.{model}: an imported model has GPT-2's geometry "
                 f"({IMPORTED_GEOMETRY!r}), not {self.models[model]['geometry']!r}"
@@ -807,56 +467,13 @@ class Study:
                 cfg[key] = self.models[model][key]
         return cfg
 
-    # ------------------------------------------------------------------ edges (docs §15.1, §15.4)
-    @cached_property
-    def edge_runs(self) -> list[tuple[str, int]]:
-        """Runs of the edge analysis (docs §15.1): config ``edges.models`` (all their seeds), or
-        every run whose architecture has the edge engine's Q/K/V readers (the registry's
-        ``edge_patching``: every GPT geometry) and a Table 7 group."""
-        from headgeom.model import registry
-
-        def _edge_patching(m: str) -> bool:
-            geometry = registry.geometry(self.models[m]["geometry"])
-            return registry.architecture(geometry.architecture).edge_patching
-
-        wanted = self.configured_models("edges", "models")
-        return [
-            (m, s) for m, s in self.runs
-            if (m in wanted if wanted is not None else
-                self.models[m]["geometry"] in selections.TABLE7_GROUPS and _edge_patching(m))
-        ]  # fmt: skip
-
-    @cached_property
-    def acdc_runs(self) -> list[tuple[str, int]]:
-        """Runs ACDC measures (docs §15.4): config ``edges.acdc_models``, else the edge runs of
-        the geometries in ``selections.ACDC_DEFAULTS`` (all-rotated), first seed only."""
-        wanted = self.configured_models("edges", "acdc_models")
-        if wanted is not None:
-            return [(m, s) for m, s in self.first_seed_runs if m in wanted]
-        return [(m, s) for m, s in self.first_seed_runs if (m, s) in set(self.edge_runs)
-                and self.models[m]["geometry"] in selections.ACDC_DEFAULTS]  # fmt: skip
-
-    # -------------------------------------------------------------- coordinates (docs §15.2)
-    @cached_property
-    def coordinate_runs(self) -> list[tuple[str, int]]:
-        """Runs of the coordinate-concentration analysis (docs §15.2): config
-        ``coordinates.models`` (all their seeds), or every run of a geometry in
-        ``selections.COORDINATE_DEFAULTS`` (the write-common-axis variants, learned, and the
-        pre-W_O comparison's read-common and all-common-axis)."""
-        wanted = self.configured_models("coordinates", "models")
-        runs = self.first_seed_runs if self.stage("coordinates")["first_seeds"] else self.runs
-        return [
-            (m, s) for m, s in runs
-            if (m in wanted if wanted is not None
-                else self.models[m]["geometry"] in selections.COORDINATE_DEFAULTS)
-        ]  # fmt: skip
-
+    # ------------------------------------------------------------------ edges (docs §15.1)
     def _check_edge_examples(self) -> None:
         """The edge stage measures the first edges.n_examples of its split: the split must
         hold them (tasks.<task>.splits)."""
         from headgeom.data import lexicon
 
-        if not self.edge_runs:
+        if not self.run_set("edges"):
             return
         cfg = self.config.get("edges", {})
         task, split = cfg.get("task", "sva"), cfg.get("split", "validation")
@@ -875,8 +492,8 @@ class Study:
 
     def _dynamics_checks(self):
         yield self._check_checkpoint_steps
-        yield lambda: self.dynamics_runs("timeline")
-        yield lambda: self.dynamics_runs("ablation")
+        yield lambda: self.run_set("dynamics_timeline")
+        yield lambda: self.run_set("dynamics_ablation")
         yield self._check_value_gradient_steps
         yield self._check_ablation_layers
 
@@ -907,7 +524,7 @@ class Study:
     @property
     def checkpoint_steps(self) -> list[int]:
         """The intermediate checkpoints training writes (training.checkpoint_steps < steps)."""
-        from headgeom.training.config import TrainConfig, checkpoint_schedule
+        from headgeom.run_config import TrainConfig, checkpoint_schedule
 
         return list(checkpoint_schedule(TrainConfig.from_dict(self.config["training"])))
 
@@ -932,7 +549,7 @@ class Study:
     @staticmethod
     def step_label(step: int | str) -> str:
         """The {step} wildcard of a checkpoint step: its zero-padded file-name form."""
-        from headgeom.training.config import checkpoint_name
+        from headgeom.run_config import checkpoint_name
 
         return checkpoint_name(int(step)).removeprefix("step").removesuffix(".safetensors")
 
@@ -942,7 +559,7 @@ class Study:
             ("value_gradient_steps", self.stage("dynamics")["value_gradient_steps"]),
         ):
             missing = [s for s in steps if s not in self.checkpoint_steps]
-            if missing and self.dynamics_runs("timeline"):
+            if missing and self.run_set("dynamics_timeline"):
                 raise ValueError(
                     f"config dynamics.{key} {missing} are not intermediate checkpoints "
                     f"(training.checkpoint_steps below steps: {self.checkpoint_steps})"
@@ -958,7 +575,7 @@ class Study:
         return list(range(1, max(1, n_layer // 3) + 1))
 
     def _check_ablation_layers(self) -> None:
-        for model, _ in self.dynamics_runs("ablation"):
+        for model, _ in self.run_set("dynamics_ablation"):
             n_layer = self.model_config(model)["n_layer"]
             late = [layer for layer in self.ablation_layers(model) if layer >= n_layer]
             if late:
@@ -966,41 +583,6 @@ class Study:
                     f"config dynamics.ablation_layers {late} do not exist in model {model!r} "
                     f"({n_layer} layers)"
                 )
-
-    def dynamics_runs(self, kind: str) -> list[tuple[str, int]]:
-        """Runs of the ``timeline`` analyses (Figure 6a–c, τ, V-gradients) or of the scalar
-        ``ablation``, in config order: config ``dynamics.models`` / ``dynamics.ablation_models``
-        (a model: all its seeds; or ``{model, seeds}``), else selections.DYNAMICS_DEFAULTS by
-        geometry (for the timelines, corpus R models where the study names corpora; the
-        ablation takes every corpus, as the paper's five models span R and S). Imported
-        models have no intermediate checkpoints and are never timeline runs."""
-        if kind not in selections.DYNAMICS_DEFAULTS:
-            raise ValueError(f"unknown dynamics analysis {kind!r}")
-        key = "models" if kind == "timeline" else "ablation_models"
-        entries = self.stage("dynamics").get(key)
-        if entries is None:
-            geometries = selections.DYNAMICS_DEFAULTS[kind]
-            with_corpus = kind == "timeline" and any("corpus" in s for s in self.models.values())
-            return [
-                (m, s) for m, s in self.runs
-                if self.models[m]["geometry"] in geometries and not self.is_imported(m)
-                and (not with_corpus or self.models[m].get("corpus") == selections.DYNAMICS_CORPUS)
-            ]  # fmt: skip
-        runs = []
-        for i, entry in enumerate(entries):
-            where = f"config dynamics.{key}[{i}]"
-            model = entry if isinstance(entry, str) else entry["model"]
-            if model not in self.models:
-                raise selections.unknown_model(model, self.models, where)
-            if kind == "timeline" and self.is_imported(model):
-                raise ValueError(f"{where}: imported model {model!r} has no training checkpoints")
-            seeds = [int(s) for s in self.models[model]["seeds"]]
-            wanted = seeds if isinstance(entry, str) else [int(s) for s in entry["seeds"]]
-            for seed in wanted:
-                if seed not in seeds:
-                    raise ValueError(f"{where}: model {model!r} has seeds {seeds}, not {seed}")
-            runs += [(model, s) for s in wanted]
-        return [r for r in self.runs if r in set(runs)]
 
     def ablation_edits(self) -> list[str]:
         """Names of the edited checkpoints of one ablation run: scalar, random0, random1, ..."""
@@ -1011,55 +593,9 @@ class Study:
     def patching_summary_runs(self) -> list[tuple[str, int]]:
         """Runs of the paper's 19-configuration summaries (docs §6.7, §12.3): every run of the
         base architecture (the registry leaves out the softmax-free multiscreen controls)."""
-        from headgeom.model import registry
-
         return [
-            (m, s)
-            for m, s in self.runs
-            if registry.is_base_architecture(self.models[m]["geometry"])
+            (m, s) for m, s in self.runs if facts.is_base_architecture(self.models[m]["geometry"])
         ]
-
-    @property
-    def document_tables(self) -> list[str]:
-        """The tables rule make_document builds in one job (selections.DOCUMENT_TABLES)."""
-        return [t for t in selections.DOCUMENT_TABLES if self.selection(t)]
-
-    def output_runs(self, name: str) -> set[tuple[str, int]]:
-        """Every run a paper table or figure reads (the union of its inputs' run sets, and
-        its selection where it draws one from a cross-run Parquet, as Figure 4)."""
-        runs = {run for _, rs in self.paper_inputs(name).values() if rs is not None for run in rs}
-        if name in selections.PAPER_SELECTIONS:
-            runs |= set(self.selection(name))
-        return runs
-
-    def sections_used(self) -> dict[str, list[str]]:
-        """Per model, the paper sections whose outputs read one of its runs (Table 4)."""
-        outputs = [*self.tables, *self.figures]
-        used: dict[str, set[str]] = {m: set() for m in self.models}
-        for name in outputs:
-            if name in selections.SUMMARY_OUTPUTS or name not in selections.OUTPUT_SECTIONS:
-                continue
-            for model, _ in self.output_runs(name):
-                used[model].add(selections.OUTPUT_SECTIONS[name])
-        order = {s: i for i, s in enumerate(dict.fromkeys(selections.OUTPUT_SECTIONS.values()))}
-        return {m: sorted(sections, key=order.__getitem__) for m, sections in used.items()}
-
-    def document_context(self) -> dict[str, Any]:
-        """What the document's tables take from the config (not from Parquets): per model its
-        geometry, corpus and the sections that use it (Table 4)."""
-        return {
-            "models": {
-                m: {
-                    "geometry": spec["geometry"],
-                    "corpus": spec.get("corpus"),
-                    "seeds": [int(s) for s in spec["seeds"]],
-                    "sections": sections,
-                }
-                for (m, spec), sections in zip(
-                    self.models.items(), self.sections_used().values(), strict=True
-                )
-            }
-        }
 
     # ----------------------------------------------------------------- ablation (docs §10.1, §10.6)
     # patching.mode picks what a patched head's z becomes (resample | mean | zero); the
@@ -1081,22 +617,6 @@ class Study:
         """The modes patched beside patching.mode for the comparison (own effects files)."""
         return self.comparison_modes[1:]
 
-    def _first_seeds(self, key: str) -> list[tuple[str, int]]:
-        chosen = self.configured_models("ablation", key)
-        return [(m, s) for m, s in self.first_seed_runs if chosen is None or m in chosen]
-
-    @cached_property
-    def mode_runs(self) -> list[tuple[str, int]]:
-        """Runs of the mode comparison (first seed of each ablation.mode_models); none when
-        ablation.modes adds no mode."""
-        return self._first_seeds("mode_models") if self.extra_modes else []
-
-    @cached_property
-    def atlas_runs(self) -> list[tuple[str, int]]:
-        """Runs of the block ablation atlas (first seed of each ablation.atlas_models); none
-        unless ablation.atlas is true."""
-        return self._first_seeds("atlas_models") if self.config["ablation"]["atlas"] else []
-
     @property
     def mode_splits(self) -> list[str]:
         """The splits the mode comparison reads: the concentration split, then the lanes
@@ -1109,9 +629,9 @@ class Study:
         a stage reads them: the atlas, or patching in mean mode)."""
         block, n_ctx = self.config["ablation"], self.config["architecture"]["n_ctx"]
         reads_means = (
-            self.atlas_runs
+            self.run_set("ablation_atlas")
             or self.config["patching"]["mode"] == "mean"
-            or ("mean" in block["modes"] and self.mode_runs)
+            or ("mean" in block["modes"] and self.run_set("ablation_modes"))
         )
         if not reads_means:
             return
@@ -1124,17 +644,3 @@ class Study:
                     f"n_ctx {n_ctx}, but corpus {name} has n_val_tokens {n_val} "
                     f"({n_val // n_ctx} windows); lower them or raise n_val_tokens"
                 )
-
-    def _ablation_has_runs(self, name: str) -> bool:
-        """The ablation tables and figure exist only when their runs do."""
-        runs = {"ablation_atlas": self.atlas_runs, "ablation_modes": self.mode_runs}
-        return bool(runs[name]) if name in runs else True
-
-
-def _import_problems(config: Mapping) -> list[str]:
-    """Every model has a training recipe (geometry) or an import block."""
-    return [
-        f"config models.{m}: give geometry (a model to train) or import (a checkpoint to import)"
-        for m, spec in config.get("models", {}).items()
-        if isinstance(spec, dict) and "geometry" not in spec and "import" not in spec
-    ]

@@ -23,7 +23,7 @@ TASKS = ("sva", "quote", "plural")
 
 @pytest.fixture(scope="module")
 def imported_run(tmp_path_factory):
-    from tests.unit.test_importing import save_tiny
+    from tests.helpers.hf import save_tiny
 
     cfg = yaml.safe_load((REPO / "tests" / "e2e" / "import.yaml").read_text())
     work = make_workdir(tmp_path_factory.mktemp("import") / "w", cfg)

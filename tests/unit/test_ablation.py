@@ -27,6 +27,7 @@ from headgeom.analysis.patching import (
 from headgeom.analysis.tolerance import forward_tolerance
 from headgeom.model import registry, zoo
 from headgeom.model.gpt import site
+from headgeom.paper.plan import PaperPlan
 from tests.tolerances import largest, patch_tolerance
 
 TINY = dict(n_layer=3, n_head=4, d_model=16, d_head=4, d_mlp=24, n_ctx=16)
@@ -405,18 +406,22 @@ def test_study_modes_runs_and_splits():
     study = Study.from_config(demo_config())
     assert study.patch_mode == "resample"
     assert study.comparison_modes == ["resample", "mean", "zero"]
-    assert study.mode_runs == [("learned", 42)]
-    assert len(study.atlas_runs) == len(study.models) and ("learned", 43) not in study.atlas_runs
+    assert study.run_set("ablation_modes") == [("learned", 42)]
+    assert len(study.run_set("ablation_atlas")) == len(study.models) and (
+        "learned",
+        43,
+    ) not in study.run_set("ablation_atlas")
     assert study.mode_splits == ["discovery", "evaluation"]  # lanes, concentration
-    assert "ablation_atlas" in study.tables and "ablation_atlas" in study.figures
+    plan = PaperPlan(study)
+    assert "ablation_atlas" in plan.tables and "ablation_atlas" in plan.figures
     cfg = demo_config()
     cfg["patching"]["mode"] = "mean"
     cfg["ablation"]["modes"] = ["resample", "mean"]
     assert Study.from_config(cfg).comparison_modes == ["mean", "resample"]
     cfg["ablation"]["modes"] = ["mean"]
     none = Study.from_config(cfg)
-    assert none.extra_modes == [] and none.mode_runs == []
-    assert "ablation_modes" not in none.tables
+    assert none.extra_modes == [] and none.run_set("ablation_modes") == []
+    assert "ablation_modes" not in PaperPlan(none).tables
 
 
 def test_study_refuses_bad_ablation_config():

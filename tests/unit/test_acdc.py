@@ -25,17 +25,11 @@ from headgeom.analysis.edges import final_logits
 from headgeom.analysis.tolerance import forward_tolerance, model_dtype, rounding_tolerance
 from headgeom.model.geometries import READ_TYPES
 from tests import reference_acdc
+from tests.helpers.edges import EDGE_GEOMETRIES, assert_exact, float32_floor, naive_edge_kl
+from tests.helpers.edges import edge_model as zoo_model
+from tests.helpers.examples import random_pairs
+from tests.helpers.models import N_VOCAB, multiscreen_model
 from tests.tolerances import largest
-from tests.unit.test_edges import (
-    EDGE_GEOMETRIES,
-    N_VOCAB,
-    assert_exact,
-    float32_floor,
-    naive_edge_kl,
-    random_pairs,
-    zoo_model,
-)
-from tests.unit.test_patching_fast import multiscreen_model
 
 
 def batch(pairs):

@@ -27,9 +27,10 @@ from headgeom.data import tasks
 from headgeom.data.tokenizer import load_gpt2_tokenizer
 from headgeom.io import read_json, read_parquet_metadata, write_json, write_parquet
 from headgeom.model import registry, zoo
-from headgeom.paper import document
+from headgeom.paper import cross_run_checks
+from headgeom.paper.outputs import TABLES
+from headgeom.run_config import parse_run_config
 from headgeom.study import Study
-from headgeom.training.config import parse_run_config
 from headgeom.training.job import step0_regeneration
 from tests.scripts import load_script
 
@@ -186,10 +187,10 @@ def test_checks_script_writes_the_table_and_refuses_an_enforced_failure(tmp_path
 
 # ----------------------------------------------------------------------------- C16, §7.3
 def test_c16_from_the_paper_numbers():
-    models = checks.paper_figure4()
+    models = cross_run_checks.paper_figure4()
     assert models["write-routed-a"] == (3.542, (18.9, 31.6, 20.3), 16)  # §6.1, Table 6
     assert models["learned"][0] == 3.508 and models["all-rotated-self"][0] == 3.753
-    rows = {(r["check"], r["part"]): r for r in checks.c16()}
+    rows = {(r["check"], r["part"]): r for r in cross_run_checks.c16()}
     assert all(r["passed"] for r in rows.values())
     # by hand for the six 12-head models: loss ranks 1..6, N_eff ranks 5, 6, 4, 3, 2, 1,
     # Σd² = 68, ρ = 1 − 6·68/(6·35) = −0.94286
@@ -198,15 +199,15 @@ def test_c16_from_the_paper_numbers():
 
 
 def test_c16_fails_when_the_reference_numbers_change(monkeypatch):
-    swapped = dict(checks.paper_figure4_n_eff())
+    swapped = dict(cross_run_checks.paper_figure4_n_eff())
     # exchange the N_eff of learned and all-rotated-self: the 12-head ranks become 1, 6, 4,
     # 3, 2, 5 against losses 1..6, Σd² = 0+16+1+1+9+1 = 28, ρ = 1 − 6·28/210 = 0.2
     swapped["learned"], swapped["all-rotated-self"] = (
         swapped["all-rotated-self"],
         swapped["learned"],
     )
-    monkeypatch.setattr(checks, "paper_figure4_n_eff", lambda: swapped)
-    rows = {r["part"]: r for r in checks.c16()}
+    monkeypatch.setattr(cross_run_checks, "paper_figure4_n_eff", lambda: swapped)
+    rows = {r["part"]: r for r in cross_run_checks.c16()}
     assert rows["twelve-head"]["passed"] is False
     assert rows["twelve-head"]["residual"] == pytest.approx(abs(0.2 + 0.943))
 
@@ -226,23 +227,23 @@ def test_loss_order_by_corpus():
         loss_run("learned-r", "learned", 3.604, corpus="R"),
         loss_run("wca-r", "write-common-axis", 3.643, corpus="R"),
     ]
-    rows = {r["scope"]: r for r in checks.loss_order(runs)}
+    rows = {r["scope"]: r for r in cross_run_checks.loss_order(runs)}
     assert rows["corpus S"]["residual"] == 0 and rows["corpus S"]["passed"] is True
     assert rows["corpus S"]["enforced"] is True and rows["corpus R"]["passed"] is True
     assert rows["corpus S"]["note"].startswith("4 runs")
 
     # read-common below write-rotated: one out-of-order pair (write-* ≥ read-common)
     runs[2] = loss_run("hb", "read-common", 3.55)
-    rows = {r["scope"]: r for r in checks.loss_order(runs)}
+    rows = {r["scope"]: r for r in cross_run_checks.loss_order(runs)}
     assert rows["corpus S"]["residual"] == 1 and rows["corpus S"]["passed"] is False
     assert "rot s42 3.5630 ≥ hb s42 3.5500" in rows["corpus S"]["note"]
     # a toy-sized run in the comparison: reported, not enforced
     runs[0] = loss_run("learned", "learned", 3.508, paper_size=False)
-    rows = {r["scope"]: r for r in checks.loss_order(runs)}
+    rows = {r["scope"]: r for r in cross_run_checks.loss_order(runs)}
     assert rows["corpus S"]["enforced"] is False
     # paper size but a rehearsal's few steps: reported, not enforced
     runs[0] = loss_run("learned", "learned", 3.508, trained=False)
-    rows = {r["scope"]: r for r in checks.loss_order(runs)}
+    rows = {r["scope"]: r for r in cross_run_checks.loss_order(runs)}
     assert rows["corpus S"]["enforced"] is False and rows["corpus R"]["enforced"] is True
 
 
@@ -267,7 +268,7 @@ def test_loss_runs_read_the_run_logs_and_the_paper_size(tmp_path):
     runs = [{"model": "m", "seed": 1, "geometry": "learned", "corpus": None},
             {"model": "n", "seed": 1, "geometry": "learned", "corpus": None},
             {"model": "k", "seed": 1, "geometry": "learned", "corpus": None}]  # fmt: skip
-    got = checks.loss_runs(files, runs)
+    got = cross_run_checks.loss_runs(files, runs)
     assert [(r["val_loss"], r["paper_size"], r["paper_training"]) for r in got] == [
         (3.5, True, True), (None, False, False), (8.5, False, False)]  # fmt: skip
 
@@ -462,8 +463,8 @@ def test_study_lists_every_logged_artifact():
     n_runs = len(study.runs)
     count = {k: sum(i["kind"] == k for i in items) for k in kinds}
     assert count["summary"] == 3 * n_runs and count["manifest"] == n_runs
-    assert count["leakage"] == 3 * len(study.leakage_runs)
-    assert count["clamps"] == len(study.clamp_runs("all"))
+    assert count["leakage"] == 3 * len(study.run_set("leakage"))
+    assert count["clamps"] == len(study.run_set("clamps"))
 
 
 # ----------------------------------------------------------------------------- the document
@@ -480,7 +481,7 @@ def test_document_table_summarises_each_check(tmp_path):
                              "path": parquet_with(tmp_path / "g.parquet", meta)}])  # fmt: skip
     path = tmp_path / "checks.parquet"
     results.CHECKS.write(path, checks.table(rows))
-    table = document.BUILDERS["checks"]({"checks": [str(path)]}, None)
+    table = TABLES["checks"].function()({"checks": [str(path)]}, None)
     cells = table.blocks[0].cells.set_index("Check")
     assert cells.loc["C8", "Artifacts"] == "2" and cells.loc["C8", "Passed"] == "2/2"
     assert cells.loc["C8", "Largest residual"] == "5.00e-06"

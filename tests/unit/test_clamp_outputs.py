@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 
 from headgeom import results
-from headgeom.paper.figures import FIGURES
-from headgeom.paper.tables import BUILDERS, path_shares
-from tests.unit.test_figures import train_log
+from headgeom.paper.clamps import path_shares
+from headgeom.paper.outputs import FIGURES, TABLES
+from tests.helpers.results import train_log_s as train_log
 
 
 def paths_row(model, seed, task, rank, none, heads, mlps, both):
@@ -88,7 +88,7 @@ def test_path_shares_by_hand():
 
 
 def test_clamps_table_ranges_and_lumped_control(inputs):
-    table = BUILDERS["clamps"](inputs)
+    table = TABLES["clamps"].function()(inputs)
     values = dict(zip(table.frame["quantity"] + " " + table.frame["models"],
                       table.frame["value"], strict=True))  # fmt: skip
     assert values["same-index pairs: reduction 1 pairs"] == "5.0% to 5.0%"
@@ -100,11 +100,11 @@ def test_clamps_table_ranges_and_lumped_control(inputs):
 
 
 def test_figures_draw_and_their_data(inputs):
-    data, draw = FIGURES["figure6de"]
+    data, draw = FIGURES["figure6de"].function("build"), FIGURES["figure6de"].function("draw")
     frame = data(inputs)
     assert list(frame["pair"]) == ["L0H1→L2H3", "L1H2→L3H0", "L1H2→L4H2"]  # by later layer
     assert len(draw(frame).axes) == 2
-    data, draw = FIGURES["figure8"]
+    data, draw = FIGURES["figure8"].function("build"), FIGURES["figure8"].function("draw")
     frame = data(inputs)
     a = frame[frame.panel == "a"].set_index(["label", "part"])["value"]
     # panel a: SVA only, order A, summed: learned direct 1, via MLPs 2, via attention 1
@@ -136,7 +136,7 @@ def test_lane_heads_counts_positive_and_repeats(tmp_path):
                 )
     path = tmp_path / "h.parquet"
     results.HEADS.write(path, pd.DataFrame(rows))
-    table = BUILDERS["lane_heads"]({"runs": runs, "heads": [str(path)]})
+    table = TABLES["lane_heads"].function()({"runs": runs, "heads": [str(path)]})
     row = table.frame.iloc[0]
     assert row["top3_discovery"] == "L0H1, L1H0, L1H1"
     assert row["n_positive_on_evaluation"] == 2  # L1H0 has e = −1 on evaluation

@@ -14,8 +14,9 @@ from headgeom.analysis.patching import logit_difference
 from headgeom.analysis.tolerance import forward_tolerance
 from headgeom.model import registry
 from headgeom.model.gpt import site
+from tests.helpers.examples import random_pairs
+from tests.helpers.models import multiscreen_model, zoo_model
 from tests.tolerances import patch_tolerance
-from tests.unit.test_patching_fast import multiscreen_model, random_pairs, zoo_model
 
 
 @torch.no_grad()

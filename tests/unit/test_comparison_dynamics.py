@@ -7,7 +7,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from headgeom.paper import comparison, recipes
+from headgeom.paper import comparison
+from headgeom.paper.recipes import dynamics as recipe_dynamics
 
 
 class FakeContext(comparison.Context):
@@ -40,10 +41,10 @@ def reference(metric: str) -> comparison.Reference:
 def test_the_checkpoint_nearest_a_fraction_of_training_on_a_log_scale():
     c = FakeContext({"timeline": timeline()})
     # 800/16 = 50: |log(32/50)| = 0.446 < |log(128/50)| = 0.940, so step 32
-    assert recipes._timeline_at(c, 1 / 16)["step"].tolist() == [32]
+    assert recipe_dynamics._timeline_at(c, 1 / 16)["step"].tolist() == [32]
     # 800/64 = 12.5: |log(8/12.5)| = 0.446 < |log(32/12.5)| = 0.940, so step 8
-    assert recipes._timeline_at(c, 1 / 64)["step"].tolist() == [8]
-    assert recipes._timeline_at(c, None)["step"].tolist() == [800]
+    assert recipe_dynamics._timeline_at(c, 1 / 64)["step"].tolist() == [8]
+    assert recipe_dynamics._timeline_at(c, None)["step"].tolist() == [800]
     ref = reference("own-best fraction at 1/16 of training (paper step 4,096)")
     assert ref.compute(c) == pytest.approx(0.2)
     assert reference("own-best fraction, final").compute(c) == pytest.approx(0.5)

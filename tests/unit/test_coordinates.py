@@ -15,8 +15,9 @@ import torch
 from headgeom import results
 from headgeom.analysis import coordinates as C
 from headgeom.model import registry, zoo
-from tests.unit.test_edges import N_VOCAB, TINY_ROUTED, zoo_model
-from tests.unit.test_patching_fast import multiscreen_model, perturbed, random_pairs
+from tests.helpers.edges import edge_model as zoo_model
+from tests.helpers.examples import random_pairs
+from tests.helpers.models import N_VOCAB, TINY_ROUTED, multiscreen_model, perturbed
 
 
 def test_share_of_a_one_hot_planted_effect_is_one():

@@ -464,6 +464,7 @@ def _two_corpus_config() -> dict:
     return cfg
 
 
+@pytest.mark.e2e  # a Snakemake subprocess
 def test_workflow_wires_each_model_to_its_corpus(tmp_path):
     work = make_workdir(tmp_path / "w", _two_corpus_config())
     proc = snakemake(
@@ -497,6 +498,7 @@ def test_workflow_wires_each_model_to_its_corpus(tmp_path):
         (lambda c: c["corpus"].update(compact_vocab=True), "set corpus.compact_vocab: false"),
     ],
 )
+@pytest.mark.e2e  # a Snakemake subprocess
 def test_workflow_rejects_inconsistent_corpora(tmp_path, edit, expect):
     cfg = _two_corpus_config()
     edit(cfg)

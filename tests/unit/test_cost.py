@@ -83,6 +83,7 @@ def test_projection_by_hand():
     assert acdc.seconds == pytest.approx(1.94 * 3600 / 16 * n)
 
 
+@pytest.mark.e2e  # a Snakemake subprocess
 def test_requests_are_what_the_dry_run_plans(tmp_path):
     # the rule's own default (lanes: 1000 MB in lanes.smk), then config resources
     from tests.e2e.conftest import make_workdir

@@ -38,6 +38,12 @@ CUDA = pins(ROOT / "requirements" / "cuda.txt")
 def test_every_range_has_an_upper_bound_below_the_next_major(req):
     uppers = [s for s in req.specifier if s.operator in ("<", "<=", "==", "~=")]
     assert uppers, f"pyproject.toml: {req} has no upper bound"
+    # the bound admits no release of the major after the locked one (0.x: nothing from 1.0)
+    pinned = LOCK[canonicalize_name(req.name)]
+    nxt = Version(f"{pinned.major + 1}")
+    assert not req.specifier.contains(nxt, prereleases=True), (
+        f"pyproject.toml: {req} admits {nxt}, the next major after the locked {pinned}"
+    )
 
 
 @pytest.mark.parametrize("req", REQUIREMENTS, ids=str)

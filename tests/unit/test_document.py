@@ -13,11 +13,11 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
-from headgeom import results
+from headgeom import results, selections
 from headgeom.analysis.concentration import spearman_rows
 from headgeom.catalog import catalog, template_regex
-from headgeom.paper import comparison, document, selections
-from tests.unit.test_tables import train_log, write_rows
+from headgeom.paper import comparison, seeds, setup, summary
+from tests.helpers.results import train_log, write_rows
 
 TASKS = ("sva", "quote", "plural")
 
@@ -134,7 +134,7 @@ def test_paper_table2_has_no_delta_for_learned_and_states_the_seeds(tmp_path):
         train_log(tmp_path / "c.parquet", "all-common-axis", "all-common-axis", 42, 900, 3.69),
     ]
     every = [*shown, train_log(tmp_path / "b.parquet", "learned", "learned", 43, 1000, 3.6)]
-    table = document.table2_paper({"runs": shown, "all_runs": every})
+    table = setup.table2_paper({"runs": shown, "all_runs": every})
     frame = table.frame.set_index("model")
     assert math.isnan(frame.loc["learned", "delta_vs_learned"])
     assert frame.loc["all-common-axis", "delta_vs_learned"] == pytest.approx(0.19)
@@ -155,7 +155,7 @@ def test_table4_lists_every_run_with_its_sections(tmp_path):
             "all-rotated": {"sections": []},
         }
     }
-    table = document.table4({"runs": runs}, context)
+    table = setup.table4({"runs": runs}, context)
     cells = table.blocks[0].cells
     assert list(cells["Model"]) == ["dense", "all-rotated s42"]
     assert list(cells["Sections used"]) == ["§5.1 Exclusivity, §5.2 Concentration", "—"]
@@ -197,7 +197,7 @@ def test_counts_below_learned_and_conditions(tmp_path):
         tmp_path / "paired.parquet",
         [{"task": "sva", "model_a": "aca", "seed_a": 42, "model_b": "ar", "seed_b": 42}],
     )
-    table = document.counts(
+    table = seeds.counts(
         {"runs": runs, "summaries": paths, "conditions": [conditions], "paired": [paired]}
     )
     frame = table.frame.set_index("comparison")
@@ -224,7 +224,7 @@ def test_seed_statistics_are_student_t_and_paired_by_seed(tmp_path):
         ("wca", 44): (12.0, 1, 1),
         ("one", 42): (1.0, 1, 1),
     }
-    table = document.seeds({"runs": runs, "summaries": summaries(tmp_path, n)})
+    table = seeds.seeds({"runs": runs, "summaries": summaries(tmp_path, n)})
     frame = table.frame
     mean = frame[
         (frame["kind"] == "seed mean")
@@ -251,7 +251,7 @@ def test_seed_statistics_are_student_t_and_paired_by_seed(tmp_path):
 def test_table1_marks_properties_whose_inputs_the_study_lacks(tmp_path):
     runs = [train_log(tmp_path / "l.parquet", "learned", "learned", 42)]
     paths = summaries(tmp_path, {("learned", 42): (2.0, 3.0, 4.0)})
-    table = document.table1({"runs": runs, "summaries": paths})
+    table = summary.table1({"runs": runs, "summaries": paths})
     frame = table.frame.set_index("property")
     assert frame.loc["Basis concentration", "finding"] == "not in this study (no coordinates input)"
     assert frame.loc["Geometric exclusivity", "finding"].startswith("not in this study")
@@ -313,16 +313,13 @@ def test_the_comparison_computes_from_parquets_and_says_what_is_missing(tmp_path
     assert not frame.duplicated(["section", "metric", "model", "paper"]).any()
 
 
-def test_a_reference_can_be_appended(tmp_path):
-    before = len(comparison.REFERENCES)
-    ref = comparison.register("§x", "two", "all", "2", 2.0, kinds=["runs"], compute=lambda c: 2.0)
-    try:
-        runs = [train_log(tmp_path / "l.parquet", "learned", "learned", 42)]
-        frame = comparison.evaluate({"runs": runs}, [ref])
-        assert frame["within"].tolist() == [True]
-    finally:
-        comparison.REFERENCES.remove(ref)
-    assert len(comparison.REFERENCES) == before
+def test_a_reference_made_in_code_is_evaluated_beside_the_records(tmp_path):
+    before = comparison.REFERENCES
+    ref = comparison.reference("§x", "two", "all", "2", 2.0, kinds=["runs"], compute=lambda c: 2.0)
+    runs = [train_log(tmp_path / "l.parquet", "learned", "learned", 42)]
+    frame = comparison.evaluate({"runs": runs}, [ref])
+    assert frame["within"].tolist() == [True]
+    assert comparison.REFERENCES is before and ref not in comparison.REFERENCES  # untouched
 
 
 # ----------------------------------------------------------------------------- catalog

@@ -7,9 +7,9 @@ import pandas as pd
 import pytest
 
 from headgeom import results
-from headgeom.paper.figures import BAND_FRACTIONS, figure6abc, figure6abc_data
-from headgeom.paper.tables import dynamics_table, scalar_ablation_table
-from tests.unit.test_tables import train_log
+from headgeom.paper.alignment import scalar_ablation_table
+from headgeom.paper.dynamics import BAND_FRACTIONS, dynamics_table, figure6abc, figure6abc_data
+from tests.helpers.results import train_log
 
 
 def timeline(path, model, steps, final):

@@ -8,7 +8,6 @@ block has KL exactly 0, and the paper-shape edge counts."""
 
 from __future__ import annotations
 
-import copy
 import json
 
 import numpy as np
@@ -17,127 +16,22 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from scipy.special import rel_entr
 
 from headgeom.analysis import edges as E
 from headgeom.data.task_files import TaskSplits, first_per_condition
 from headgeom.hashing import sha256_file
 from headgeom.io import write_json, write_parquet
-from headgeom.model import registry, zoo
 from headgeom.model.checkpoint import save_checkpoint
-from tests.scripts import load_script
-from tests.unit.test_patching import TASK_SCHEMA
-from tests.unit.test_patching_fast import multiscreen_model, perturbed, random_pairs
-
-TINY = dict(n_layer=3, n_head=4, d_model=16, d_head=4, d_mlp=24, n_ctx=16, init_std=0.5)
-TINY_ROUTED = dict(n_layer=3, n_head=3, d_model=24, d_head=8, d_mlp=24, n_ctx=16, init_std=0.5)
-N_VOCAB = 29
-#: Every geometry of an architecture with Q/K/V readers and the KV-prefix forward.
-EDGE_GEOMETRIES = sorted(
-    g
-    for arch in registry.ARCHITECTURES.values()
-    if arch.edge_patching
-    for g in registry.geometry_names(arch.name)
+from tests.helpers.edges import (
+    EDGE_GEOMETRIES,
+    assert_exact,
+    edge_model,
+    float32_floor,
+    naive_edge_kl,
 )
-
-
-def zoo_model(geometry: str, seed: int = 0, dtype=torch.float64) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    arch = TINY_ROUTED if geometry.startswith("write-routed") else TINY
-    model = registry.build_model(zoo.derive_model_config(geometry, arch, {}), N_VOCAB)
-    return perturbed(model, seed).to(dtype)
-
-
-# --------------------------------------------------------------------------- naive reference
-def _softmax(logits: torch.Tensor) -> np.ndarray:
-    return torch.softmax(logits.double(), -1).numpy()
-
-
-@torch.no_grad()
-def naive_edge_kl(model, clean_ids, ref_ids, edges: E.Edges):
-    """(KL, S) (N, E) in float64 by the definition, through the model's named sites only:
-    δ_i = (attention output with writer i's z from the reference) − (clean attention output);
-    the reader's q/k/v on x + δ_i are read off a forward whose ``hook_resid_pre`` at l' is
-    replaced by x + δ_i; then a clean forward with head h' of ``attn.hook_{x}`` at l' set to
-    that value. KL = Σ rel_entr(p, q) of the softmax probabilities (scipy).
-    S = ‖q − p‖₁ + Σ_v p_v |log(p_v/q_v) − KL| is the KL's first-order sensitivity to
-    logit errors (for the float32 floor)."""
-    model = copy.deepcopy(model).double()
-    L = model.cfg.n_layer
-    kl = np.full((len(clean_ids), len(edges)), np.nan)
-    sens = np.full_like(kl, np.nan)
-    lengths = np.array([len(c) for c in clean_ids])
-    for T in np.unique(lengths):
-        rows = np.flatnonzero(lengths == T)
-        clean = torch.as_tensor(np.stack([clean_ids[i] for i in rows]))
-        ref = torch.as_tensor(np.stack([ref_ids[i] for i in rows]))
-        names = [
-            f"blocks.{lay}.{s}" for lay in range(L) for s in ("hook_resid_pre", "hook_attn_out")
-        ]
-        logits, cc = model.run_with_cache(clean, names, last_only=True)
-        p = _softmax(logits)
-        _, rc = model.run_with_cache(ref, [f"blocks.{lay}.attn.hook_z" for lay in range(L)])
-        deltas, reads = {}, {}
-        for n, (wl, wh, rl, rh, x) in enumerate(
-            zip(*(a.tolist() for a in edges.arrays()), strict=True)
-        ):
-            if (wl, wh) not in deltas:
-
-                def from_ref(z, wl=wl, wh=wh, rc=rc):
-                    z = z.clone()
-                    z[:, :, wh] = rc[f"blocks.{wl}.attn.hook_z"][:, :, wh]
-                    return z
-
-                out = f"blocks.{wl}.hook_attn_out"
-                with model.hooks({f"blocks.{wl}.attn.hook_z": from_ref}):
-                    _, c2 = model.run_with_cache(clean, [out])
-                deltas[(wl, wh)] = c2[out] - cc[out]
-            if (wl, wh, rl) not in reads:
-                moved = cc[f"blocks.{rl}.hook_resid_pre"] + deltas[(wl, wh)]
-                qkv = [f"blocks.{rl}.attn.hook_{s}" for s in "qkv"]
-                with model.hooks({f"blocks.{rl}.hook_resid_pre": lambda t, m=moved: m}):
-                    _, c3 = model.run_with_cache(clean, qkv)
-                reads[(wl, wh, rl)] = [c3[s] for s in qkv]
-            value = reads[(wl, wh, rl)][x]
-
-            def swap(t, value=value, rh=rh):
-                t = t.clone()
-                t[:, :, rh] = value[:, :, rh]
-                return t
-
-            with model.hooks({f"blocks.{rl}.attn.hook_{'qkv'[x]}": swap}):
-                q = _softmax(model(clean, last_only=True))
-            k = rel_entr(p, q).sum(-1)
-            kl[rows, n] = k
-            with np.errstate(divide="ignore", invalid="ignore"):
-                r = np.where(p > 0, np.log(p / q), 0.0)
-            sens[rows, n] = np.abs(q - p).sum(-1) + (p * np.abs(r - k[:, None])).sum(-1)
-    return kl, sens
-
-
-def float32_floor(model, sens: np.ndarray) -> np.ndarray:
-    """|KL₃₂ − KL| ≤ δ·S + 2δ² + 1e-13 per (example, edge), derived here:
-
-    * δ bounds the float32 rounding of a logit b_v = w_v·h. Its scale is ‖h‖·max‖w_v‖ ≥ |b_v|
-      (Cauchy–Schwarz), ‖h‖ ≤ √D·max|γ| + ‖β‖ (final LayerNorm, ‖normalised x‖ ≤ √D); each
-      of the L blocks and the unembedding adds a few eps of that scale (LayerNorm
-      renormalises, so errors add rather than compound): δ = 4·(L + 1)·eps₃₂·scale (measured
-      ≤ 3.1·eps₃₂·scale on these models, so a 5× margin);
-    * to first order KL moves by δ·S (∂KL/∂b = q − p, ∂KL/∂a = p ⊙ (log p/q − KL)), and where
-      P = Q by ½·Var_p(α − β) ≤ 2δ²; 1e-13 covers both sides' float64 summation."""
-    ln, w = model.ln_f, model.wte.weight.detach().double()
-    gamma, beta = ln.weight.detach().double(), ln.bias.detach().double()
-    h_norm = model.cfg.d_model**0.5 * gamma.abs().max() + beta.norm()
-    scale = float(h_norm * w.norm(dim=-1).max())
-    delta = 4 * (model.cfg.n_layer + 1) * np.finfo(np.float32).eps * scale
-    return delta * sens + 2 * delta**2 + 1e-13
-
-
-def assert_exact(fast: np.ndarray, ref: np.ndarray) -> None:
-    """Relative error ≤ 1e-3 where the reference KL ≥ 1e-9, absolute ≤ 1e-12 below."""
-    big = ref >= 1e-9
-    np.testing.assert_array_less(np.abs(fast - ref)[big], 1e-3 * ref[big])
-    np.testing.assert_array_less(np.abs(fast - ref)[~big], 1e-12)
+from tests.helpers.examples import TASK_SCHEMA, random_pairs
+from tests.helpers.models import N_VOCAB, multiscreen_model
+from tests.scripts import load_script
 
 
 # --------------------------------------------------------------------------- tests
@@ -172,7 +66,7 @@ def test_edge_counts_at_paper_shape():
 
 @pytest.mark.parametrize("geometry", EDGE_GEOMETRIES)
 def test_engine_equals_the_definition_in_float64_and_float32(geometry):
-    model = zoo_model(geometry)
+    model = edge_model(geometry)
     pairs = random_pairs(4, (5, 7))[:2]
     edges = E.all_edges(model.cfg.n_layer, model.cfg.n_head)
     ref, sens = naive_edge_kl(model, *pairs, edges)
@@ -192,7 +86,7 @@ def test_engine_equals_the_definition_in_float64_and_float32(geometry):
 
 def test_library_naive_engine_equals_the_fast_one():
     # edge_kl_naive (the benchmarks' reference), full forward and resumed
-    model = zoo_model("value384")
+    model = edge_model("value384")
     pairs = random_pairs(4, (5, 7))[:2]
     edges = E.all_edges(3, 4)
     fast = E.edge_kl(model, *pairs, edges)
@@ -204,7 +98,7 @@ def test_library_naive_engine_equals_the_fast_one():
 def test_orthogonal_writer_gives_exactly_zero():
     # all-common-axis: writer (l, h) writes only the coordinates of block h, reader (l', h')
     # reads only block h': for h != h' the patched input equals the clean one exactly.
-    model = zoo_model("all-common-axis", dtype=torch.float32)
+    model = edge_model("all-common-axis", dtype=torch.float32)
     pairs = random_pairs(4, (6,))[:2]
     edges = E.all_edges(3, 4)
     kl = E.edge_kl(model, *pairs, edges)
@@ -244,7 +138,7 @@ def test_table7_examples_are_the_first_of_each_condition_in_canonical_order():
 
 
 def test_stage_uses_the_first_per_condition_and_records_them(tmp_path):
-    model = zoo_model("learned", dtype=torch.float32)
+    model = edge_model("learned", dtype=torch.float32)
     vocab = np.arange(N_VOCAB, dtype=np.int64) * 7 + 100  # model id i <-> GPT-2 id vocab[i]
     save_checkpoint(tmp_path / "m.safetensors", model, vocab)
     write_json(

@@ -13,21 +13,13 @@ from matplotlib.patches import Circle
 from scipy.stats import spearmanr
 
 from headgeom.io import write_parquet
-from headgeom.paper.figures import (
-    figure1,
-    figure1_data,
-    figure3,
-    figure3_data,
-    figure4,
-    figure4_data,
-    figure4_spearman,
-    figure5,
-    figure5_data,
-    figure7,
-    figure7_data,
-    pk_heatmap_matrix,
-)
+from headgeom.paper.alignment import figure7, figure7_data
+from headgeom.paper.concentration import figure3, figure3_data
+from headgeom.paper.lanes import figure5, figure5_data
+from headgeom.paper.loss import figure4, figure4_data, figure4_spearman
+from headgeom.paper.setup import figure1, figure1_data, pk_heatmap_matrix
 from make_figure import main as make_figure_main
+from tests.helpers.results import train_log_s as train_log
 
 N_LAYER, N_HEAD, D_HEAD = 3, 2, 4
 
@@ -170,19 +162,6 @@ def write_rows(path, rows: list[dict]) -> str:
     frame = pd.DataFrame(rows)
     schema = pa.Schema.from_pandas(frame, preserve_index=False).remove_metadata()
     write_parquet(path, frame, schema)
-    return str(path)
-
-
-def train_log(path, model: str, geometry: str, seed: int = 42) -> str:
-    cfg = {
-        "model_name": model,
-        "seed": seed,
-        "corpus": "S",
-        "model": {"geometry": geometry, "n_layer": 3, "n_head": 4},
-    }
-    schema = pa.schema([("step", pa.int64())])
-    meta = {"config": cfg, "n_params": 1, "val_loss_nats": 3.5}
-    write_parquet(path, pd.DataFrame({"step": [1]}), schema, meta)
     return str(path)
 
 
@@ -491,7 +470,7 @@ def test_make_figure_writes_png_svg_csv_and_sources(
 
 
 def test_coordinate_shares_curve_is_the_cumulative_share_in_validation_order(tmp_path):
-    from headgeom.paper.figures import coordinate_shares, coordinate_shares_data
+    from headgeom.paper.coordinates import coordinate_shares, coordinate_shares_data
 
     # 4 directions, validation ranks 2, 1, 4, 3; evaluation drops 0.5, 1.0, -0.5, 0.5
     # (Σ positive = 2.0): in rank order 1.0, 0.5, 0.5, -0.5 → cumulative .5, .75, 1.0, .75

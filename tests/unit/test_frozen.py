@@ -9,9 +9,9 @@ import torch
 from headgeom.model import registry
 from headgeom.model.checkpoint import load_checkpoint, save_checkpoint
 from headgeom.model.frozen import FrozenBufferError, check_frozen_buffers
-from headgeom.training.config import TrainConfig
+from headgeom.run_config import TrainConfig
 from headgeom.training.loop import train
-from tests.unit.test_zoo import GPT_GEOMETRIES, V_TINY, tiny_model
+from tests.helpers.models import GPT_GEOMETRIES, V_TINY, tiny_model
 
 FROZEN = [g for g in GPT_GEOMETRIES if not registry.is_baseline(g)]
 

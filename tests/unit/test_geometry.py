@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from headgeom import checks
-from headgeom.analysis.subspace import projection_kernel, shared_dimensions
 from headgeom.hashing import canonical_json, content_hash
 from headgeom.model.kerdock import (
     PRIMITIVE_POLYNOMIALS,
@@ -36,6 +35,7 @@ from headgeom.model.kerdock import (
     walsh_magnitudes,
     walsh_transform,
 )
+from headgeom.subspace import projection_kernel, shared_dimensions
 
 PAPER_PAIRS_64 = [(2 * k, 2 * k + 1) for k in range(12)]  # docs §5.5 item 5, verbatim
 PAPER_PAIRS_16 = [(12, 16), (13, 17), (14, 18), (15, 19), (8, 20), (9, 21), (10, 22), (11, 23)]

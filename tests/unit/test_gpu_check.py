@@ -210,17 +210,17 @@ def test_projection_counts_the_paper_dag(dry_run):
     # timelines), 5 leakage runs × 3 tasks, 4 timeline steps × 2 timeline runs (SVA)
     runs = study.runs
     assert sec["runs"] == len(runs) == 21
-    assert rows["clamps"]["jobs"] == len(study.clamp_runs("all")) == 12
+    assert rows["clamps"]["jobs"] == len(study.run_set("clamps")) == 12
     assert rows["train"]["jobs"] + rows["train_timeline"]["jobs"] == len(runs)
-    assert rows["train_timeline"]["jobs"] == len(study.dynamics_runs("timeline")) == 2
-    assert rows["leakage"]["jobs"] == 3 * len(study.leakage_runs) == 15
+    assert rows["train_timeline"]["jobs"] == len(study.run_set("dynamics_timeline")) == 2
+    assert rows["leakage"]["jobs"] == 3 * len(study.run_set("leakage")) == 15
     assert rows["patch_heads"]["jobs"] == rows["concentration"]["jobs"] == 3 * len(runs)
     assert rows["patch_step"]["jobs"] == 2 * len(study.timeline_steps) == 8
-    assert rows["edges"]["jobs"] == len(study.edge_runs) == 15
-    assert rows["acdc"]["jobs"] == len(study.acdc_runs) == 1
-    assert rows["coordinates"]["jobs"] == len(study.coordinate_runs) == 13
+    assert rows["edges"]["jobs"] == len(study.run_set("edges")) == 15
+    assert rows["acdc"]["jobs"] == len(study.run_set("acdc")) == 1
+    assert rows["coordinates"]["jobs"] == len(study.run_set("coordinates")) == 13
     assert rows["dynamics"]["jobs"] == 2
-    assert rows["scalar_ablation"]["jobs"] == len(study.dynamics_runs("ablation")) == 5
+    assert rows["scalar_ablation"]["jobs"] == len(study.run_set("dynamics_ablation")) == 5
     # the paper's DAG: the rehearsal's, with 3 more timeline steps (4, not 1) in 5 step rules
     # and the analyses on all their runs (the rehearsal: one run of each family)
     analyses = {"clamps": 12, "edges": 15, "leakage": 15, "scalar_ablation": 5, "coordinates": 13}
@@ -326,7 +326,7 @@ def test_each_rule_runs_on_its_resources_device(tmp_path, monkeypatch):
     leak = rows["leakage"]
     assert leak["rate_source"] == "GPU measured in this run"
     assert leak["seconds"] == pytest.approx(
-        per_model_seconds(study_of(PAPER_CONFIG).leakage_runs, 3 * 240 / 4.0)
+        per_model_seconds(study_of(PAPER_CONFIG).run_set("leakage"), 3 * 240 / 4.0)
     )
     assert rows["clamps"]["rate_source"] == "GPU, not measured here"  # path cases only
     # edges: the paper's float64 is not what the section measured (float32)

@@ -18,32 +18,14 @@ from safetensors.torch import load_file
 from headgeom.analysis.patching import patch_all_heads_fast
 from headgeom.model.importing import ModelImportError, import_hf_gpt2, import_model
 from headgeom.model.interop import export_hf
+from tests.helpers.hf import save_tiny
+from tests.helpers.models import learned_model
 from tests.tolerances import largest, peer_patch_tolerance, peer_tolerance
-from tests.unit.test_interop import learned_model
-from tests.weights import large_random_weights
 
 transformers = pytest.importorskip("transformers", reason="transformers is a [dev] extra")
 transformer_lens = pytest.importorskip("transformer_lens", reason="a [dev] extra")
 
 V = 50257
-
-
-def tiny_gpt2(seed: int = 0):
-    """A random GPT2LMHeadModel (2 layers, 2 heads, D = 16) with large weights."""
-    torch.manual_seed(seed)
-    cfg = transformers.GPT2Config(
-        n_layer=2, n_head=2, n_embd=16, vocab_size=V, n_positions=64,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-    )  # fmt: skip
-    hf = transformers.GPT2LMHeadModel(cfg)
-    large_random_weights(hf)
-    return hf.eval()
-
-
-def save_tiny(path, seed: int = 0, **kwargs):
-    hf = tiny_gpt2(seed)
-    hf.save_pretrained(path, safe_serialization=True, **kwargs)
-    return hf
 
 
 def examples(n: int, T: int, seed: int = 1):

@@ -21,32 +21,20 @@ from safetensors.torch import save_file
 
 from headgeom.analysis.patching import patch_all_heads_fast
 from headgeom.analysis.tolerance import rounding_tolerance
-from headgeom.model.config import ModelConfig
 from headgeom.model.gpt import GPT
 from headgeom.model.importing import (
     ModelImportError,
     import_hf_gpt2,
     import_inputs,
     import_model,
-    import_run,
 )
 from headgeom.model.importing_tl import TL_CONVERSION_VERSION
 from headgeom.model.interop import export_hf, tl_state_dict
+from headgeom.training.import_job import import_run
+from tests.helpers.models import learned_model
 from tests.tolerances import largest
-from tests.weights import large_random_weights
 
 N_VOCAB, L, H, D, DH, M, CTX = 40, 3, 4, 32, 8, 64, 16
-
-
-def learned_model(seed: int = 0) -> GPT:
-    """A tiny learned GPT with large random weights (every head and LayerNorm matters)."""
-    torch.manual_seed(seed)
-    cfg = ModelConfig(
-        n_vocab=N_VOCAB, n_ctx=CTX, n_layer=L, n_head=H, d_model=D, d_head=DH, d_mlp=M
-    )
-    model = GPT(cfg)
-    large_random_weights(model)
-    return model.eval()
 
 
 def tl_dir(path, state, config=None):

@@ -20,13 +20,13 @@ from headgeom.model.checkpoint import save_checkpoint
 from headgeom.model.config import ModelConfig
 from headgeom.model.gpt import GPT
 from headgeom.model.interop import export_hf, require_learned, to_transformer_lens
+from tests.helpers.models import LEARNED_VOCAB as N_VOCAB
+from tests.helpers.models import learned_model
 from tests.scripts import load_script
 from tests.tolerances import largest, peer_patch_tolerance, peer_tolerance
 
 transformers = pytest.importorskip("transformers", reason="transformers is a [dev] extra")
 transformer_lens = pytest.importorskip("transformer_lens", reason="a [dev] extra (benchmark)")
-
-from tests.unit.test_importing_tl import N_VOCAB, learned_model  # noqa: E402
 
 
 def pairs(n: int, T: int, seed: int = 1):

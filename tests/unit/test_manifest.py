@@ -25,7 +25,7 @@ from headgeom.hashing import (
 from headgeom.io import read_json, read_parquet_metadata
 from headgeom.manifest import LineageError, corpus_data_record, final_manifest
 from headgeom.model.checkpoint import load_checkpoint, load_verified
-from headgeom.training.config import parse_run_config
+from headgeom.run_config import parse_run_config
 from tests.scripts import load_script
 
 tokenize_corpus = load_script("tokenize_corpus")

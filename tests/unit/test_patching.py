@@ -14,10 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from headgeom.analysis.batching import length_batches
 from headgeom.analysis.leakage import C8_STAGES
 from headgeom.analysis.patching import (
     delta_patch_layer,
-    length_batches,
     logit_difference,
     patch_all_heads,
     patch_perturbations,

@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 import torch
 
+from headgeom.analysis.batching import first_difference, length_batches
 from headgeom.analysis.patching import (
     attribution_patch,
-    first_difference,
-    length_batches,
     logit_difference,
     patch_all_heads,
     patch_all_heads_fast,
@@ -22,63 +21,11 @@ from headgeom.analysis.patching import (
     supports_prefix_reuse,
 )
 from headgeom.analysis.tolerance import rounding_tolerance
-from headgeom.model import registry, zoo
+from headgeom.model import registry
 from headgeom.model.gpt import site
-from headgeom.model.multiscreen import MultiscreenConfig
+from tests.helpers.examples import random_pairs
+from tests.helpers.models import N_VOCAB, multiscreen_model, zoo_model
 from tests.tolerances import patch_tolerance
-
-TINY = dict(n_layer=3, n_head=4, d_model=16, d_head=4, d_mlp=24, n_ctx=16)
-TINY_ROUTED = dict(n_layer=3, n_head=3, d_model=24, d_head=8, d_mlp=24, n_ctx=16)
-N_VOCAB = 29
-
-
-def perturbed(model: torch.nn.Module, seed: int) -> torch.nn.Module:
-    """Random trainable weights large enough that every head moves the answer."""
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() == 0:
-                continue
-            noise = torch.randn(p.shape, generator=gen)
-            if "ln" in name and name.endswith("weight"):
-                p.copy_(1.0 + 0.3 * noise)
-            elif name.startswith(("wte", "wpe")):
-                p.copy_(noise)
-            else:
-                p.copy_(0.3 * noise)
-    return model.eval()
-
-
-def zoo_model(geometry: str, seed: int = 0) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    arch = TINY_ROUTED if geometry.startswith("write-routed") else TINY
-    model = registry.build_model(zoo.derive_model_config(geometry, arch, {}), N_VOCAB)
-    return perturbed(model, seed)
-
-
-def multiscreen_model(geometry: str, seed: int = 0) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    cfg = MultiscreenConfig(
-        n_vocab=N_VOCAB, n_ctx=24, n_layer=3, n_head=4, d_model=32, d_head=8, d_key=4,
-        geometry=geometry, window_init_max=8.0, mipe_threshold=16.0,
-    )  # fmt: skip
-    return registry.build_model(cfg.to_dict()).eval()
-
-
-def random_pairs(n: int, lengths: tuple[int, ...], seed: int = 1):
-    rng = np.random.default_rng(seed)
-    clean, ref = [], []
-    for i in range(n):
-        T = lengths[i % len(lengths)]
-        x = rng.integers(0, N_VOCAB, T)
-        y = x.copy()
-        t = int(rng.integers(0, T - 1))
-        y[t] = (x[t] + 1 + rng.integers(0, N_VOCAB - 1)) % N_VOCAB
-        clean.append(x)
-        ref.append(y)
-    correct = rng.integers(0, N_VOCAB, n)
-    incorrect = (correct + 1 + rng.integers(0, N_VOCAB - 1, n)) % N_VOCAB
-    return clean, ref, correct, incorrect
 
 
 def assert_same(model, pairs, batch_size=4, **fast_kwargs):

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from headgeom import datafile
+from headgeom import datafile, selections
 from headgeom.model import zoo
-from headgeom.paper import comparison, recipes, references, selections, tables
+from headgeom.paper import comparison, dynamics, edges, recipes, references
+from headgeom.paper.coordinates import coordinates_paper
 
 FIGURE4 = [slot[0] for slot in selections.PAPER_SELECTIONS["figure4"]]
 
@@ -67,7 +68,7 @@ def table_paper_texts() -> set[str]:
     a table asks for by id) that are distinctive: a range, a share or a ratio ("0.79–0.89",
     "52%", "20 / 2 of 75"), not a bare number that other text could hold (§10.4)."""
     ids = [e.id for e in (*references.references(), *references.printed()) if e.id]
-    texts = {references.text(i) for i in ids} | set(tables.coordinates_paper().values())
+    texts = {references.text(i) for i in ids} | set(coordinates_paper().values())
     return {t for t in texts if len(t) > 2 and any(c in t for c in "–%/≈")}
 
 
@@ -94,10 +95,10 @@ def test_the_tables_paper_values_are_no_literals_in_src():
         for r in comparison.REFERENCES
         if r.recipe == "coordinate_share"
     }
-    assert coordinates == tables.coordinates_paper() and len(coordinates) == 8
-    assert tables._paper("vgrad_early", "write-rotated") == "77–78% (step 256)"
-    assert tables._paper("tau_same", "write-rotated") == "0.04–0.05"
-    assert tables._paper("tau_same", "learned") == "—"
+    assert coordinates == coordinates_paper() and len(coordinates) == 8
+    assert dynamics._paper("vgrad_early", "write-rotated") == "77–78% (step 256)"
+    assert dynamics._paper("tau_same", "write-rotated") == "0.04–0.05"
+    assert dynamics._paper("tau_same", "learned") == "—"
 
 
 def test_check_c16_reads_the_comparisons_n_eff():
@@ -107,7 +108,7 @@ def test_check_c16_reads_the_comparisons_n_eff():
         if r.id and r.id.startswith("neff.")
     }
     assert len(n_eff) == 15
-    from headgeom.checks import paper_figure4_n_eff
+    from headgeom.paper.cross_run_checks import paper_figure4_n_eff
 
     figure4 = paper_figure4_n_eff()
     assert list(figure4) == FIGURE4 and len(FIGURE4) == 9
@@ -129,9 +130,9 @@ def test_every_record_has_a_recipe_and_every_recipe_is_used():
         )
         assert ref.kinds == recipes.RECIPES[ref.recipe].kinds({"kind": ref.args.get("kind")})
     # every record the tables and check C16 ask for exists, and every printed record is asked
-    asked = {i for g in tables.DYNAMICS_PAPER.values() for i in g.values()}
-    asked |= {i for group in tables.TABLE7_PAPER.values() for i in group if i}
-    asked |= set(tables.ACDC_PAPER.values()) | {"interaction.over_20_50"}
+    asked = {i for g in dynamics.DYNAMICS_PAPER.values() for i in g.values()}
+    asked |= {i for group in edges.TABLE7_PAPER.values() for i in group if i}
+    asked |= set(edges.ACDC_PAPER.values()) | {"interaction.over_20_50"}
     asked |= {f"neff.{g}.S.{t}" for g in FIGURE4 for t in recipes.TASKS}
     for i in asked:
         references.entry(i)

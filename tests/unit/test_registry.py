@@ -270,7 +270,10 @@ def test_the_model_package_imports_without_cycles():
         visit(module, ())
 
 
-REGISTRY_FILES = {"src/headgeom/model/registry.py", "src/headgeom/model/geometries.py"}
+#: Where geometry names may stand as data: the registry, and the run-set table's defaults
+#: (the paper's geometries of each analysis, declared once there).
+REGISTRY_FILES = {"src/headgeom/model/registry.py", "src/headgeom/model/geometries.py",
+                  "src/headgeom/model/facts.py", "src/headgeom/run_sets.py"}  # fmt: skip
 NAMES = set(ALL) | set(registry.ARCHITECTURES) | {registry.geometry(g).stored_geometry for g in ALL}
 _PROBED = re.compile(r"reader|writer|cfg|config|model|block|attn")
 _MODEL_ATTRIBUTES = {
@@ -324,3 +327,21 @@ def test_no_name_is_compared_and_no_reader_is_probed_outside_the_registry():
         if sites := _name_sites(path):
             offenders[rel] = sites
     assert not offenders
+
+
+def test_every_geometry_has_its_facts_and_the_registry_reads_them():
+    from headgeom.model import facts
+
+    assert list(facts.FACTS) == list(registry.GEOMETRIES)  # one name list, schema order
+    for name, record in registry.GEOMETRIES.items():
+        known = facts.facts(name)
+        assert (record.architecture, record.reader, record.shared_ln1) == (
+            known.architecture, known.reader, known.shared_ln1
+        )  # fmt: skip
+        assert registry.reader_kind(name) == known.reader
+        # a block reader reads one fixed block: never behind a shared LN_1 (docs §4.3.1)
+        assert not (known.reader == facts.BLOCK and known.shared_ln1)
+    assert [n for n in facts.FACTS if facts.is_baseline(n)] == ["learned"]
+    assert [n for n in facts.FACTS if facts.has_gpt2_form(n)] == ["learned"]
+    with pytest.raises(ValueError, match="unknown geometry 'lerned'; known: .*'learned'"):
+        facts.facts("lerned")

@@ -35,15 +35,15 @@ OTHER = {("study",), ("resources",), ("corpus", "source"), ("corpus", "dataset")
 # Run sets the rehearsal may shrink, to one run of each architecture family the paper's set
 # serves (test_rehearsal_analyses_cover_every_family_of_the_papers).
 RUN_SETS = {
-    ("leakage", "models"): lambda s: s.leakage_runs,
-    ("clamps", "pairs_models"): lambda s: s.clamp_runs("pairs"),
-    ("clamps", "figure8_models"): lambda s: s.clamp_runs("figure8"),
-    ("clamps", "both_orders_models"): lambda s: s.clamp_runs("both_orders"),
-    ("clamps", "lumped_models"): lambda s: s.clamp_runs("lumped"),
-    ("dynamics", "ablation_models"): lambda s: s.dynamics_runs("ablation"),
-    ("edges", "models"): lambda s: s.edge_runs,
-    ("coordinates", "models"): lambda s: s.coordinate_runs,
-    ("coordinates", "first_seeds"): lambda s: s.coordinate_runs,
+    ("leakage", "models"): lambda s: s.run_set("leakage"),
+    ("clamps", "pairs_models"): lambda s: s.run_set("clamp_pairs"),
+    ("clamps", "figure8_models"): lambda s: s.run_set("clamp_figure8"),
+    ("clamps", "both_orders_models"): lambda s: s.run_set("clamp_both_orders"),
+    ("clamps", "lumped_models"): lambda s: s.run_set("clamp_lumped"),
+    ("dynamics", "ablation_models"): lambda s: s.run_set("dynamics_ablation"),
+    ("edges", "models"): lambda s: s.run_set("edges"),
+    ("coordinates", "models"): lambda s: s.run_set("coordinates"),
+    ("coordinates", "first_seeds"): lambda s: s.run_set("coordinates"),
 }
 
 
@@ -154,11 +154,12 @@ def test_rehearsal_analyses_cover_every_family_of_the_papers():
         ours, theirs = runs_of(rehearsal), runs_of(paper)
         assert set(ours) <= set(theirs), path  # a subset of the paper's runs
         assert families(rehearsal, ours) == families(paper, theirs), path
-    assert families(paper, paper.edge_runs) == {
+    assert families(paper, paper.run_set("edges")) == {
         "GPT", "block readers", "16-head", "value adapter"
     }  # fmt: skip
 
 
+@pytest.mark.e2e  # a Snakemake subprocess
 def test_rehearsal_dag_has_every_rule_of_the_papers(tmp_path):
     def jobs(name, config):
         work = make_workdir(tmp_path / name, config)

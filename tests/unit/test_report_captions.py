@@ -1,5 +1,6 @@
 """Every paper table and figure has its own caption in the snakemake report (the
-requirement: "every table and figure has a current caption"), not the generic fallback."""
+requirement: "every table and figure has a current caption"), not the generic fallback; the
+caption files are written from the records (headgeom.paper.record_files) and are current."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from headgeom.paper import selections
+from headgeom.paper import outputs, record_files
 
 REPORT = Path(__file__).resolve().parents[2] / "workflow" / "report"
 
@@ -21,7 +22,7 @@ def captions(kind: str) -> dict[str, str]:
 
 @pytest.mark.parametrize(
     "kind, names",
-    [("tables", selections.PAPER_TABLES), ("figures", selections.PAPER_FIGURES)],
+    [("tables", outputs.TABLE_JOBS), ("figures", tuple(outputs.FIGURES))],
 )
 def test_every_output_has_its_own_caption(kind, names):
     about = captions(kind)
@@ -33,6 +34,28 @@ def test_every_output_has_its_own_caption(kind, names):
 
 
 def test_document_tables_have_caption_files():
-    for table in selections.DOCUMENT_TABLES:
+    for table in outputs.DOCUMENT_TABLES:
         path = REPORT / "document" / f"{table}.rst"
         assert path.is_file() and len(path.read_text().strip()) > 40, path
+
+
+def test_the_files_written_from_the_records_are_current(tmp_path):
+    assert record_files.main(["--check"]) == 0, "run: python -m headgeom.paper.record_files"
+    written = record_files.written_files()
+    report = record_files.ROOT / "workflow" / "report"
+    assert outputs.TABLES["table7"].caption in written[report / "tables.rst"]
+    assert outputs.TABLES["table4"].caption in written[report / "document" / "table4.rst"]
+    map_md = written[record_files.ROOT / "docs" / "map.md"]
+    assert "| table7 (table) | App. B | `make_table` | `paper.edges.table7` |" in map_md
+    assert "acdc → `edges/{model}/s{seed}/acdc.parquet` (acdc)" in map_md
+    # a copy of the repository's files: stale after an edit, current once written
+    for path in (*written, record_files.ROOT / "workflow" / "rules" / "common.smk"):
+        copy = tmp_path / path.relative_to(record_files.ROOT)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(path.read_text())
+    (tmp_path / "workflow" / "report" / "tables.rst").write_text("old")
+    (tmp_path / "workflow" / "report" / "document" / "gone.rst").write_text("no output's")
+    assert record_files.main(["--root", str(tmp_path), "--check"]) == 1
+    assert record_files.main(["--root", str(tmp_path)]) == 0
+    assert record_files.main(["--root", str(tmp_path), "--check"]) == 0
+    assert not (tmp_path / "workflow" / "report" / "document" / "gone.rst").exists()

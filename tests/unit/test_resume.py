@@ -24,10 +24,13 @@ from headgeom.data.corpus import compact, read_tokens, read_vocab, token_bytes_s
 from headgeom.hashing import sha256_file
 from headgeom.io import read_json, write_json, write_parquet
 from headgeom.model.checkpoint import load_checkpoint, save_checkpoint
-from headgeom.training.config import parse_run_config
+from headgeom.run_config import parse_run_config
 from headgeom.training.loop import initial_model, validation_loss
 from headgeom.training.state import ResumeMismatchError, read_resume_record
 from tests.scripts import SRC, load_script
+
+#: training runs in subprocesses (SIGKILLed and restarted): the e2e tier
+pytestmark = pytest.mark.e2e
 
 train_script = load_script("train")
 

@@ -11,9 +11,16 @@ from pathlib import Path
 import pytest
 import yaml
 
+from headgeom.paper.outputs import record
+from headgeom.paper.plan import PaperPlan
 from headgeom.study import Study, StudyConfigError
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+def models_of(runs) -> list[str]:
+    """The models of a run set, each once, in run order."""
+    return list(dict.fromkeys(m for m, _ in runs))
 
 
 def load(name: str) -> dict:
@@ -56,33 +63,34 @@ def test_demo_config_loads_with_the_schema_defaults():
     assert study.stage("training")["precision"] == "auto"
     assert study.task_config("sva") == {"seed": 101, "prepend_eot": False}
     assert study.config["resources"] == {}
-    # every paper table and figure has its models in the demo
-    assert study.tables == [
-        *("table2", "table3", "table5", "table6", "lanes", "leakage"),
-        *("clamps", "lane_heads"),  # docs §13.3, §15.3
-        *("dynamics", "scalar_ablation"),  # docs §13.4, §14.4, §14.5
-        *("ablation_atlas", "ablation_modes"),  # docs §10.6
-        "table7",  # docs §15.1
-        "coordinates",  # docs §15.2
+    # every paper table and figure has its models in the demo, in the paper's section order
+    assert PaperPlan(study).tables == [
+        *("table2", "table5"),  # §4
+        "leakage",  # §5.1
+        *("table3", "table6", "ablation_atlas", "ablation_modes"),  # §5.2, docs §10.6
+        *("lanes", "lane_heads", "clamps", "dynamics"),  # §5.3, docs §13.3–13.4, §15.3
+        "scalar_ablation",  # §5.4, docs §14.5
+        *("table7", "coordinates"),  # App. B, docs §15.1–15.2
     ]
-    assert study.figures == [
-        *("figure1", "figure2", "figure3", "figure4", "figure5", "figure6de", "figure7"),
-        "figure8",
-        "figure6abc",  # docs §13.2, §14.2
-        "ablation_atlas",  # docs §10.6
-        "coordinate_shares",  # docs §15.2
+    assert PaperPlan(study).figures == [
+        "figure1",  # §4
+        "figure2",  # §5.1
+        *("figure3", "figure4", "ablation_atlas"),  # §5.2
+        *("figure5", "figure6de", "figure6abc"),  # §5.3
+        "figure7",  # §5.4
+        *("figure8", "coordinate_shares"),  # App. B
     ]
 
 
 def test_demo_analyses():
     study = Study.from_config(load("config"))
     # paper §5.1: the demo measures leakage in its learned and write-common-axis seeds (4 runs)
-    assert study.leakage_models == ["learned", "write-common-axis"]
-    assert len(study.leakage_runs) == 4
+    assert models_of(study.run_set("leakage")) == ["learned", "write-common-axis"]
+    assert len(study.run_set("leakage")) == 4
     # without leakage.models: every model with free readers behind a shared LN_1
     config = load("config")
     del config["leakage"]["models"]
-    assert Study.from_config(config).leakage_models == [
+    assert models_of(Study.from_config(config).run_set("leakage")) == [
         "learned",
         "write-common-axis",
         "write-rotated",
@@ -108,13 +116,13 @@ def test_demo_analyses():
         *(f"c/step{s}.safetensors" for s in steps),
         *(f"c/step{s}.manifest.json" for s in steps),
     ]
-    assert study.paper_inputs("figure4") == {"loss": ("loss", None)}
-    assert study.paper_inputs("lanes") == {
+    assert PaperPlan(study).paper_inputs("figure4", "figure") == {"loss": ("loss", None)}
+    assert PaperPlan(study).paper_inputs("lanes") == {
         "runs": ("train_log", study.runs),
         "lanes": ("lanes", study.runs),
     }
-    assert study.figure_models("figure4") == study.loss_models
-    assert study.figure_models("figure3") == []
+    assert PaperPlan(study).figure_models("figure4") == study.loss_models
+    assert PaperPlan(study).figure_models("figure3") == []
 
 
 def test_paper_config_loads():
@@ -125,13 +133,14 @@ def test_paper_config_loads():
     assert study.corpora["S"]["source"] == "fineweb"  # the source keys go to every corpus
     assert study.vocab_corpus is None  # the full GPT-2 vocabulary
     assert study.model_corpus("learned-s") == "S"
-    assert study.leakage_models == ["learned-r", "learned-s", "write-common-axis"]
+    assert models_of(study.run_set("leakage")) == ["learned-r", "learned-s", "write-common-axis"]
     cfg = study.train_config("learned-r", "42")
     assert cfg["seed"] == 42 and cfg["repository_name"] == "plain-learned42"
     assert cfg["corpus"] == "R" and cfg["display_name"] == "learned"
     assert "repository_name" in study.train_config("learned-r", 43)
-    assert len(study.selection("table3")) == 7  # the corpus-S models of Table 3
-    assert study.paper_inputs("table3")["robustness"] == ("robustness", study.selection("table3"))
+    table3 = PaperPlan(study).selection(record("table", "table3"))
+    assert len(table3) == 7  # the corpus-S models of Table 3
+    assert PaperPlan(study).paper_inputs("table3")["robustness"] == ("robustness", table3)
     # 4H/3 = 16 heads: head indices are not the paper's lanes (docs §10.3)
     assert study.index_meaningful("learned-r") and not study.index_meaningful("write-routed-a")
     models = study.concentration_models()
@@ -308,23 +317,23 @@ def test_a_geometry_impossible_at_the_size_fails_at_load(micro):
 # ----------------------------------------------------------------------- clamps (docs §13.3, §15.3)
 def test_clamp_runs_defaults_and_explicit_entries():
     study = Study.from_config(load("config"))
-    assert study.clamp_runs("pairs") == [
+    assert study.run_set("clamp_pairs") == [
         ("learned", 42), ("learned", 43), ("write-common-axis", 42), ("write-common-axis", 43),
         ("write-rotated", 42), ("write-common", 42),  # the paper's common42 too (dynamics)
     ]  # fmt: skip
-    assert study.clamp_runs("lumped") == [("all-common-axis", 42)]
+    assert study.run_set("clamp_lumped") == [("all-common-axis", 42)]
     # Figure 8: one run per slot geometry, first seed
-    assert [m for m, _ in study.clamp_runs("figure8")] == [
+    assert [m for m, _ in study.run_set("clamp_figure8")] == [
         "learned", "write-rotated", "all-common-axis", "all-rotated", "all-rotated-self"
     ]  # fmt: skip
-    assert study.selection("figure6de") == study.clamp_runs("pairs")
+    assert PaperPlan(study).selection(record("figure", "figure6de")) == study.run_set("clamp_pairs")
     paper = Study.from_config(load("paper"))
-    assert paper.clamp_runs("pairs") == [
+    assert paper.run_set("clamp_pairs") == [
         ("learned-r", 42), ("learned-s", 42), ("write-common-axis", 42), ("write-common", 42),
         ("write-rotated-r", 42),
     ]  # fmt: skip
-    assert len(paper.clamp_runs("both_orders")) == 5  # the five runs of docs §11.1
-    assert paper.clamp_runs("lumped") == [("all-common-axis", 42)]
+    assert len(paper.run_set("clamp_both_orders")) == 5  # the five runs of docs §11.1
+    assert paper.run_set("clamp_lumped") == [("all-common-axis", 42)]
 
 
 def test_clamp_runs_refuse_unknown_models_and_seeds():
@@ -393,8 +402,11 @@ def test_an_imported_model_that_is_not_there_or_not_gpt2_is_named(tmp_path):
 # ----------------------------------------------------------------------- dynamics (docs §13.2–14.5)
 def test_demo_dynamics_runs_and_steps():
     study = Study.from_config(load("config"))
-    assert study.dynamics_runs("timeline") == [("write-common", 42)]
-    assert study.dynamics_runs("ablation") == [("write-common-axis", 42), ("write-common-axis", 43)]
+    assert study.run_set("dynamics_timeline") == [("write-common", 42)]
+    assert study.run_set("dynamics_ablation") == [
+        ("write-common-axis", 42),
+        ("write-common-axis", 43),
+    ]
     assert study.checkpoint_steps == [0, 8, 32, 128, 512]
     assert study.timeline_steps == [32, 128, 512]
     assert study.dynamics_checkpoint_steps == [0, 8, 32, 128, 512]
@@ -406,8 +418,8 @@ def test_demo_dynamics_runs_and_steps():
 def test_paper_dynamics_defaults_are_the_papers_models():
     study = Study.from_config(load("paper"))
     # docs §13.2: common42 and layered42 (corpus R); §14.5: the five identity-type models
-    assert study.dynamics_runs("timeline") == [("write-common", 42), ("write-rotated-r", 42)]
-    ablation = [study.repository_name(m, s) for m, s in study.dynamics_runs("ablation")]
+    assert study.run_set("dynamics_timeline") == [("write-common", 42), ("write-rotated-r", 42)]
+    ablation = [study.repository_name(m, s) for m, s in study.run_set("dynamics_ablation")]
     assert ablation == [
         "plain-identity42",
         "plain-identity43",

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from headgeom.analysis.leakage import directional_leakage, isotropic_expectation, leakage_to_readers
-from headgeom.analysis.subspace import (
+from headgeom.subspace import (
     centering_projector,
     folded_block_read_basis,
     folded_read_basis,

@@ -7,43 +7,14 @@ import re
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pytest
 
-from headgeom.io import write_parquet
-from headgeom.paper.tables import (
-    BUILDERS,
-    decomposition_cell,
-    fixed,
-    format_p,
-    latex_escape,
-    table2,
-    table3,
-    table5,
-    table6,
-)
+from headgeom.paper.concentration import decomposition_cell, table3, table6
+from headgeom.paper.outputs import TABLES
+from headgeom.paper.render import fixed, format_p, latex_escape, value_range
+from headgeom.paper.setup import table2, table5
 from make_table import main as make_table_main
-
-
-def train_log(path, model, geometry, seed, n_params=1000, val_loss=3.5, **cfg_extra):
-    cfg = {
-        "model_name": model,
-        "seed": seed,
-        "model": {"geometry": geometry, "n_layer": 2, "n_head": 2},
-        **cfg_extra,
-    }
-    frame = pd.DataFrame({"step": [1], "loss": [1.0]})
-    schema = pa.schema([("step", pa.int64()), ("loss", pa.float64())])
-    meta = {"config": cfg, "n_params": n_params, "val_loss_nats": val_loss}
-    write_parquet(path, frame, schema, meta)
-    return str(path)
-
-
-def write_rows(path, rows: list[dict]) -> str:
-    frame = pd.DataFrame(rows)
-    schema = pa.Schema.from_pandas(frame, preserve_index=False).remove_metadata()
-    write_parquet(path, frame, schema)
-    return str(path)
+from tests.helpers.results import train_log, write_rows
 
 
 def numbers(text: str) -> list[str]:
@@ -239,7 +210,7 @@ def test_table6_shows_the_papers_rows_in_the_papers_order(tmp_path):
     """docs §6.7: corpus R learned and write-common-axis with their seeds, then the corpus-S
     models; a run of another configuration (write-rotated on R) is only in table6_all_runs,
     and the paper's rows the study lacks are named in the footnote."""
-    from headgeom.paper.document import table6_all_runs
+    from headgeom.paper.concentration import table6_all_runs
 
     specs = [  # config order differs from the paper's
         ("acx", "all-common-axis", 42, "S", "all-common-axis"),
@@ -320,7 +291,7 @@ def test_table1_writes_the_capacity_covariation_from_the_results(tmp_path):
     """docs §12.1 / §20.7: the model–task cases with N_eff below learned (the paper's 10 of
     12: every reader-restricted case but read-common plural and all-common-axis quote) have
     fewer parameters and a higher loss than the others; margins relative to learned's."""
-    from headgeom.paper import document
+    from headgeom.paper import summary
 
     tasks = ["sva", "quote", "plural"]
     runs, summaries, evals = [], [], []
@@ -333,7 +304,7 @@ def test_table1_writes_the_capacity_covariation_from_the_results(tmp_path):
         rows = [eval_rows(model, 42, t, "evaluation", 1.0, m) for t, m in
                 zip(tasks, margins, strict=True)]  # fmt: skip
         evals.append(write_rows(tmp_path / f"{model}.eval.parquet", rows))
-    table = document.table1({"runs": runs, "summaries": summaries, "eval": evals})
+    table = summary.table1({"runs": runs, "summaries": summaries, "eval": evals})
     finding = table.frame.set_index("property").loc["Functional concentration", "finding"]
     # Δ clean margin vs learned, by hand: the 10 cases below learned, sorted, −1.58, −1.28,
     # −0.80, −0.66, −0.56, −0.02, +0.13, +0.17, +0.32, +0.39 (median −0.29); the 5 others
@@ -345,7 +316,7 @@ def test_table1_writes_the_capacity_covariation_from_the_results(tmp_path):
     )
     assert finding.startswith("N_eff 3.6–22.2 over runs × tasks")  # the earlier findings stay
     # without clean margins the finding says nothing about them
-    no_eval = document.table1({"runs": runs, "summaries": summaries})
+    no_eval = summary.table1({"runs": runs, "summaries": summaries})
     text = no_eval.frame.set_index("property").loc["Functional concentration", "finding"]
     assert text.endswith("(the 5 others: 97.50M–116.97M, +0.055 to +0.190)")
 
@@ -489,7 +460,7 @@ def test_tau_is_reported_over_the_papers_steps_only(tmp_path):
     comparison's "all steps" range."""
     from headgeom import results
     from headgeom.paper import comparison
-    from headgeom.paper.tables import dynamics_table
+    from headgeom.paper.dynamics import dynamics_table
 
     steps, adjacent = [256, 1024, 4096, 16384, 65536], [0.2, 0.8, 0.85, 0.87, 0.89]
     tau = pd.DataFrame([{"model": "wc", "seed": 42, "step": s, "is_final": s == 65536,
@@ -519,6 +490,20 @@ def test_tau_is_reported_over_the_papers_steps_only(tmp_path):
     assert ref.compute(c) == pytest.approx((0.8, 0.89))  # not 0.2 at step 256
 
 
+# ----------------------------------------------------------------------------- ranges
+def test_value_range_prints_both_ends_unless_they_print_alike():
+    assert value_range(pd.Series([0.1234, 0.5678, np.nan])) == "0.12–0.57"
+    # ends that print the same are one value, even when they differ below the precision
+    assert value_range(pd.Series([0.121, 0.124])) == "0.12"
+    assert value_range(pd.Series([0.121, 0.126])) == "0.12–0.13"
+    assert value_range(pd.Series([0.05, 0.835]), "{:.0f}", scale=100, unit="%") == "5–84%"
+    assert value_range(pd.Series([0.2, 0.2]), "{:.1f}%", " to ", 100, collapse=False) == (
+        "20.0% to 20.0%"
+    )
+    assert value_range(pd.Series([-0.1, 0.246]), "{:+.3f}", " to ") == "-0.100 to +0.246"
+    assert value_range(pd.Series([np.nan])) == value_range(pd.Series([], dtype=float)) == "—"
+
+
 # ----------------------------------------------------------------------------- LaTeX
 def test_latex_escapes_names_and_paper_symbols():
     assert latex_escape("a_b & 50% #1 {x}") == r"a\_b \& 50\% \#1 \{x\}"
@@ -533,7 +518,7 @@ def test_latex_escapes_names_and_paper_symbols():
 
 @pytest.mark.parametrize("name", ["table3", "table6"])
 def test_latex_prints_the_same_numbers_as_markdown_and_csv(name, table3_inputs, table6_inputs):
-    table = BUILDERS[name](table3_inputs if name == "table3" else table6_inputs)
+    table = TABLES[name].function()(table3_inputs if name == "table3" else table6_inputs)
     tex = table.latex()
     assert tex.count(r"\toprule") == tex.count(r"\bottomrule") == 1
     assert r"\begin{tabular}" in tex and r"\end{table}" in tex
@@ -577,7 +562,7 @@ def test_lane_table_applies_bonferroni_within_model(tmp_path):
         for t, lam, p in [("sva", 0.5, 0.0002), ("quote", 0.3, 0.4), ("plural", 0.2, 0.9)]
     ]
     runs = [train_log(tmp_path / "run.parquet", "learned", "learned", 42)]
-    table = BUILDERS["lanes"]({"runs": runs, "lanes": paths})
+    table = TABLES["lanes"].function()({"runs": runs, "lanes": paths})
     corrected = table.frame.set_index("task")["p_bonferroni"]
     assert corrected["sva"] == pytest.approx(0.0006)
     assert corrected["quote"] == 1.0  # 3 × 0.4 capped at 1
@@ -597,7 +582,7 @@ def test_lane_table_marks_runs_beyond_the_papers_lambda_runs_as_extra(tmp_path):
         row = summary_rows(model, seed, "sva", "discovery", lambda_score=0.2, chance=0.25,
                            p_value=0.5, n_permutations=100)  # fmt: skip
         paths.append(write_rows(tmp_path / f"l{i}.parquet", [row]))
-    table = BUILDERS["lanes"]({"runs": runs, "lanes": paths})
+    table = TABLES["lanes"].function()({"runs": runs, "lanes": paths})
     marked = table.frame.set_index(["model", "seed"])["paper_lambda"].to_dict()
     assert marked == {("learned", 42): True, ("learned", 43): True, ("wca", 42): True,
                       ("wca", 43): False, ("routed", 42): False}  # fmt: skip
@@ -621,7 +606,7 @@ def test_leakage_table_medians_and_spearman(tmp_path):
         for x in ("Q", "V")
         for lk, r in [(0.2, 0.1), (0.4, 0.2), (0.9, 0.3)]
     ]
-    table = BUILDERS["leakage"]({"leakage": [write_rows(tmp_path / "l.parquet", rows)]})
+    table = TABLES["leakage"].function()({"leakage": [write_rows(tmp_path / "l.parquet", rows)]})
     q = table.frame.set_index("read_type").loc["Q"]
     assert q["median_leakage"] == pytest.approx(0.4)
     assert q["median_leakage_over_rho"] == pytest.approx(2.0)
@@ -650,7 +635,7 @@ def test_make_table_writes_md_csv_tex_and_sources(tmp_path, table3_inputs):
 
 
 def test_a_block_with_its_own_header_prints_its_own_column_names():
-    from headgeom.paper.tables import Block, Table
+    from headgeom.paper.render import Block, Table
 
     main = Block(pd.DataFrame({"Model": ["a"], "ρ": ["0.1 [≈ 0]"]}))
     other = Block(pd.DataFrame({"Circuit": ["c"], "Edges": ["11 [22]"]}), "ACDC", True)

@@ -153,9 +153,11 @@ def test_task_tokens_are_in_the_demo_vocabulary(tok, small_corpus):
     vocab = corpus.build_vocab(small_corpus)
     for task in TASKS:
         df, _ = generate_task(task, tok, {"seed": 3, "prepend_eot": True})
-        for col in ("clean_ids", "ref_ids"):
-            corpus.compact(np.concatenate(df[col].to_list()), vocab, tok)
-        corpus.compact(df[["correct_id", "incorrect_id"]].to_numpy().ravel(), vocab, tok)
+        prompts = [np.concatenate(df[col].to_list()) for col in ("clean_ids", "ref_ids")]
+        answers = df[["correct_id", "incorrect_id"]].to_numpy().ravel()
+        for ids in (*prompts, answers):
+            # compact raises on an id the vocabulary lacks; every id maps back to itself
+            assert corpus.expand(corpus.compact(ids, vocab, tok), vocab).tolist() == ids.tolist()
 
 
 # --- vocabulary compaction and hashing ---------------------------------------------------------

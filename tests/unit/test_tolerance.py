@@ -10,7 +10,8 @@ import torch
 
 from headgeom.analysis import tolerance as T
 from headgeom.model import registry
-from tests.unit.test_patching_fast import random_pairs, zoo_model
+from tests.helpers.examples import random_pairs
+from tests.helpers.models import zoo_model
 
 
 def test_formula_by_hand():

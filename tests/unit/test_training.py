@@ -14,7 +14,7 @@ import torch
 from torch.nn import functional as F
 
 from headgeom.model.checkpoint import save_checkpoint
-from headgeom.training.config import (
+from headgeom.run_config import (
     TrainConfig,
     checkpoint_manifest_name,
     checkpoint_name,

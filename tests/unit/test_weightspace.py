@@ -13,7 +13,6 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from headgeom.analysis.subspace import orthonormal_basis, projection_kernel
 from headgeom.analysis.tolerance import model_dtype, rounding_tolerance
 from headgeom.analysis.weightspace import (
     HeadMaps,
@@ -34,7 +33,8 @@ from headgeom.model.checkpoint import save_checkpoint
 from headgeom.model.config import ModelConfig
 from headgeom.model.geometries import READ_TYPES, write_scale
 from headgeom.model.gpt import GPT
-from headgeom.paper.tables import table2
+from headgeom.paper.setup import table2
+from headgeom.subspace import orthonormal_basis, projection_kernel
 from tests.scripts import load_script
 
 N_LAYER, N_HEAD, D_MODEL, D_HEAD = 3, 4, 32, 8

@@ -12,6 +12,7 @@ import yaml
 from tests.e2e.conftest import REPO, make_workdir, snakemake
 
 
+@pytest.mark.e2e  # a Snakemake subprocess
 def test_snakemake_lint_is_clean():
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "--lint"], cwd=REPO, capture_output=True, text=True
@@ -32,6 +33,7 @@ def test_snakemake_lint_is_clean():
         (("resources", "patch_head"), {"mem_mb": 1000}, "did you mean 'patch_heads'?"),
     ],
 )
+@pytest.mark.e2e  # a Snakemake subprocess
 def test_bad_config_is_rejected_naming_the_key(tmp_path, path, value, expect):
     cfg = copy.deepcopy(yaml.safe_load((REPO / "tests" / "e2e" / "micro.yaml").read_text()))
     node = cfg

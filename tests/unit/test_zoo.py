@@ -13,7 +13,6 @@ import torch
 import yaml
 
 import param_counts
-from headgeom.analysis.subspace import folded_block_read_basis
 from headgeom.model import registry, zoo
 from headgeom.model.checkpoint import load_checkpoint, save_checkpoint
 from headgeom.model.config import ModelConfig
@@ -26,8 +25,10 @@ from headgeom.model.geometries import (
 )
 from headgeom.model.gpt import GPT
 from headgeom.model.kerdock import build_basis_family
-from headgeom.training.config import TrainConfig
+from headgeom.run_config import TrainConfig
+from headgeom.subspace import folded_block_read_basis
 from headgeom.training.loop import train
+from tests.helpers.models import GPT_GEOMETRIES, tiny_arch, tiny_model
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -89,18 +90,6 @@ def arithmetic(geometry: str, V: int, n_ctx: int, n_layer: int, n_head: int, d_m
 
 
 BLOCK_READERS = ("read-common", "all-common-axis", "all-rotated", "all-rotated-self")
-GPT_GEOMETRIES = registry.geometry_names("gpt")
-
-
-def tiny_arch(geometry: str) -> dict:
-    return TINY_ROUTED if geometry.startswith("write-routed") else TINY
-
-
-def tiny_model(geometry: str, seed: int = 0, **params) -> GPT:
-    torch.manual_seed(seed)
-    return registry.build_model(
-        zoo.derive_model_config(geometry, tiny_arch(geometry), params), V_TINY
-    )
 
 
 def projector(A: torch.Tensor) -> torch.Tensor:
@@ -376,7 +365,7 @@ def test_block_reader_init_is_the_recorded_choice():
 
 def test_folded_read_space_of_a_block_reader_has_dimension_d_minus_1():
     """§4.3.1/§9.2: centering within the 64-dim block leaves 63 dimensions, inside Im S_h and
-    orthogonal to S_h·1; matches headgeom.analysis.subspace's independent fold."""
+    orthogonal to S_h·1; matches headgeom.subspace's independent fold."""
     arch = dict(n_layer=1, n_head=2, d_model=128, d_head=64, d_mlp=8, n_ctx=8)
     torch.manual_seed(1)
     model = registry.build_model(zoo.derive_model_config("all-rotated-self", arch), 11)

@@ -1,4 +1,4 @@
-# Clamp analyses (docs §13.3, §15.3): one job per run of STUDY.clamp_runs("all"),
+# Clamp analyses (docs §13.3, §15.3): one job per run of STUDY.run_set("clamps"),
 # every task; checks C12 and C13 fail the job.
 rule clamps:
     input:

@@ -13,8 +13,10 @@ shell.prefix(f"set -euo pipefail; export PYTHONPATH={SRC}${{{{PYTHONPATH:+:$PYTH
 # The workflow reads the study with the same library (this checkout's, first).
 sys.path.insert(0, str(SRC))
 from headgeom import config_layers  # noqa: E402
-from headgeom.paper.selections import PAPER_FIGURES, PAPER_TABLES  # noqa: E402
-from headgeom.study import TASKS, Study, StudyConfigError  # noqa: E402
+from headgeom.paper.outputs import FIGURES, TABLE_JOBS, record  # noqa: E402
+from headgeom.paper.plan import PaperPlan  # noqa: E402
+from headgeom.study import Study, StudyConfigError  # noqa: E402
+from headgeom.vocabulary import TASKS  # noqa: E402
 
 
 def checked(check, *args):
@@ -33,8 +35,10 @@ def extended(config):
         sys.exit(f"Invalid study config:\n{err}")
 
 
-# Schema: headgeom.study.SCHEMA; the Snakefile checks `resources` keys against the rules.
+# Schema: headgeom.validation.SCHEMA; the Snakefile checks `resources` keys against the rules.
 STUDY = checked(Study.from_config, extended(config))
+#: The paper's tables and figures in this study, and what each reads (headgeom.paper.plan).
+PAPER = PaperPlan(STUDY)
 
 
 wildcard_constraints:
@@ -195,18 +199,18 @@ def compare_effects_inputs(wildcards):
 
 def paper_inputs(wildcards):
     """The Parquets a paper table or figure is a pure function of, by kind."""
-    wanted = STUDY.paper_inputs(wildcards.get("table", wildcards.get("figure")))
+    wanted = PAPER.paper_inputs(*_output_of(wildcards))
     return {kind: per_run(result, runs) for kind, (result, runs) in wanted.items()}
 
 
 def final_outputs(catalog=True):
-    """The paper tables and figures the study can make (STUDY.tables, STUDY.figures), the
+    """The paper tables and figures the study can make (PAPER.tables, PAPER.figures), the
     parameter counts and the §12 outputs (per run and task, paired, loss vs N_eff)."""
     tables = [
-        PATHS[f"table_{x}"].format(table=t) for t in STUDY.tables for x in ("md", "csv", "tex")
+        PATHS[f"table_{x}"].format(table=t) for t in PAPER.tables for x in ("md", "csv", "tex")
     ]
     figures = [
-        PATHS[f"figure_{x}"].format(figure=f) for f in STUDY.figures for x in ("png", "svg", "csv")
+        PATHS[f"figure_{x}"].format(figure=f) for f in PAPER.figures for x in ("png", "svg", "csv")
     ]
     per_run_task = [
         PATHS[kind].format(model=m, seed=s, task=t)
@@ -218,14 +222,15 @@ def final_outputs(catalog=True):
     pairs = pairs if STUDY.pairs else []
     cross_model = [PATHS["loss"], PATHS["spearman"]]
     # paper §5.1: the exclusivity Parquets (Table 1's "geometric exclusivity" inputs)
-    exclusivity = [PATHS["exclusivity"]] if STUDY.leakage_runs else []
+    exclusivity = [PATHS["exclusivity"]] if STUDY.run_set("leakage") else []
     # docs §10.6: the atlas Parquets and the mode comparison (also read by their tables)
-    ablation = [PATHS["ablation_atlas"].format(model=m, seed=s) for m, s in STUDY.atlas_runs]
-    ablation += [PATHS["ablation_modes"]] if STUDY.mode_runs else []
+    atlas = STUDY.run_set("ablation_atlas")
+    ablation = [PATHS["ablation_atlas"].format(model=m, seed=s) for m, s in atlas]
+    ablation += [PATHS["ablation_modes"]] if STUDY.run_set("ablation_modes") else []
     # the document's tables (one job) and the catalog of every artifact
     document = [
         PATHS[f"table_{x}"].format(table=t)
-        for t in STUDY.document_tables
+        for t in PAPER.document_tables
         for x in ("md", "csv", "tex")
     ]
     # docs §18: every logged acceptance check in one table (also read by the document)
@@ -288,7 +293,7 @@ def coordinate_heads(wildcards):
 
 
 def figure_models(wildcards):
-    models = STUDY.figure_models(wildcards.figure)
+    models = PAPER.figure_models(wildcards.figure)
     return "--models " + " ".join(models) if models else ""
 
 
@@ -328,13 +333,14 @@ def _mode_file(kind, model, seed, task, mode):
 
 def compare_modes_inputs(wildcards):
     """compare_modes: summary, heads and lanes of every mode-comparison run, task and mode."""
-    keys = [(m, s, t, mode) for m, s in STUDY.mode_runs for t in TASKS
+    keys = [(m, s, t, mode) for m, s in STUDY.run_set("ablation_modes") for t in TASKS
             for mode in STUDY.comparison_modes]  # fmt: skip
     return {kind: [_mode_file(kind, *key) for key in keys] for kind in ("summary", "heads", "lanes")}
 
 
 def compare_modes_args(wildcards, input):
-    modes = [mode for _ in STUDY.mode_runs for _ in TASKS for mode in STUDY.comparison_modes]
+    runs = STUDY.run_set("ablation_modes")
+    modes = [mode for _ in runs for _ in TASKS for mode in STUDY.comparison_modes]
     return " ".join(
         f"--input {mode} {s} {h} {l}"
         for mode, s, h, l in zip(modes, input.summary, input.heads, input.lanes, strict=True)
@@ -371,24 +377,29 @@ def dynamics_inputs(wildcards):
 
 
 # ------------------------------------------------------------------ document (docs §17)
-def section_of(name):
-    """The report category of a paper table or figure: its paper section."""
-    from headgeom.paper.selections import OUTPUT_SECTIONS
+def _output_of(wildcards):
+    """(name, "table" or "figure") of a make_table or make_figure job."""
+    if "table" in wildcards.keys():
+        return wildcards.table, "table"
+    return wildcards.figure, "figure"
 
-    return OUTPUT_SECTIONS.get(name, "Other")
+
+def section_of(name, output="table"):
+    """The report category of a paper table or figure: its paper section (its record)."""
+    return record(output, name).section
 
 
 def report_section(wildcards):
     """Report category function of the make_table and make_figure outputs."""
-    return section_of(wildcards.get("table", wildcards.get("figure")))
+    return section_of(*_output_of(wildcards))
 
 
 def document_inputs(wildcards):
     """Every Parquet of every table of rule make_document, keyed <table>__<kind>."""
     return {
         f"{table}__{kind}": per_run(result, runs)
-        for table in STUDY.document_tables
-        for kind, (result, runs) in STUDY.paper_inputs(table).items()
+        for table in PAPER.document_tables
+        for kind, (result, runs) in PAPER.paper_inputs(table).items()
     }
 
 

@@ -1,6 +1,6 @@
 # Concentration of head-patching effects and the robustness analyses of docs §10.2–10.4
 # and §12: per (model, seed, task), then across models (paired bootstrap, loss vs N_eff).
-# The pairs and models come from the study (headgeom.study, headgeom.paper.selections).
+# The pairs and models come from the study (headgeom.study, headgeom.selections).
 
 
 rule concentration:
@@ -84,7 +84,7 @@ rule concentration_loss:
         base_n_head=STUDY.stage("architecture")["n_head"],
         loss_models=json_param(STUDY.loss_models),
         paper_runs=json_param(STUDY.patching_summary_runs),
-        figure3_runs=json_param(STUDY.selection("figure3")),
+        figure3_runs=json_param(PAPER.selection(record("figure", "figure3"))),
     threads: STUDY.threads("concentration_loss")
     resources:
         **STUDY.resources("concentration_loss", mem_mb=1000, runtime=10),

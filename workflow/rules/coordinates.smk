@@ -1,4 +1,4 @@
-# Coordinate concentration (docs §15.2): one job per run of STUDY.coordinate_runs,
+# Coordinate concentration (docs §15.2): one job per run of STUDY.run_set("coordinates"),
 # every task of coordinates.tasks (the best head's layer of each, directions selected on validation).
 rule coordinates:
     input:

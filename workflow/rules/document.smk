@@ -1,7 +1,7 @@
-# The study as a document (docs §17): the paper tables of selections.DOCUMENT_TABLES
+# The study as a document (docs §17): the paper tables whose records say `document`
 # (Table 1, Table 4, the §12.1/§12.5 counts, seed statistics, the paper-vs-run comparison,
-# the every-run Table 2) in one job, and the results catalog. Wiring a table in:
-# headgeom.paper.selections (DOCUMENT_TABLES, PAPER_INPUTS, OUTPUT_SECTIONS) and its builder.
+# the every-run Table 2) in one job, and the results catalog. Wiring a table in: its record
+# in headgeom.paper.outputs (document=True), its builder and its caption in report/document/.
 
 
 rule make_document:
@@ -16,19 +16,19 @@ rule make_document:
                 subcategory="Tables",
                 labels={"table": t},
             )
-            for t in STUDY.document_tables
+            for t in PAPER.document_tables
         ],
-        csv=[PATHS["table_csv"].format(table=t) for t in STUDY.document_tables],
-        tex=[PATHS["table_tex"].format(table=t) for t in STUDY.document_tables],
-        sources=[PATHS["table_sources"].format(table=t) for t in STUDY.document_tables],
+        csv=[PATHS["table_csv"].format(table=t) for t in PAPER.document_tables],
+        tex=[PATHS["table_tex"].format(table=t) for t in PAPER.document_tables],
+        sources=[PATHS["table_sources"].format(table=t) for t in PAPER.document_tables],
     log:
         log_of("make_document", "make_document"),
     benchmark:
         benchmark_of("make_document", "make_document")
     params:
-        tables=" ".join(STUDY.document_tables),
+        tables=" ".join(PAPER.document_tables),
         inputs=document_input_args,
-        context=json_param(STUDY.document_context()),
+        context=json_param(PAPER.document_context()),
         out_dir=folder_of("md"),
     threads: STUDY.threads("make_document")
     resources:

@@ -1,6 +1,6 @@
 # Training dynamics (docs §13.2, §13.4, §14.2, §14.4): the stages of the final
-# checkpoint rerun on each intermediate checkpoint of the timeline runs (STUDY.dynamics_runs
-# ("timeline")), SVA only, as the same rules with a {step} wildcard: each checkpoint is
+# checkpoint rerun on each intermediate checkpoint of the timeline runs
+# (STUDY.run_set("dynamics_timeline")), SVA only, as the same rules with a {step} wildcard: each checkpoint is
 # verified against its own manifest (checkpoints/step<NNNNNN>.manifest.json) by the reused
 # script. Rule dynamics gathers them with τ and the V-gradient traces; rule scalar_ablation
 # (§14.5) edits copies of the final checkpoint. Figure 6a–c and the tables: tables.smk.
@@ -12,7 +12,7 @@ wildcard_constraints:
 
 
 # step rules and rule dynamics run on the timeline runs' models only
-TIMELINE_MODELS = STUDY.model_pattern(dict.fromkeys(m for m, _ in STUDY.dynamics_runs("timeline")))
+TIMELINE_MODELS = STUDY.model_pattern(dict.fromkeys(m for m, _ in STUDY.run_set("dynamics_timeline")))
 
 
 use rule evaluate_clean as evaluate_step with:
@@ -139,7 +139,7 @@ rule dynamics:
 # manifest naming its parent, evaluated on every task (evaluation split).
 rule scalar_ablation:
     wildcard_constraints:
-        model=STUDY.model_pattern(dict.fromkeys(m for m, _ in STUDY.dynamics_runs("ablation"))),
+        model=STUDY.model_pattern(dict.fromkeys(m for m, _ in STUDY.run_set("dynamics_ablation"))),
     input:
         checkpoint=PATHS["checkpoint"],
         manifest=PATHS["manifest"],

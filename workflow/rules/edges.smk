@@ -1,5 +1,5 @@
 # Edge patching vs weight-space PK (docs §15.1, Table 7) and the ACDC circuit (§15.4): one
-# job per run of STUDY.edge_runs, one per run of STUDY.acdc_runs.
+# job per run of STUDY.run_set("edges"), one per run of STUDY.run_set("acdc").
 rule edges:
     input:
         checkpoint=PATHS["checkpoint"],

@@ -4,9 +4,9 @@
 
 rule exclusivity:
     input:
-        leakage=per_run("leakage", STUDY.leakage_runs),
-        heads=per_run("heads", STUDY.leakage_runs),
-        runs=per_run("train_log", STUDY.leakage_runs),
+        leakage=per_run("leakage", STUDY.run_set("leakage")),
+        heads=per_run("heads", STUDY.run_set("leakage")),
+        runs=per_run("train_log", STUDY.run_set("leakage")),
     output:
         summary=PATHS["exclusivity"],
         pairs=PATHS["exclusivity_pairs"],

@@ -1,5 +1,5 @@
 # Paper tables and figures (docs §17), each a pure function of result Parquets taken by
-# kind (headgeom.paper.selections.PAPER_INPUTS, resolved by common.smk: paper_inputs).
+# kind (each output's record in headgeom.paper.outputs, resolved by common.smk: paper_inputs).
 
 
 rule make_table:
@@ -23,7 +23,7 @@ rule make_table:
     params:
         inputs=input_kinds,
     wildcard_constraints:
-        table="|".join(PAPER_TABLES),
+        table="|".join(TABLE_JOBS),
     threads: STUDY.threads("make_table")
     resources:
         **STUDY.resources("make_table", mem_mb=1000, runtime=10),
@@ -57,7 +57,7 @@ rule make_figure:
         inputs=input_kinds,
         models=figure_models,
     wildcard_constraints:
-        figure="|".join(PAPER_FIGURES),
+        figure="|".join(FIGURES),
     threads: STUDY.threads("make_figure")
     resources:
         **STUDY.resources("make_figure", mem_mb=2000, runtime=10),

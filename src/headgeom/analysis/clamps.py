@@ -35,16 +35,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from headgeom.analysis.patching import (
-    _check_pairs,
-    _first_differences,
-    _last_logit_difference,
-    _model_device,
-    _patch_in_batches,
-    _stack,
+from headgeom.analysis.batching import (
+    check_pairs,
     length_batches,
-    logit_difference,
+    model_device,
+    patch_in_batches,
+    stack_rows,
 )
+from headgeom.analysis.patching import _first_differences, _last_logit_difference, logit_difference
 from headgeom.model import registry
 from headgeom.model.gpt import site
 
@@ -339,7 +337,7 @@ def clamp_patch(
     def run(model, clean, ref, good, bad, progress):
         return clamp_batch(model, clean, ref, good, bad, cases, max_rows, prefix_reuse)
 
-    return _patch_in_batches(
+    return patch_in_batches(
         model,
         clean_ids,
         ref_ids,
@@ -376,8 +374,8 @@ def check_c12(model, clean_ids, ref_ids, correct, incorrect, batch_size=128) -> 
     (fully clamped layers shortcut, and computed then selected clean), both read out from
     the residual leaving the last block by the same ``answer_logits``. Returns the residual
     and the largest |clean logit| (the scale of its tolerance, ``analysis.tolerance``)."""
-    lengths = _check_pairs(clean_ids, ref_ids, correct, incorrect)
-    device = _model_device(model)
+    lengths = check_pairs(clean_ids, ref_ids, correct, incorrect)
+    device = model_device(model)
     arch = _architecture(model)
     case = Case(None, everything(model))
     readout = _vocab_logits(model)
@@ -385,8 +383,8 @@ def check_c12(model, clean_ids, ref_ids, correct, incorrect, batch_size=128) -> 
     good = torch.as_tensor(np.array(correct, dtype=np.int64), device=device)
     bad = torch.as_tensor(np.array(incorrect, dtype=np.int64), device=device)
     for index in length_batches(lengths, batch_size):
-        clean = _stack(clean_ids, index, device)
-        ref = _stack(ref_ids, index, device)
+        clean = stack_rows(clean_ids, index, device)
+        ref = stack_rows(ref_ids, index, device)
         idx = torch.as_tensor(index, device=device)
         g, b = good[idx], bad[idx]
         caches = _Caches(model, clean, ref, has_mlps(model), arch.prefix_reuse)
@@ -411,15 +409,15 @@ def direct_drops(model, clean_ids, ref_ids, correct, incorrect, sources, batch_s
     own write δ_i = W_O(z_ref − z) at the final position is added to the clean residual
     leaving the last block (docs §15.3 "direct"); what both clamp conditions of check C13
     must reproduce."""
-    lengths = _check_pairs(clean_ids, ref_ids, correct, incorrect)
-    device = _model_device(model)
+    lengths = check_pairs(clean_ids, ref_ids, correct, incorrect)
+    device = model_device(model)
     ld_fn = _last_logit_difference(model)
     out = np.empty((len(lengths), len(sources)))
     good = torch.as_tensor(np.array(correct, dtype=np.int64), device=device)
     bad = torch.as_tensor(np.array(incorrect, dtype=np.int64), device=device)
     for index in length_batches(lengths, batch_size):
         idx = torch.as_tensor(index, device=device)
-        clean, ref = _stack(clean_ids, index, device), _stack(ref_ids, index, device)
+        clean, ref = stack_rows(clean_ids, index, device), stack_rows(ref_ids, index, device)
         caches = _Caches(model, clean, ref, False, False)
         final = caches.clean["hook_resid_final"][:, -1:]
         clean_ld = ld_fn(final, good[idx], bad[idx])

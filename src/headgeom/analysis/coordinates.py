@@ -42,14 +42,8 @@ import numpy as np
 import torch
 
 from headgeom.analysis import stats
-from headgeom.analysis.patching import (
-    _check_pairs,
-    _model_device,
-    _stack,
-    length_batches,
-    logit_difference,
-    supports_prefix_reuse,
-)
+from headgeom.analysis.batching import check_pairs, length_batches, model_device, stack_rows
+from headgeom.analysis.patching import logit_difference, supports_prefix_reuse
 from headgeom.model.gpt import site
 
 SITES = ("after_wo", "before_wo", "before_wo_rotated")
@@ -168,8 +162,8 @@ def direction_drops(
     """site -> (drops (N, G), magnitudes (N, G)) float64 for every direction of every site
     of :data:`SITES` at ``layer`` (``before_wo_rotated`` only when ``rotations`` (H, d, d)
     is given). ``max_rows`` bounds the direction × example rows of one forward."""
-    lengths = _check_pairs(clean_ids, ref_ids, correct, incorrect)
-    device = _model_device(model)
+    lengths = check_pairs(clean_ids, ref_ids, correct, incorrect)
+    device = model_device(model)
     dtype = next(model.parameters()).dtype
     reuse = supports_prefix_reuse(model)
     H, d = model.cfg.n_head, model.cfg.d_head
@@ -182,7 +176,7 @@ def direction_drops(
     out: dict[str, list] = {}
     N = len(lengths)
     for index in length_batches(lengths, batch_size):
-        clean, ref = _stack(clean_ids, index, device), _stack(ref_ids, index, device)
+        clean, ref = stack_rows(clean_ids, index, device), stack_rows(ref_ids, index, device)
         good, bad = correct_t[index], incorrect_t[index]
         batch = _caches(model, layer, clean, ref, good, bad, reuse)
         B = len(index)
@@ -227,7 +221,7 @@ def direction_drops_naive(
         "after_wo": np.empty((len(clean_ids), n_after)),
         "before_wo": np.empty((len(clean_ids), n_before)),
     }
-    device = _model_device(model)
+    device = model_device(model)
     for i in range(len(clean_ids)):
         clean = torch.as_tensor(np.asarray(clean_ids[i])[None], device=device)
         ref = torch.as_tensor(np.asarray(ref_ids[i])[None], device=device)

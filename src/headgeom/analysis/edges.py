@@ -61,14 +61,8 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from headgeom.analysis.patching import (
-    _check_pairs,
-    _model_device,
-    _stack,
-    head_perturbations,
-    length_batches,
-    supports_prefix_reuse,
-)
+from headgeom.analysis.batching import check_pairs, length_batches, model_device, stack_rows
+from headgeom.analysis.patching import head_perturbations, supports_prefix_reuse
 from headgeom.analysis.tolerance import forward_tolerance
 from headgeom.model import registry
 from headgeom.model.geometries import READ_TYPES
@@ -364,11 +358,11 @@ def _downstream(model, cc, layer: int, p: int, x: torch.Tensor, example: torch.T
 
 
 def _per_batch(model, clean_ids, ref_ids, batch_size, run) -> np.ndarray:
-    lengths = _check_pairs(clean_ids, ref_ids)
-    device = _model_device(model)
+    lengths = check_pairs(clean_ids, ref_ids)
+    device = model_device(model)
     result = None
     for index in length_batches(lengths, batch_size):
-        kl = run(_stack(clean_ids, index, device), _stack(ref_ids, index, device))
+        kl = run(stack_rows(clean_ids, index, device), stack_rows(ref_ids, index, device))
         if result is None:
             result = np.empty((len(lengths), kl.shape[1]), dtype=np.float64)
         result[index] = kl.cpu().numpy()

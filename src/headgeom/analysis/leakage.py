@@ -34,17 +34,10 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
+from headgeom.analysis.batching import first_difference, length_batches
 from headgeom.analysis.effects import drops_array, single_identity
-from headgeom.analysis.patching import (
-    add_to,
-    first_difference,
-    head_perturbations,
-    length_batches,
-    logit_difference,
-    replace_head,
-)
+from headgeom.analysis.patching import add_to, head_perturbations, logit_difference, replace_head
 from headgeom.analysis.stats import effects_from_drops
-from headgeom.analysis.subspace import orthonormal_bases, projection_kernel
 from headgeom.analysis.tolerance import (
     Residual,
     forward_tolerance,
@@ -55,6 +48,7 @@ from headgeom.data.task_files import PatchInputs
 from headgeom.model import registry
 from headgeom.model.geometries import READ_TYPES
 from headgeom.model.gpt import site
+from headgeom.subspace import orthonormal_bases, projection_kernel
 
 #: docs §11.2 / §18: checks C8 and C9 compare two routes to one value; their tolerances
 #: follow from the dtype and the magnitudes (``analysis.tolerance``): C8 two rounded W_O sums

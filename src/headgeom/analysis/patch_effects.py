@@ -16,21 +16,21 @@ import torch
 from tqdm import tqdm
 
 from headgeom import results
+from headgeom.analysis.batching import length_batches
 from headgeom.analysis.effects import drops_columns
 from headgeom.analysis.patching import (
-    length_batches,
     patch_all_heads,
     patch_all_heads_fast,
     supports_fast,
     supports_prefix_reuse,
 )
 from headgeom.data.task_files import TaskSplits, model_inputs
+from headgeom.vocabulary import MODES
 
 ENGINES = ("fast", "plain")
 #: Ablation modes of head patching (docs §10.1): the reference prompt's z
 #: (``resample``, the paper's, the default), the head's mean z over held-out validation
 #: positions (``mean``; the means artifact of headgeom.analysis.ablation) or zero (``zero``).
-MODES = ("resample", "mean", "zero")
 
 
 def engine_paths(model: torch.nn.Module, engine: str) -> str:

@@ -43,74 +43,15 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from headgeom.analysis.evaluation import length_groups
+from headgeom.analysis.batching import (
+    first_difference,
+    model_device,
+    patch_in_batches,
+)
 from headgeom.model import registry
 from headgeom.model.gpt import GPT, site
 
 Progress = Callable[[int], object] | None
-
-
-# --------------------------------------------------------------------------- batching
-def length_batches(
-    lengths: Sequence[int], batch_size: int, order: Sequence[int] | None = None
-) -> list[np.ndarray]:
-    """Indices of examples grouped by equal length (``evaluation.length_groups``), in chunks
-    of at most ``batch_size``.
-
-    Groups come in increasing length, examples within a group in their original order (or
-    stably sorted by ``order``, e.g. the first differing position, so a batch shares a long
-    common prefix), so the batching (and therefore every float) is a deterministic function
-    of the inputs. ``order`` never changes the number of batches.
-    """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    groups = length_groups([range(n) for n in lengths])
-    if order is not None:
-        key = np.asarray(order)
-        groups = {n: m[np.argsort(key[m], kind="stable")] for n, m in groups.items()}
-    return [
-        members[start : start + batch_size]
-        for _, members in sorted(groups.items())
-        for start in range(0, len(members), batch_size)
-    ]
-
-
-def first_difference(clean: Sequence[int], ref: Sequence[int]) -> int:
-    """Index of the first token where ``clean`` and ``ref`` differ (their length if none).
-
-    With causal attention every activation before it is the same in both runs, so a patch
-    of z changes nothing there (z_ref − z = 0)."""
-    a, b = np.asarray(clean), np.asarray(ref)
-    differ = np.flatnonzero(a != b)
-    return int(differ[0]) if len(differ) else len(a)
-
-
-def _model_device(model: GPT) -> torch.device:
-    return next(model.parameters()).device
-
-
-def _stack(ids: Sequence[Sequence[int]], index: np.ndarray, device: torch.device) -> torch.Tensor:
-    return torch.as_tensor(
-        np.stack([np.asarray(ids[i], dtype=np.int64) for i in index]), device=device
-    )
-
-
-def _check_pairs(clean_ids: Sequence, ref_ids: Sequence, *per_example: Sequence) -> list[int]:
-    n = len(clean_ids)
-    if len(ref_ids) != n or any(len(a) != n for a in per_example):
-        raise ValueError(
-            f"clean ({n}), reference ({len(ref_ids)}) and answer arrays "
-            f"({[len(a) for a in per_example]}) must have one entry per example"
-        )
-    lengths = []
-    for i, (clean, ref) in enumerate(zip(clean_ids, ref_ids, strict=True)):
-        if len(clean) != len(ref) or len(clean) == 0:
-            raise ValueError(
-                f"example {i}: clean and reference prompts must be non-empty and of equal "
-                f"length (docs §8.1), got {len(clean)} and {len(ref)} tokens"
-            )
-        lengths.append(len(clean))
-    return lengths
 
 
 # --------------------------------------------------------------------------- primitives
@@ -153,7 +94,7 @@ def replacement_cache(
             f"replacement has shape {tuple(replacement.shape)}; the model needs "
             f"(n_layer, n_head, d_head) = {(n_layer, n_head, d_head)}"
         )
-    value = replacement.to(device=_model_device(model), dtype=next(model.parameters()).dtype)
+    value = replacement.to(device=model_device(model), dtype=next(model.parameters()).dtype)
     return {name: value[layer].expand(*shape, n_head, d_head)
             for layer, name in enumerate(z_sites(model))}  # fmt: skip
 
@@ -241,49 +182,9 @@ def patch_all_heads(
         def run(model, clean, ref, correct, incorrect, progress):
             return patch_batch(model, clean, ref, correct, incorrect, progress, replacement)
 
-    return _patch_in_batches(
+    return patch_in_batches(
         model, clean_ids, ref_ids, correct, incorrect, batch_size, progress, run
     )
-
-
-def _patch_in_batches(
-    model,
-    clean_ids,
-    ref_ids,
-    correct,
-    incorrect,
-    batch_size,
-    progress,
-    run,
-    order=None,
-    shape=None,
-):
-    """Group examples by length, run ``run(model, clean, ref, correct, incorrect, progress)``
-    on each batch and scatter its ``(clean_ld, patched_ld)`` back into input order.
-    ``order(clean_ids, ref_ids)``, if given, sorts examples within a length group; ``shape``
-    is one example's patched_ld shape (default: one value per head, (L, H))."""
-    lengths = _check_pairs(clean_ids, ref_ids, correct, incorrect)
-    key = None if order is None else order(clean_ids, ref_ids)
-    device = _model_device(model)
-    n = len(lengths)
-    clean_ld = np.empty(n, dtype=np.float64)
-    shape = (model.cfg.n_layer, model.cfg.n_head) if shape is None else tuple(shape)
-    patched_ld = np.empty((n, *shape), dtype=np.float64)
-    correct_t = torch.as_tensor(np.array(correct, dtype=np.int64), device=device)
-    incorrect_t = torch.as_tensor(np.array(incorrect, dtype=np.int64), device=device)
-    for index in length_batches(lengths, batch_size, key):
-        index_t = torch.as_tensor(index, device=device)
-        ld, patched = run(
-            model,
-            _stack(clean_ids, index, device),
-            _stack(ref_ids, index, device),
-            correct_t[index_t],
-            incorrect_t[index_t],
-            progress,
-        )
-        clean_ld[index] = ld.cpu().numpy()
-        patched_ld[index] = patched.cpu().numpy()
-    return clean_ld, patched_ld
 
 
 # --------------------------------------------------------------------------- fast engine
@@ -487,7 +388,7 @@ def patch_all_heads_fast(
             model, clean, ref, correct, incorrect, max_rows, progress, prefix_reuse, replacement
         )
 
-    return _patch_in_batches(
+    return patch_in_batches(
         model,
         clean_ids,
         ref_ids,
@@ -527,7 +428,7 @@ def attribution_patch(
     def run(model, clean, ref, correct, incorrect, progress):
         return attribution_batch(model, clean, ref, correct, incorrect, progress)
 
-    return _patch_in_batches(
+    return patch_in_batches(
         model, clean_ids, ref_ids, correct, incorrect, batch_size, progress, run
     )
 

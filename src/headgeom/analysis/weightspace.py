@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from headgeom.analysis.subspace import RANK_RTOL, orthonormal_basis
 from headgeom.model.geometries import READ_TYPES
+from headgeom.subspace import RANK_RTOL, orthonormal_basis
 
 #: [CHOICE] Own-best needs the own PK to beat every other by more than this (PK units): a
 #: designed tie (e.g. all-rotated, where every same-layer PK is d²/D) is not decided by

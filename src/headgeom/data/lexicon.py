@@ -17,7 +17,8 @@ import random
 from collections.abc import Mapping
 from typing import Any
 
-SPLITS = ("discovery", "validation", "evaluation", "holdout")
+from headgeom.vocabulary import SPLITS
+
 DEFAULT_SPLIT_SIZES = {"discovery": 300, "validation": 240, "evaluation": 240, "holdout": 32}
 
 
@@ -42,6 +43,7 @@ SVA_ATTRACTORS = _pairs(
 SVA_PREPOSITIONS = _spaced(
     "near behind beside with by under above below across inside beyond around"
 )
+
 SVA_VERBS = (" is", " are")  # singular, plural: the answer tokens
 
 # --- Quote (docs §8.3): {var1} = {q1}{word}{q1}\n{var2} = {q2}{w1} {w2} -> q2 ----------------

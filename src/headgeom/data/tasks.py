@@ -21,11 +21,9 @@ from tokenizers import Tokenizer
 
 from headgeom import results
 from headgeom.data import lexicon
-from headgeom.data.lexicon import SPLITS
 from headgeom.data.tokenizer import EOT_TEXT, encode
 from headgeom.hashing import content_hash
-
-TASKS = ("sva", "quote", "plural")
+from headgeom.vocabulary import SPLITS, TASKS
 
 # Conditions in METHODS' order. SVA: subject number × attractor number. Quote: (first-line
 # quote, target quote), D = '"' and S = "'" spelled out. Plural: (first, second) numeral.

@@ -13,10 +13,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from headgeom.model import facts
 from headgeom.model.geometries import resolve_geometry_params
 
 #: The architecture key of ``headgeom.model.registry`` for GPT models.
-ARCHITECTURE = "gpt"
+ARCHITECTURE = facts.GPT
 
 
 @dataclass(frozen=True)

@@ -71,12 +71,15 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
+
+from headgeom.model import facts
+from headgeom.model.facts import GeometryFacts, ReaderKind
 
 if TYPE_CHECKING:
     from headgeom.model.kerdock import BasisFamily
@@ -715,11 +718,6 @@ def _multiscreen_size(arch: Mapping[str, Any]) -> dict[str, Any]:
 GeometryFactory = Callable[[ModelShape, int], tuple[nn.Module, nn.Module]]
 ParamsFn = Callable[[ModelShape, Mapping], dict]
 SizeFn = Callable[[Mapping[str, Any]], dict[str, Any]]
-#: How a head reads the residual: "free" (learned maps of the whole residual) or "block"
-#: (one fixed d-dim block per head, docs §4.3.1).
-ReaderKind = Literal["free", "block"]
-FREE: ReaderKind = "free"
-BLOCK: ReaderKind = "block"
 
 
 def _no_params(cfg: ModelShape, given: Mapping) -> dict:
@@ -730,21 +728,17 @@ def _no_params(cfg: ModelShape, given: Mapping) -> dict:
 class Geometry:
     """One geometry of the study, everything the rest of the code may ask about it.
 
-    * ``name`` — the study's name (config ``models.<m>.geometry``, the schema's enum);
-    * ``architecture`` — the key of its architecture in ``headgeom.model.registry``;
+    * ``name`` — the study's name (config ``models.<m>.geometry``, the schema's enum); its
+      facts (architecture, reader kind, shared LN_1, GPT-2 form, baseline) are
+      :data:`headgeom.model.facts.FACTS`'s, read through the properties below;
     * ``config_geometry`` — the ``geometry`` its model config stores, when not ``name``
       (a multiscreen model config names the write geometry inside its tiles);
-    * ``reader`` — ``FREE`` or ``BLOCK``; ``shared_ln1`` — a shared LN_1 before learned
-      W_{Q,K,V}, what leakage needs (docs §11.1; multiscreen tiles read freely but
-      without any LayerNorm);
     * ``build`` — GPT only: the factory ``(cfg, layer) -> (reader, writer)`` a block is given;
     * ``params`` — GPT only: ``params(cfg, given)`` returns every parameter and labelled
       choice the geometry uses, defaults filled and values checked; it raises ValueError
       when the geometry cannot exist at ``cfg``'s size;
     * ``size`` — the sizing rule: the study's base architecture -> this geometry's sizes
       (raises :class:`SizeError`);
-    * ``gpt2_form`` — exactly GPT-2's parameterisation (exportable to transformers and
-      TransformerLens); ``baseline`` — the unconstrained model every Δ compares with;
     * ``frozen_bases`` — GPT only: ``cfg -> {"write": [...], "read": [...]}``, per layer the
       frozen basis its writes and block readers use (:data:`AXIS` or a family member,
       docs §5.6); the factory builds from it, and the designed-PK check (§9.4) and the basis
@@ -752,16 +746,35 @@ class Geometry:
     """
 
     name: str
-    architecture: str = "gpt"
     config_geometry: str | None = None
-    reader: ReaderKind
-    shared_ln1: bool
     build: GeometryFactory | None = None
     params: ParamsFn = _no_params
     size: SizeFn = _base_size
-    gpt2_form: bool = False
-    baseline: bool = False
     frozen_bases: Callable[[ModelShape], dict[str, list]] | None = None
+
+    @property
+    def facts(self) -> GeometryFacts:
+        return facts.facts(self.name)
+
+    @property
+    def architecture(self) -> str:
+        return self.facts.architecture
+
+    @property
+    def reader(self) -> ReaderKind:
+        return self.facts.reader
+
+    @property
+    def shared_ln1(self) -> bool:
+        return self.facts.shared_ln1
+
+    @property
+    def gpt2_form(self) -> bool:
+        return self.facts.gpt2_form
+
+    @property
+    def baseline(self) -> bool:
+        return self.facts.baseline
 
     @property
     def stored_geometry(self) -> str:
@@ -770,57 +783,49 @@ class Geometry:
 
 
 _AXIS = _combine(_lanes, _scale)
-_GPT_FREE = {"reader": FREE, "shared_ln1": True}
-_GPT_BLOCK = {"reader": BLOCK, "shared_ln1": False}
 #: Softmax-free controls (docs §6.6): ``headgeom.model.multiscreen`` builds their tiles.
-_MULTISCREEN = {
-    "architecture": "multiscreen",
-    "reader": FREE,
-    "shared_ln1": False,
-    "size": _multiscreen_size,
-}
+_MULTISCREEN = {"size": _multiscreen_size}
 
 #: Every geometry of the study, in the order of the config schema's enum. Adding a geometry
-#: is one record here (plus its factory above, or its architecture's own modules).
+#: is one record here and its facts in headgeom.model.facts (plus its factory above, or its
+#: architecture's own modules).
 GEOMETRIES: Mapping[str, Geometry] = MappingProxyType(
     {
         g.name: g
         for g in (
-            Geometry(name="learned", build=_learned, gpt2_form=True, baseline=True, **_GPT_FREE),
+            Geometry(name="learned", build=_learned),
             Geometry(name="write-common-axis", build=_frozen_writes, params=_AXIS,
-                     frozen_bases=_axis_writes, **_GPT_FREE),
+                     frozen_bases=_axis_writes),
             Geometry(name="write-common", build=_frozen_writes,
                      params=_combine(_kerdock(lambda c: 1), _scale),
-                     frozen_bases=_common_writes, **_GPT_FREE),
+                     frozen_bases=_common_writes),
             Geometry(name="write-rotated", build=_frozen_writes,
                      params=_combine(_kerdock(lambda c: c.n_layer), _scale),
-                     frozen_bases=_rotated_writes, **_GPT_FREE),
+                     frozen_bases=_rotated_writes),
             Geometry(name="read-common", build=_read_common, params=_combine(_lanes, _block),
-                     frozen_bases=_axis_reads, **_GPT_BLOCK),
+                     frozen_bases=_axis_reads),
             Geometry(name="all-common-axis", build=_frozen_reads_and_writes,
-                     params=_combine(_AXIS, _block), frozen_bases=_all_common_axis_bases,
-                     **_GPT_BLOCK),
+                     params=_combine(_AXIS, _block), frozen_bases=_all_common_axis_bases),
             Geometry(name="all-rotated", build=_frozen_reads_and_writes,
                      params=_combine(_kerdock(lambda c: 2 * c.n_layer), _scale, _block),
-                     frozen_bases=_all_rotated_bases, **_GPT_BLOCK),
+                     frozen_bases=_all_rotated_bases),
             Geometry(name="all-rotated-self", build=_frozen_reads_and_writes,
                      params=_combine(_kerdock(lambda c: c.n_layer), _scale, _block),
-                     frozen_bases=_all_rotated_self_bases, **_GPT_BLOCK),
-            Geometry(name="fixeddiag", build=_fixeddiag_geometry, params=_fixeddiag,
-                     **_GPT_FREE),
+                     frozen_bases=_all_rotated_self_bases),
+            Geometry(name="fixeddiag", build=_fixeddiag_geometry, params=_fixeddiag),
             Geometry(name="identity-original", build=_frozen_writes,
                      params=_combine(_lanes, lambda c, g: _scale(c, g, 1.0)),
-                     frozen_bases=_axis_writes, **_GPT_FREE),
+                     frozen_bases=_axis_writes),
             Geometry(name="value384", build=_value384, params=_combine(_AXIS, _value_adapter),
-                     frozen_bases=_axis_writes, **_GPT_FREE),
+                     frozen_bases=_axis_writes),
             Geometry(name="mlp3456", build=_frozen_writes, params=_AXIS, size=_wider_mlp,
-                     frozen_bases=_axis_writes, **_GPT_FREE),
+                     frozen_bases=_axis_writes),
             Geometry(name="write-routed-a", build=_write_routed_a, params=_routed(_sum_hub),
-                     size=_routed_heads, **_GPT_FREE),
+                     size=_routed_heads),
             Geometry(name="write-routed-b", build=_write_routed_b,
-                     params=_routed(_split_cycle), size=_routed_heads, **_GPT_FREE),
+                     params=_routed(_split_cycle), size=_routed_heads),
             Geometry(name="write-routed-c", build=_write_routed_c,
-                     params=_routed(_angle_split), size=_routed_heads, **_GPT_FREE),
+                     params=_routed(_angle_split), size=_routed_heads),
             Geometry(name="multiscreen-learned", config_geometry="learned", **_MULTISCREEN),
             Geometry(name="multiscreen-identity", config_geometry="write-common-axis",
                      **_MULTISCREEN),

@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from headgeom.analysis.subspace import SHARED_TOL
+from headgeom.checks import record as logged_check
 from headgeom.hashing import content_hash, sha256_bytes
+from headgeom.subspace import SHARED_TOL
 
 #: Primitive polynomials over GF(2) for the odd degrees t = m − 1, as bit masks (bit k is the
 #: coefficient of x^k). t = 7 (x^7 + x + 1) is the paper's field (docs §5.4 step 1).
@@ -430,22 +431,20 @@ class BasisFamily:
     def check_metadata(self) -> dict[str, Any]:
         """C2–C5 in the logged format of ``headgeom.checks`` (the family was refused at
         construction if any failed). C3.range and C5 apply at the paper's shape only."""
-        from headgeom.checks import record
-
         c3, c4, c5 = self.checks["C3"], self.checks["C4"], self.checks["C5"]
         return {
-            **record("C2", self.checks["C2"]["max_abs_residual"], ORTHOGONALITY_TOL,
+            **logged_check("C2", self.checks["C2"]["max_abs_residual"], ORTHOGONALITY_TOL,
                      note="max |B_i^T B_i - I| over the members (float64)"),
-            **record("C3", c3["closed_form_max_abs_residual"], PK_CLOSED_FORM_TOL,
+            **logged_check("C3", c3["closed_form_max_abs_residual"], PK_CLOSED_FORM_TOL,
                      note="cross-member PK - (d^2/D + delta^T (K o K) delta / n)"),
-            **record("C3.rejection", c3["max_rel_deviation"], self.pk_rel_tol, "rel",
+            **logged_check("C3.rejection", c3["max_rel_deviation"], self.pk_rel_tol, "rel",
                      note="max |PK - d^2/D| / (d^2/D) (rejection rule, §5.5 item 4)"),
-            **record("C3.range", c3["paper_range_residual"], PK_CLOSED_FORM_TOL,
+            **logged_check("C3.range", c3["paper_range_residual"], PK_CLOSED_FORM_TOL,
                      note="distance outside [1365/256, 1366/256] (paper shape only)"),
-            **record("C4", c4["non_bent_pairs"], 0, "count",
+            **logged_check("C4", c4["non_bent_pairs"], 0, "count",
                      note=f"non-bent differences among {c4['pairs']} pairs of "
                      f"{c4['forms']} forms"),
-            **record("C5", c5["mismatched_member_pairs"], 0, "count",
+            **logged_check("C5", c5["mismatched_member_pairs"], 0, "count",
                      note="member pairs whose sharing differs from §5.5 item 5 (paper shape "
                      "only)"),
         }  # fmt: skip

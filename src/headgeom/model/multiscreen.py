@@ -66,10 +66,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from headgeom.model import facts
 from headgeom.model.geometries import FrozenWriter, coordinate_blocks
 from headgeom.model.gpt import GPT, Block, HookPoint, prefix_joined
 
-ARCHITECTURE = "multiscreen"
+ARCHITECTURE = facts.MULTISCREEN
 
 SITE_AXES: dict[str, tuple[str, ...]] = {
     "hook_resid_pre": ("batch", "position", "d_model"),

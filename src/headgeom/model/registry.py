@@ -32,9 +32,9 @@ from typing import Any
 from torch import nn
 
 from headgeom.model import config as gpt_config
-from headgeom.model import geometries, gpt, multiscreen
+from headgeom.model import facts, geometries, gpt, multiscreen
 from headgeom.model.config import ModelConfig
-from headgeom.model.geometries import GEOMETRIES, Geometry, ReaderKind
+from headgeom.model.geometries import GEOMETRIES, Geometry
 from headgeom.model.kerdock import BasisFamily
 from headgeom.model.multiscreen import MultiscreenConfig, MultiscreenLM
 
@@ -122,24 +122,13 @@ def geometry_names(arch: str | None = None) -> tuple[str, ...]:
     return tuple(g.name for g in GEOMETRIES.values() if arch in (None, g.architecture))
 
 
-def reader_kind(name: str) -> ReaderKind:
-    """``"free"`` or ``"block"`` (docs §4.3.1); multiscreen tiles read freely."""
-    return geometry(name).reader
-
-
-def has_shared_ln1(name: str) -> bool:
-    """A shared LN_1 before learned W_{Q,K,V}: what leakage needs (docs §11.1)."""
-    return geometry(name).shared_ln1
-
-
-def has_gpt2_form(name: str) -> bool:
-    """Exactly GPT-2's parameterisation: exportable to transformers / TransformerLens."""
-    return geometry(name).gpt2_form
-
-
-def is_baseline(name: str) -> bool:
-    """The unconstrained model (``learned``) that Δs and seed pairs compare with."""
-    return geometry(name).baseline
+# The facts of a geometry (torch-free, headgeom.model.facts), here beside the builders.
+reader_kind, has_shared_ln1 = facts.reader_kind, facts.has_shared_ln1
+has_gpt2_form, is_baseline, is_base_architecture = (
+    facts.has_gpt2_form,
+    facts.is_baseline,
+    facts.is_base_architecture,
+)
 
 
 # --------------------------------------------------------------------------- architectures
@@ -201,11 +190,3 @@ def build_model(model_config: Mapping[str, Any], n_vocab: int | None = None) -> 
         model_config = {**model_config, "n_vocab": int(n_vocab)}
     cfg = config_from_dict(model_config)
     return architecture(cfg.architecture).model(cfg)
-
-
-# --------------------------------------------------------------------------- architecture families
-def is_base_architecture(name: str) -> bool:
-    """A model of the study's base (GPT) architecture: False for the softmax-free
-    multiscreen controls, which the paper's 19-configuration summaries leave out (docs §6.7:
-    57 model–task pairs = 19 configurations × 3 tasks)."""
-    return geometry(name).architecture == gpt_config.ARCHITECTURE

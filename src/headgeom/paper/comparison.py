@@ -7,9 +7,9 @@ of given input kinds). The numbers are data, ``headgeom/paper/references.yaml``
 (:mod:`headgeom.paper.references`): each record names a recipe of
 :data:`headgeom.paper.recipes.RECIPES` and its arguments, bound here on import (an unknown
 recipe or argument fails naming the record). Another analysis adds its numbers as records
-of the file (and its input kinds to ``PAPER_INPUTS["comparison"]``), or in code with
-:func:`register`; a reference whose inputs the study does not make, or whose model it
-lacks, is listed with "not in this study".
+of the file (and its input kinds to the comparison record in ``headgeom.paper.outputs``),
+or in code with :func:`reference`; a reference whose inputs the study does not make, or
+whose model it lacks, is listed with "not in this study".
 
 A model is named by geometry (and corpus, where the study names corpora; a study that does
 not, like the demo, matches any corpus). Values are computed from unrounded numbers; a value
@@ -34,7 +34,8 @@ import pyarrow.parquet as pq
 
 from headgeom import datafile
 from headgeom.paper import recipes, references
-from headgeom.paper.tables import Block, Inputs, Table, read_runs
+from headgeom.paper.inputs import Inputs, read_runs
+from headgeom.paper.render import Block, Table
 
 Value = float | tuple[float, float] | None
 
@@ -149,10 +150,7 @@ class Reference:
         return one(value)
 
 
-REFERENCES: list[Reference] = []
-
-
-def register(
+def reference(
     section: str,
     metric: str,
     model: str,
@@ -166,8 +164,9 @@ def register(
     split: str = "evaluation",
     percent: bool = False,
 ) -> Reference:
-    """Add one reference number (``high`` defaults to ``low``: a point value; ``decimals``
-    to those of ``paper``'s first number)."""
+    """One reference number made in code (``high`` defaults to ``low``: a point value;
+    ``decimals`` to those of ``paper``'s first number), for :func:`evaluate` beside
+    :data:`REFERENCES`."""
     if decimals is None:
         first = paper.replace("−", "-").lstrip("≤≥<>+- ").split()[0].rstrip("%,;")
         decimals = len(first.split(".")[1]) if "." in first else 0
@@ -184,7 +183,6 @@ def register(
         split=split,
         percent=percent,
     )
-    REFERENCES.append(ref)
     return ref
 
 
@@ -230,7 +228,7 @@ def _bind(entry: references.Entry) -> Reference:
 
 
 #: Every reference number of METHODS §20: the records of ``references.yaml``, in order.
-REFERENCES.extend(_bind(entry) for entry in references.references())
+REFERENCES: tuple[Reference, ...] = tuple(_bind(entry) for entry in references.references())
 
 
 # ----------------------------------------------------------------------------- the table

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import torch
 
-from headgeom.training.config import TrainConfig
+from headgeom.run_config import TrainConfig
 
 # Data orders (docs §3.2, §3.3), named by the corpus manifest's ``sampling`` field.
 SAMPLINGS = ("with_replacement", "read_once")

@@ -41,7 +41,7 @@ from headgeom.hashing import (
 from headgeom.io import atomic_path, read_json, write_json
 from headgeom.manifest import checkpoint_manifest, corpus_data_record
 from headgeom.model.checkpoint import checkpoint_contents, differing_contents, save_checkpoint
-from headgeom.training.config import (
+from headgeom.run_config import (
     RunConfig,
     checkpoint_manifest_name,
     checkpoint_name,

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from headgeom.model import registry
 from headgeom.model.gpt import GPT
-from headgeom.training.config import RunConfig, TrainConfig, checkpoint_schedule, parse_run_config
+from headgeom.run_config import RunConfig, TrainConfig, checkpoint_schedule, parse_run_config
 from headgeom.training.data import batch_at, check_sampling, lr_at, validation_windows
 from headgeom.training.state import (
     Progress,

@@ -1,6 +1,7 @@
 """The run config (docs §7.2): one (model, seed) run as ``src/train.py`` receives it
 (``RunConfig``), its ``training`` section (``TrainConfig``), and the intermediate
-checkpoints a run keeps and their file names (docs §7.3)."""
+checkpoints a run keeps and their file names (docs §7.3). A run's identity: its content hash
+names the run in every manifest, so training, imports and manifests all read it here."""
 
 from __future__ import annotations
 

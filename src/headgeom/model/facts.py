@@ -1,0 +1,113 @@
+"""What each geometry of the study is, as facts the rest of the code asks without building a
+model: its architecture, how its heads read the residual, whether a shared LN_1 sits before
+learned readers, whether it is exactly GPT-2, whether it is the baseline (docs §4, §6.1).
+
+No torch here: the study, the run sets, the paper's selections and tables read these facts;
+:mod:`headgeom.model.geometries` attaches the builders to the same names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Literal
+
+#: How a head reads the residual: "free" (learned maps of the whole residual) or "block"
+#: (one fixed d-dim block per head, docs §4.3.1).
+ReaderKind = Literal["free", "block"]
+FREE: ReaderKind = "free"
+BLOCK: ReaderKind = "block"
+#: The architectures (``headgeom.model.registry.ARCHITECTURES``): the study's base GPT and
+#: the softmax-free multiscreen controls (docs §6.6).
+GPT = "gpt"
+MULTISCREEN = "multiscreen"
+
+
+@dataclass(frozen=True)
+class GeometryFacts:
+    """``reader`` — FREE or BLOCK; ``shared_ln1`` — a shared LN_1 before learned W_{Q,K,V},
+    what leakage needs (docs §11.1; multiscreen tiles read freely but without LayerNorm);
+    ``gpt2_form`` — exactly GPT-2's parameterisation (exportable to transformers and
+    TransformerLens); ``baseline`` — the unconstrained model every Δ compares with."""
+
+    name: str
+    reader: ReaderKind
+    shared_ln1: bool
+    architecture: str = GPT
+    gpt2_form: bool = False
+    baseline: bool = False
+
+
+def _gpt_free(name: str, **extra) -> GeometryFacts:
+    return GeometryFacts(name, FREE, True, **extra)
+
+
+def _gpt_block(name: str) -> GeometryFacts:
+    return GeometryFacts(name, BLOCK, False)
+
+
+def _multiscreen(name: str) -> GeometryFacts:
+    return GeometryFacts(name, FREE, False, architecture=MULTISCREEN)
+
+
+#: Every geometry of the study, in the order of the config schema's enum.
+FACTS: Mapping[str, GeometryFacts] = MappingProxyType(
+    {
+        f.name: f
+        for f in (
+            _gpt_free("learned", gpt2_form=True, baseline=True),
+            _gpt_free("write-common-axis"),
+            _gpt_free("write-common"),
+            _gpt_free("write-rotated"),
+            _gpt_block("read-common"),
+            _gpt_block("all-common-axis"),
+            _gpt_block("all-rotated"),
+            _gpt_block("all-rotated-self"),
+            _gpt_free("fixeddiag"),
+            _gpt_free("identity-original"),
+            _gpt_free("value384"),
+            _gpt_free("mlp3456"),
+            _gpt_free("write-routed-a"),
+            _gpt_free("write-routed-b"),
+            _gpt_free("write-routed-c"),
+            _multiscreen("multiscreen-learned"),
+            _multiscreen("multiscreen-identity"),
+        )
+    }
+)
+
+
+def facts(name: str) -> GeometryFacts:
+    """The facts of study geometry ``name``; an unknown name is an error naming the known."""
+    try:
+        return FACTS[name]
+    except KeyError:
+        raise ValueError(f"unknown geometry {name!r}; known: {list(FACTS)}") from None
+
+
+def reader_kind(name: str) -> ReaderKind:
+    """``"free"`` or ``"block"`` (docs §4.3.1); multiscreen tiles read freely."""
+    return facts(name).reader
+
+
+def has_shared_ln1(name: str) -> bool:
+    """A shared LN_1 before learned W_{Q,K,V}: what leakage needs (docs §11.1)."""
+    return facts(name).shared_ln1
+
+
+def has_gpt2_form(name: str) -> bool:
+    """Exactly GPT-2's parameterisation: exportable to transformers / TransformerLens."""
+    return facts(name).gpt2_form
+
+
+def is_baseline(name: str) -> bool:
+    """The unconstrained model (``learned``) that Δs and seed pairs compare with."""
+    return facts(name).baseline
+
+
+def is_base_architecture(name: str) -> bool:
+    """A model of the study's base (GPT) architecture: False for the softmax-free
+    multiscreen controls, which the paper's 19-configuration summaries leave out (docs §6.7:
+    57 model–task pairs = 19 configurations × 3 tasks)."""
+    return facts(name).architecture == GPT

@@ -1,0 +1,2 @@
+"""Builders the tests share (models, example pairs, result files); test modules import
+these, never each other."""
