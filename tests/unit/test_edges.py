@@ -170,10 +170,12 @@ def test_stage_uses_the_first_per_condition_and_records_them(tmp_path):
     )
     out = {k: tmp_path / f"{k}.parquet" for k in ("edges", "summary", "acdc")}
     argv = ["--checkpoint", str(tmp_path / "m.safetensors"), "--manifest", str(tmp_path / "m.json"),
-            "--task", str(tmp_path / "sva.parquet"), "--n-examples", "8", "--device", "cpu",
-            "--out-edges", str(out["edges"]), "--out-summary", str(out["summary"]),
-            "--out-acdc", str(out["acdc"]), "--acdc-threshold", "0.01"]  # fmt: skip
-    assert load_script("edges").main(argv) == 0
+            "--task", str(tmp_path / "sva.parquet"), "--n-examples", "8",
+            "--device", "cpu"]  # fmt: skip
+    edge_outs = ["--out-edges", str(out["edges"]), "--out-summary", str(out["summary"])]
+    assert load_script("edges").main(argv + edge_outs) == 0
+    acdc_out = ["--out", str(out["acdc"]), "--acdc-threshold", "0.01"]
+    assert load_script("acdc").main(argv + acdc_out) == 0
     meta = {k.decode(): v.decode() for k, v in pq.read_metadata(out["edges"]).metadata.items()}
     # by hand: SS 0, 1; SP 2, 6; PP 3, 7; PS 5, 8 (SS 4 and PS 9 are third of theirs)
     assert json.loads(meta["example_ids"]) == [0, 1, 2, 3, 5, 6, 7, 8]

@@ -53,8 +53,8 @@ rule acdc:
     conda:
         "../../envs/headgeom.yaml"
     shell:
-        "python src/edges.py --checkpoint {input.checkpoint} --manifest {input.manifest} "
+        "python src/acdc.py --checkpoint {input.checkpoint} --manifest {input.manifest} "
         "--task {input.task} --split {params.split} --n-examples {params.n_examples} "
         "--acdc-threshold {params.threshold} --dtype {params.dtype} --threads {threads} "
-        "--out-acdc {output.acdc} "
+        "--out {output.acdc} "
         "2> {log}"

@@ -490,6 +490,52 @@ def acdc(
     return result
 
 
+class DecisionCheckFailed(ArithmeticError):
+    """A sampled ACDC decision's engine KL and its hooked recomputation differ beyond the
+    rounding tolerance of the dtype (docs §15.4)."""
+
+
+def checked_decisions(result: AcdcResult, dtype: str) -> dict[str, float | int]:
+    """The decision check's numbers for the metadata (decisions sampled, the largest absolute
+    KL residual, the largest residual over its tolerance); a residual above its tolerance
+    raises :class:`DecisionCheckFailed` naming the decision. Each tolerance is
+    2·kl_rounding_bound: both routes' logits lie within δ = 4·(L+1)·eps(dtype)·logit_scale of
+    the exact ones, and the KL moves by at most δ·(‖q − p‖₁ + E_p|log p/q − KL|) + 2δ²."""
+    worst = max((abs(a - b) for _, a, b, _ in result.checks), default=0.0)
+    ratio = max((abs(a - b) / t for _, a, b, t in result.checks), default=0.0)
+    if ratio > 1:
+        i, a, b, t = max(result.checks, key=lambda c: abs(c[1] - c[2]) / c[3])
+        raise DecisionCheckFailed(
+            f"ACDC decision {i}: engine KL {a:.6e}, hooked recomputation {b:.6e}, "
+            f"difference {abs(a - b):.2e} above its rounding tolerance {t:.2e} ({dtype})"
+        )
+    return {
+        "check_decisions_sampled": len(result.checks),
+        "check_decisions_max_abs_kl_residual": worst,
+        "check_decisions_max_residual_over_tolerance": ratio,
+    }
+
+
+def circuit_rows(result: AcdcResult, identity: dict) -> list[dict]:
+    """One row per kept edge of the circuit (``results.ACDC``): its source and target, and
+    the circuit KL when it was visited, before and had it been removed."""
+    before = {(s, d): (b, a) for s, d, b, a, _ in result.decisions}
+    return [
+        {
+            **identity,
+            "source_kind": s[0],
+            "source_layer": s[1],
+            "source_head": s[2],
+            "target_kind": d[0],
+            "target_layer": d[1],
+            "target_head": d[2],
+            "kl_if_removed": before[(s, d)][1],
+            "kl_before": before[(s, d)][0],
+        }
+        for s, d in result.kept
+    ]
+
+
 def pruned(removed: set, L: int, H: int) -> list:
     """The edges not in ``removed`` whose destination's node still reaches the logits."""
     kept = [(s, d) for s, d in graph_edges(L, H) if (s, d) not in removed]

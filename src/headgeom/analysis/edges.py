@@ -61,10 +61,13 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from headgeom import results
 from headgeom.analysis.batching import check_pairs, length_batches, model_device, stack_rows
 from headgeom.analysis.patching import head_perturbations, supports_prefix_reuse
 from headgeom.analysis.tolerance import forward_tolerance
+from headgeom.data.task_files import PatchInputs, first_per_condition, model_inputs, read_task
 from headgeom.model import registry
+from headgeom.model.checkpoint import load_verified
 from headgeom.model.geometries import READ_TYPES
 from headgeom.model.gpt import site
 
@@ -510,3 +513,66 @@ def edge_correlations(frame) -> dict:
         out[f"n_groups_{X}"] = int(ok.sum())
         out[f"n_groups_undefined_{X}"] = int((~ok).sum())
     return out
+
+
+def stage_metadata(model, manifest, task, frame, dtype: str) -> dict:
+    """What the edge and ACDC files of one run record (docs §15.1, §15.4): provenance, the
+    KL's definition, the dtype and its logit rounding bound, and which examples were used."""
+    return {
+        "analysis": "edges",
+        "analysis_version": "2",  # 2: the exact KL and the examples by condition
+        **results.provenance(manifest, task_dataset_sha256=task.dataset_sha256),
+        "kl": "KL(P_clean || P_patched) = sum_v p_v (log p_v - log q_v), full vocabulary, "
+        "final position, float64 log-softmax of the final-position logits",
+        "dtype": dtype,
+        "logit_rounding_bound": logit_rounding(model),
+        "example_selection": "first n/4 of each condition by ascending example_id",
+        "example_ids": [int(i) for i in frame["example_id"]],
+        "examples_per_condition": {
+            str(c): int(k) for c, k in frame["condition"].value_counts(sort=False).items()
+        },
+    }
+
+
+@dataclass
+class StageInputs:
+    """What the edge and ACDC stages of one run read: the verified model in its dtype, the
+    examples (``model_inputs`` of the first n of the split, a quarter per condition), the
+    run's identity columns and the files' metadata (:func:`stage_metadata`)."""
+
+    model: torch.nn.Module
+    inputs: PatchInputs
+    identity: dict
+    metadata: dict
+    n_examples: int
+
+
+def stage_inputs(checkpoint, manifest_path, task_path, split: str, n_examples: int,
+                 dtype: str, device: torch.device) -> StageInputs:  # fmt: skip
+    """Load and verify the checkpoint, convert it to ``dtype`` (after the verified load, so
+    the checkpoint's hash is of the stored weights) and pick the examples (docs §15.1)."""
+    model, vocab, manifest = load_verified(checkpoint, manifest_path)
+    model = model.to(device=device, dtype=DTYPES[dtype]).eval()
+    task = read_task(task_path, [split])
+    frame = first_per_condition(task, split, n_examples, task_path)
+    identity = {"model": manifest["model_name"], "seed": int(manifest["init_seed"]),
+                "task": task.name, "split": split}  # fmt: skip
+    metadata = stage_metadata(model, manifest, task, frame, dtype)
+    return StageInputs(model, model_inputs(frame, vocab), identity, metadata, len(frame))
+
+
+#: The dtypes the edge and ACDC stages run the model in (float64 by default, docs §15.1).
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def add_stage_arguments(parser) -> None:
+    """The arguments src/edges.py and src/acdc.py share: the run, its examples, the dtype."""
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--manifest", required=True)
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--split", default="validation")
+    parser.add_argument("--n-examples", type=int, default=16)
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default="float64",
+                        help="dtype the model runs in")  # fmt: skip
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--threads", type=int, default=1)
