@@ -4,7 +4,7 @@ here; nothing adds to them after this module is loaded.
 
 Each record names its inputs by kind: ``kind -> (result, run set)``, the result a path
 template of the workflow (workflow/rules/common.smk, PATHS) and the run set the runs it is
-read for (``headgeom.study.Study.paper_inputs``; None: one cross-run file).
+read for (``headgeom.paper.plan.PaperPlan.paper_inputs``; None: one cross-run file).
 """
 
 from __future__ import annotations
