@@ -345,3 +345,10 @@ def test_every_geometry_has_its_facts_and_the_registry_reads_them():
     assert [n for n in facts.FACTS if facts.has_gpt2_form(n)] == ["learned"]
     with pytest.raises(ValueError, match="unknown geometry 'lerned'; known: .*'learned'"):
         facts.facts("lerned")
+    # a stored model config names its study geometry (multiscreen: the tiles' write geometry)
+    for name, record in registry.GEOMETRIES.items():
+        stored = {"architecture": record.architecture, "geometry": record.stored_geometry}
+        assert facts.study_geometry(stored) == name
+    assert facts.study_geometry({"architecture": "multiscreen", "geometry": "learned"}) == (
+        "multiscreen-learned"
+    )

@@ -7,6 +7,7 @@ import re
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 
 from headgeom.paper.concentration import decomposition_cell, table3, table6
@@ -648,3 +649,27 @@ def test_a_block_with_its_own_header_prints_its_own_column_names():
     assert r"[$\approx$ 0]" in tex
     plain = Table("t", pd.DataFrame(), [main, Block(other.cells, "ACDC")], "caption").markdown()
     assert "| Circuit" not in plain  # without own_header a block takes the table's titles
+
+
+def test_a_multiscreen_learned_run_is_not_the_learned_reference(tmp_path):
+    # a multiscreen-learned model stores `geometry: learned` in its config; on the same corpus
+    # and seed as the GPT learned run it must not become a second learned reference (the
+    # rehearsal's document failed on the duplicate before read_runs named study geometries)
+    from headgeom.io import write_parquet as write
+    from headgeom.paper.inputs import learned_reference, read_runs
+
+    paths = []
+    for name, model, loss in (("learned-r", {"geometry": "learned"}, 3.0),
+                              ("multiscreen-learned", {"geometry": "learned",
+                                                       "architecture": "multiscreen"}, 4.0),
+                              ("write-common", {"geometry": "write-common"}, 3.5)):  # fmt: skip
+        cfg = {"model_name": name, "seed": 42, "corpus": "R", "model": model}
+        frame = pd.DataFrame({"step": [1]})
+        path = tmp_path / f"{name}.parquet"
+        write(path, frame, pa.schema([("step", pa.int64())]),
+              {"config": cfg, "n_params": 1, "val_loss_nats": loss})  # fmt: skip
+        paths.append(str(path))
+    runs = read_runs(paths)
+    assert runs["geometry"].tolist() == ["learned", "multiscreen-learned", "write-common"]
+    ref = learned_reference(runs, "val_loss", [])
+    assert ref.tolist() == [3.0, 3.0, 3.0]  # the GPT learned run's loss for every row

@@ -37,6 +37,9 @@ class GeometryFacts:
     architecture: str = GPT
     gpt2_form: bool = False
     baseline: bool = False
+    #: The ``geometry`` its model configs store, when not ``name`` (a multiscreen model
+    #: config names the write geometry inside its tiles).
+    stored: str | None = None
 
 
 def _gpt_free(name: str, **extra) -> GeometryFacts:
@@ -47,8 +50,8 @@ def _gpt_block(name: str) -> GeometryFacts:
     return GeometryFacts(name, BLOCK, False)
 
 
-def _multiscreen(name: str) -> GeometryFacts:
-    return GeometryFacts(name, FREE, False, architecture=MULTISCREEN)
+def _multiscreen(name: str, stored: str) -> GeometryFacts:
+    return GeometryFacts(name, FREE, False, architecture=MULTISCREEN, stored=stored)
 
 
 #: Every geometry of the study, in the order of the config schema's enum.
@@ -71,8 +74,8 @@ FACTS: Mapping[str, GeometryFacts] = MappingProxyType(
             _gpt_free("write-routed-a"),
             _gpt_free("write-routed-b"),
             _gpt_free("write-routed-c"),
-            _multiscreen("multiscreen-learned"),
-            _multiscreen("multiscreen-identity"),
+            _multiscreen("multiscreen-learned", "learned"),
+            _multiscreen("multiscreen-identity", "write-common-axis"),
         )
     }
 )
@@ -111,3 +114,14 @@ def is_base_architecture(name: str) -> bool:
     multiscreen controls, which the paper's 19-configuration summaries leave out (docs §6.7:
     57 model–task pairs = 19 configurations × 3 tasks)."""
     return facts(name).architecture == GPT
+
+
+def study_geometry(model_config: dict) -> str:
+    """The study geometry of a stored model config (a run config's ``model`` section): its
+    ``geometry``, or for another architecture the geometry whose configs store that one
+    (a multiscreen-learned model's config says ``geometry: learned``)."""
+    arch, stored = model_config.get("architecture", GPT), model_config["geometry"]
+    for f in FACTS.values():
+        if f.architecture == arch and (f.stored or f.name) == stored:
+            return f.name
+    raise ValueError(f"no study geometry is a {arch!r} model of geometry {stored!r}")

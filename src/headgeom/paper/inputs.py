@@ -91,7 +91,7 @@ def read_runs(paths: Sequence[str]) -> pd.DataFrame:
                 "display_name": cfg.get("display_name", cfg["model_name"]),
                 "repository_name": cfg.get("repository_name"),
                 "corpus": cfg.get("corpus", "—"),
-                "geometry": model["geometry"],
+                "geometry": facts.study_geometry(model),  # multiscreen: its own name
                 "n_params": int(_meta_json(meta, "n_params", path)),
                 "val_loss": float(_meta_json(meta, "val_loss_nats", path)),
             }
