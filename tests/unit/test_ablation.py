@@ -28,24 +28,11 @@ from headgeom.analysis.tolerance import forward_tolerance
 from headgeom.model import registry, zoo
 from headgeom.model.gpt import site
 from headgeom.paper.plan import PaperPlan
+from tests.helpers.models import perturbed
 from tests.tolerances import largest, patch_tolerance
 
 TINY = dict(n_layer=3, n_head=4, d_model=16, d_head=4, d_mlp=24, n_ctx=16)
 N_VOCAB = 29
-
-
-def perturbed(model, seed):
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=gen)
-            if "ln" in name and name.endswith("weight"):
-                p.copy_(1.0 + 0.3 * noise)
-            elif name.startswith(("wte", "wpe")):
-                p.copy_(noise)
-            else:
-                p.copy_(0.3 * noise)
-    return model.eval()
 
 
 def tiny(geometry="learned", seed=0):

@@ -29,6 +29,7 @@ from headgeom.io import read_parquet_metadata, write_json, write_parquet
 from headgeom.model.checkpoint import save_checkpoint
 from headgeom.model.config import ModelConfig
 from headgeom.model.gpt import GPT, site
+from tests.helpers.examples import TASK_SCHEMA
 from tests.scripts import load_script
 from tests.tolerances import patch_tolerance
 from tests.weights import large_random_weights
@@ -206,20 +207,6 @@ def test_length_batches_and_input_checks():
 
 # --------------------------------------------------------------------------- scripts
 SPLIT_SIZES = {"discovery": 4, "validation": 3, "evaluation": 4, "holdout": 2}
-LABEL = pa.dictionary(pa.int32(), pa.string())
-TASK_SCHEMA = pa.schema(
-    [
-        ("example_id", pa.int32()),
-        ("split", LABEL),
-        ("condition", LABEL),
-        ("lexical_group", LABEL),
-        ("clean_ids", pa.list_(pa.int32())),
-        ("ref_ids", pa.list_(pa.int32())),
-        ("diff_position", pa.int32()),
-        ("correct_id", pa.int32()),
-        ("incorrect_id", pa.int32()),
-    ]
-)
 
 
 def fixture_pairs():
