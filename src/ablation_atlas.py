@@ -22,8 +22,8 @@ from tqdm import tqdm
 from headgeom import results
 from headgeom.analysis import ablation
 from headgeom.data.corpus import compact, read_tokens
-from headgeom.data.task_files import model_inputs, read_task
-from headgeom.hashing import sha256_file
+from headgeom.data.task_files import read_task
+from headgeom.manifest import verified_val_tokens
 from headgeom.model.checkpoint import load_verified
 from headgeom.runtime import pick_device, set_threads
 
@@ -56,53 +56,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def check_val_file(path: str, manifest: dict) -> str:
-    """SHA-256 of the validation file; refuse one other than the manifest's (when recorded)."""
-    actual = sha256_file(path)
-    # an imported checkpoint's manifest has no training data ("data": null)
-    expected = ((manifest.get("data") or {}).get("files_sha256") or {}).get("val")
-    if expected is not None and expected != actual:
-        raise SystemExit(
-            f"{path}: SHA-256 {actual} but the checkpoint manifest records the validation "
-            f"file {expected}; give the model's own corpus"
-        )
-    return actual
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     set_threads(args.threads)
     model, vocab, manifest = load_verified(args.checkpoint, args.manifest)
     model = model.to(pick_device(args.device))  # float32 (docs §0)
-    val_sha = check_val_file(args.val_tokens, manifest)
+    val_sha = verified_val_tokens(args.val_tokens, manifest)
     val_ids = compact(read_tokens(args.val_tokens), vocab)
     mean_windows, eval_windows = ablation.split_windows(
         val_ids, model.cfg.n_ctx, args.n_mean_windows, args.n_eval_windows
     )
     means = ablation.write_means(model, mean_windows, args.batch_size)
-    checkpoint_sha = manifest["checkpoint_file_sha256"]
-    record = {
-        "checkpoint_sha256": checkpoint_sha,
-        "val_tokens_sha256": val_sha,
-        "windows": f"validation windows 0..{args.n_mean_windows - 1} of n_ctx {model.cfg.n_ctx}",
-        "positions": ablation.POSITIONS,
-        "n_positions": args.n_mean_windows * (model.cfg.n_ctx - 1),
-    }
+    record = ablation.means_record(
+        manifest["checkpoint_file_sha256"], val_sha, args.n_mean_windows, model.cfg.n_ctx
+    )
     means_sha = ablation.save_means(args.out_means, means, record)
-    tasks, task_sha = [], {}
-    for path in args.tasks:
-        task = read_task(path, ["evaluation"])
-        task_sha[task.name] = task.file_sha256
-        inputs = model_inputs(task.frame.head(args.n_retention or None), vocab)
-        tasks.append(ablation.TaskPrompts(task.name, inputs.clean_ids, inputs.correct,
-                                          inputs.incorrect))  # fmt: skip
-    # the progress total: every edit once per batch of windows the atlas's plan makes
-    edits = ablation.atlas_edits(model)
-    prompt_len = max((len(c) for t in tasks for c in t.clean_ids), default=1)
-    plan = ablation.atlas_plan(model, eval_windows.shape[1] - 1, args.batch_size,
-                               args.work_mb * 2**20, prompt_len, len(edits))  # fmt: skip
-    n_edits = len(edits) * -(-args.n_eval_windows // plan.windows)
-    with tqdm(total=n_edits, desc="ablate", unit="edit", file=sys.stderr) as bar:
+    task_files = [read_task(path, ["evaluation"]) for path in args.tasks]
+    task_sha = {task.name: task.file_sha256 for task in task_files}
+    tasks = [ablation.task_prompts(task, vocab, args.n_retention) for task in task_files]
+    total = ablation.atlas_steps(model, eval_windows, tasks, args.batch_size, args.work_mb * 2**20)
+    with tqdm(total=total, desc="ablate", unit="edit", file=sys.stderr) as bar:
         atlas, baseline = ablation.block_atlas(
             model,
             means,
@@ -114,9 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     atlas = atlas.assign(model=manifest["model_name"], seed=int(manifest["init_seed"]))
     metadata = {
-        "analysis": "ablation_atlas",
-        "analysis_version": "1",
-        **results.provenance(manifest, ablation_means_sha256=means_sha),
+        **results.file_metadata(
+            "ablation_atlas", manifest=manifest, ablation_means_sha256=means_sha
+        ),  # fmt: skip
         "val_tokens_sha256": val_sha,
         "mean_windows": record["windows"],
         "eval_windows": f"validation windows {args.n_mean_windows}.."

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     frame = catalog(args.results, json.loads(args.templates), json.loads(args.models),
                     skip=[args.out])  # fmt: skip
-    results.CATALOG.write(args.out, frame, {"analysis": "catalog", **results.provenance()})
+    results.CATALOG.write(args.out, frame, results.file_metadata("catalog"))
     print(f"catalogued {len(frame)} artifacts of {frame['rule'].nunique()} rules", file=sys.stderr)
     return 0
 

@@ -33,8 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(failed):
         lines = [f"  {checks.describe(row)}" for _, row in failed.iterrows()]
         raise SystemExit("enforced checks failed (docs §18):\n" + "\n".join(lines))
-    results.CHECKS.write(args.out, frame, {"analysis": "checks", "n_files": len(files),
-                                           **results.provenance()})  # fmt: skip
+    results.CHECKS.write(args.out, frame, {**results.file_metadata("checks"),
+                                           "n_files": len(files)})  # fmt: skip
     print(f"{checks.summary_line(frame)} (from {len(files)} files)", file=sys.stderr)
     return 0
 

@@ -24,7 +24,6 @@ from headgeom.analysis.clamp_analyses import clamp_tables
 from headgeom.analysis.effects import effect_matrix
 from headgeom.data.task_files import model_inputs, read_task
 from headgeom.hashing import sha256_file
-from headgeom.io import read_parquet_metadata
 from headgeom.model.checkpoint import load_verified
 from headgeom.runtime import pick_device, set_threads
 
@@ -57,12 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     tasks, sources = [], {}
     for task_path, heads_path in zip(args.tasks, args.heads, strict=True):
         task = read_task(task_path, [args.split])
-        expected = results.provenance(manifest, task_dataset_sha256=task.dataset_sha256)
-        expected.pop(results.SOURCE_FREEZE)
-        expected.pop(results.MANIFEST_CONTENT_HASH)
-        keys = (results.CHECKPOINT_SHA256, results.TASK_DATASET_SHA256)
-        meta = read_parquet_metadata(heads_path)
-        results.require_provenance(meta, {k: expected[k] for k in keys}, heads_path)
+        results.require_same_run(heads_path, manifest, task.dataset_sha256)
         heads = pq.read_table(heads_path).to_pandas()
         rows = heads[heads["split"] == args.split]
         if rows.empty:
@@ -74,9 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         sources[f"{identity['task']}_heads_sha256"] = sha256_file(heads_path)
     out = clamp_tables(model, tasks, args.split, True, args.batch_size, args.max_rows)
     metadata = {
-        "analysis": "clamps",
-        "analysis_version": "1",
-        **results.provenance(manifest),
+        **results.file_metadata("clamps", manifest=manifest),
         **sources,
         "split": args.split,
         **checks.record("C12", out.c12.value, out.c12.tolerance, note="max |logit residual|"),

@@ -59,8 +59,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
     metadata = {
-        "analysis": "compare_concentration",
-        "analysis_version": "1",
+        **results.file_metadata("compare_concentration"),
         "task": args.task,
         "analysis_split": args.split,
         "n_bootstrap": args.n_bootstrap,
@@ -70,7 +69,6 @@ def main(argv: list[str] | None = None) -> int:
         "effects_sha256": {
             f"{m} s{s}": sha256_file(one.path) for (m, s), one in sorted(drops.items())
         },
-        **results.provenance(),
     }
     results.PAIRED.write(args.out_paired, paired, metadata)
     results.PAIRED_LOGO.write(args.out_logo, logo, metadata)

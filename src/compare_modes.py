@@ -55,12 +55,10 @@ def main(argv: list[str] | None = None) -> int:
     table = mode_comparison(*(pd.concat(f, ignore_index=True) for f in frames.values()),
                             args.split, args.base_mode)  # fmt: skip
     metadata = {
-        "analysis": "compare_modes",
-        "analysis_version": "1",
+        **results.file_metadata("compare_modes"),
         "split": args.split,
         "base_mode": args.base_mode,
         "inputs_sha256": sources,
-        **results.provenance(),
     }
     results.ABLATION_MODES.write(args.out, table, metadata)
     print(table[["model", "task", "mode", "N_eff", "N_eff_ratio", "spearman_vs_base"]]

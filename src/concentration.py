@@ -71,12 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     c10 = conc.check_c10(args.effects, out.heads, out.summary, out.n_layers, out.n_heads)
 
     metadata = {
-        "analysis": "concentration",
-        "analysis_version": "2",
+        **results.file_metadata(
+            "concentration", "2", carried=results.carried_provenance(meta, args.effects)
+        ),
         **out.identity,
         "effects_sha256": sha256_file(args.effects),
-        **results.carried_provenance(meta, args.effects),
-        **results.provenance(),
         "n_layers": out.n_layers,
         "n_heads": out.n_heads,
         **checks.enforce(

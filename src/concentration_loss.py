@@ -61,13 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     figure3_runs = json.loads(args.figure3_runs) if args.figure3_runs else None
     spearman = conc.spearman_rows(loss, summary, paper_runs, figure3_runs)
     metadata = {
-        "analysis": "concentration_loss",
-        "analysis_version": "1",
+        **results.file_metadata("concentration_loss"),
         "analysis_split": args.split,
         "base_n_head": args.base_n_head,
         "loss_models": included,
         "inputs_sha256": {p: sha256_file(p) for p in [*args.robustness, *args.manifests]},
-        **results.provenance(),
     }
     results.LOSS.write(args.out_loss, loss, metadata)
     results.SPEARMAN.write(args.out_spearman, spearman, metadata)

@@ -25,7 +25,6 @@ from headgeom.analysis import coordinates
 from headgeom.analysis.effects import effect_matrix
 from headgeom.data.task_files import model_inputs, read_task
 from headgeom.hashing import sha256_file
-from headgeom.io import read_parquet_metadata
 from headgeom.model.checkpoint import load_verified
 from headgeom.runtime import pick_device, set_threads
 
@@ -60,11 +59,7 @@ def main(argv=None) -> int:
     rows, directions, sources = [], [], {}
     for task_path, heads_path in zip(args.tasks, args.heads, strict=True):
         task = read_task(task_path, ["validation", "evaluation"])
-        expected = results.provenance(manifest, task_dataset_sha256=task.dataset_sha256)
-        keys = (results.CHECKPOINT_SHA256, results.TASK_DATASET_SHA256)
-        results.require_provenance(
-            read_parquet_metadata(heads_path), {k: expected[k] for k in keys}, heads_path
-        )
+        results.require_same_run(heads_path, manifest, task.dataset_sha256)
         heads = pq.read_table(heads_path).to_pandas()
         heads = heads[heads["split"] == "evaluation"]
         if heads.empty:
@@ -84,9 +79,8 @@ def main(argv=None) -> int:
         directions += [{**identity, **row} for row in per_direction]
         sources[f"{task.name}_heads_sha256"] = sha256_file(heads_path)
     metadata = {
-        "analysis": "coordinates",
-        "analysis_version": "2",  # 2: the null draws without the selected directions
-        **results.provenance(manifest),
+        # version 2: the null draws without the selected directions
+        **results.file_metadata("coordinates", "2", manifest),
         **sources,
         "selection_split": "validation",
         "report_split": "evaluation",

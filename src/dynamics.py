@@ -114,11 +114,17 @@ def main(argv: list[str] | None = None) -> int:
     timeline = dyn.timeline_table(entries, final_step, args.lane_split)
     run = {"model": final["model_name"], "seed": int(final["init_seed"])}
     tau, vgrad = tau.assign(**run), vgrad.assign(**run)
-    provenance = results.provenance(
-        final, task_dataset_sha256=task.dataset_sha256, task_file_sha256=task.file_sha256
-    )
-    metadata = {"analysis": "dynamics", "analysis_version": "1", **provenance, "lane_index": lane,
-                "value_gradient_sequences": int(len(val_in)), "threads": args.threads}  # fmt: skip
+    metadata = {
+        **results.file_metadata(
+            "dynamics",
+            manifest=final,
+            task_dataset_sha256=task.dataset_sha256,
+            task_file_sha256=task.file_sha256,
+        ),
+        "lane_index": lane,
+        "value_gradient_sequences": int(len(val_in)),
+        "threads": args.threads,
+    }
     results.TIMELINE.write(args.out_timeline, timeline, metadata)
     results.TAU.write(args.out_tau, tau, metadata)
     results.VALUE_GRADIENTS.write(args.out_value_gradients, vgrad, metadata)

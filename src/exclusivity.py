@@ -60,8 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         raise ValueError(f"--runs: no training log for {missing}")
     out = exclusivity_tables(leak, heads, geometry, splits[0])
-    metadata = {"analysis": "exclusivity", "analysis_version": "1", "split": splits[0],
-                **results.provenance()}  # fmt: skip
+    metadata = {**results.file_metadata("exclusivity"), "split": splits[0]}
     results.EXCLUSIVITY.write(args.out_summary, out.summary, metadata)
     results.EXCLUSIVITY_PAIRS.write(args.out_pairs, out.pairs, metadata)
     results.EXCLUSIVITY_HEADS.write(args.out_heads, out.heads, metadata)

@@ -59,14 +59,12 @@ def main(argv: list[str] | None = None) -> int:
         file=sys.stderr,
     )
     metadata = {
-        "analysis": "geometry_stats",
-        "analysis_version": "1",
+        **results.file_metadata("geometry_stats", manifest=manifest),
         "model": args.model_name,
         "seed": args.seed,
         "n_layers": cfg.n_layer,
         "n_heads": cfg.n_head,
         "geometry": cfg.geometry,
-        **results.provenance(manifest),
         "rank_rtol": RANK_RTOL,
         "space": "weight space: U = Im W_O, R_{X,0} = Im W_Xᵀ (docs §9.1), float64",
         **c14_metadata(geo),

@@ -41,12 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     lanes = lane_rows(heads, args.split, args.n_permutations, args.seed, args.heads)
     meta = read_parquet_metadata(args.heads)
     metadata = {
-        "analysis": "lanes",
-        "analysis_version": "1",
+        **results.file_metadata("lanes", carried=results.carried_provenance(meta, args.heads)),
         "heads_sha256": sha256_file(args.heads),
         **({"effects_sha256": meta["effects_sha256"]} if "effects_sha256" in meta else {}),
-        **results.carried_provenance(meta, args.heads),
-        **results.provenance(),
         "split": args.split,
         "n_permutations": args.n_permutations,
         "permutation_seed": args.seed,

@@ -20,7 +20,6 @@ from headgeom.analysis import leakage
 from headgeom.analysis.leakage import require_free_readers
 from headgeom.data.task_files import model_inputs, read_task
 from headgeom.hashing import sha256_file
-from headgeom.io import read_parquet_metadata
 from headgeom.model.checkpoint import load_verified
 from headgeom.runtime import pick_device, set_threads
 
@@ -50,11 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     device = pick_device(args.device)
     model = model.to(device)
     task = read_task(args.task, [args.split])
-    checkpoint = results.provenance(
-        manifest, task_dataset_sha256=task.dataset_sha256, task_file_sha256=task.file_sha256
-    )
-    expected = {k: checkpoint[k] for k in (results.CHECKPOINT_SHA256, results.TASK_DATASET_SHA256)}
-    results.require_provenance(read_parquet_metadata(args.effects), expected, args.effects)
+    results.require_same_run(args.effects, manifest, task.dataset_sha256)
     identity, e_stored = leakage.stored_effects(
         pq.read_table(args.effects).to_pandas(),
         args.split,
@@ -67,14 +62,17 @@ def main(argv: list[str] | None = None) -> int:
 
     table = out.table.assign(**identity, split=args.split)
     metadata = {
-        "analysis": "leakage",
-        "analysis_version": "1",
+        **results.file_metadata(
+            "leakage",
+            manifest=manifest,
+            task_dataset_sha256=task.dataset_sha256,
+            task_file_sha256=task.file_sha256,
+        ),
         **identity,
         "split": args.split,
         "n_examples": len(task.frame),
         "n_layers": model.cfg.n_layer,
         "n_heads": model.cfg.n_head,
-        **checkpoint,
         "effects_sha256": sha256_file(args.effects),
         **checks.record("C8", out.c8.value, out.c8.tolerance),
         **checks.record("C9", out.c9.value, out.c9.tolerance),

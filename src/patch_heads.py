@@ -21,7 +21,7 @@ import sys
 
 from headgeom import results
 from headgeom.analysis.ablation import read_means
-from headgeom.analysis.patch_effects import ENGINES, effects_metadata, patch_task
+from headgeom.analysis.patch_effects import ENGINES, EffectsRun, effects_metadata, patch_task
 from headgeom.data.task_files import read_task
 from headgeom.model.checkpoint import load_verified
 from headgeom.runtime import pick_device, set_threads
@@ -84,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     effects = effects.assign(model=args.model_name, seed=args.seed, task=args.task_name)
     table = results.EFFECTS.with_type("example_id", task.schema.field("example_id").type)
-    metadata = effects_metadata(model, manifest, task, args, device, args.mode, means)
+    run = EffectsRun(args.model_name, args.seed, args.task_name, args.splits, args.batch_size,
+                     args.max_rows, args.engine, args.threads)  # fmt: skip
+    metadata = effects_metadata(model, manifest, task, run, device, args.mode, means)
     table.write(args.out, effects, metadata)
     print(f"wrote {len(effects)} rows to {args.out}", file=sys.stderr)
     return 0

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from types import SimpleNamespace
 
 from headgeom import results
 from headgeom.analysis.ablation import read_means
-from headgeom.analysis.patch_effects import ENGINES, effects_metadata, patch_task
+from headgeom.analysis.patch_effects import ENGINES, EffectsRun, effects_metadata, patch_task
 from headgeom.data.task_files import read_task
 from headgeom.model.checkpoint import load_verified
 from headgeom.runtime import pick_device, set_threads
@@ -66,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
                              args.engine, mode, means.z)  # fmt: skip
         effects = effects.assign(model=args.model_name, seed=args.seed, task=name)
         table = results.EFFECTS.with_type("example_id", task.schema.field("example_id").type)
-        run = SimpleNamespace(**vars(args), task_name=name)
+        run = EffectsRun(args.model_name, args.seed, name, args.splits, args.batch_size,
+                         args.max_rows, args.engine, args.threads)  # fmt: skip
         used = means if mode == "mean" else None
         table.write(out, effects, effects_metadata(model, manifest, task, run, device, mode, used))
         print(f"{name} {mode}: wrote {len(effects)} rows to {out}", file=sys.stderr)

@@ -5,26 +5,19 @@
         --out scalar_ablation.parquet --out-checkpoints scalar.safetensors random0... \\
         --out-manifests scalar.manifest.json random0...
 
-In every head of --layers, the own-lane map M (the w×w block of W_V^h on the lane's
-coordinates) loses its scalar part s·I (s = tr M / w) in the ``scalar`` checkpoint, or an
-equal-norm random part s·R (R Haar-random orthogonal, one per head; draw k from numpy
-Generator([seed, k])) in ``random<k>``. Each edit is a NEW checkpoint with a manifest naming
-its parent; it is reloaded through that manifest and evaluated on the evaluation split of
-every task against the unedited checkpoint (the drop in mean logit difference).
+The ``scalar`` checkpoint and the ``random<k>`` controls of
+headgeom.analysis.scalar_ablation, each a NEW checkpoint with a manifest naming its parent,
+reloaded through that manifest and evaluated on the evaluation split of every task against
+the unedited checkpoint (the drop in mean logit difference).
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import sys
 
-import numpy as np
-import pandas as pd
-
 from headgeom import results
-from headgeom.analysis.dynamics import ablate_scalar_part
-from headgeom.analysis.evaluation import clean_performance, logit_differences
+from headgeom.analysis.scalar_ablation import scalar_ablation, scalar_edits
 from headgeom.data.task_files import model_inputs, read_task
 from headgeom.hashing import sha256_file
 from headgeom.io import write_json
@@ -59,42 +52,22 @@ def main(argv: list[str] | None = None) -> int:
     parent, vocab, manifest = load_verified(args.checkpoint, args.manifest)
     tasks = [read_task(path, [SPLIT]) for path in args.tasks]
     inputs = {t.name: model_inputs(t.frame, vocab) for t in tasks}
+    names = [edit.name for edit in scalar_edits(args.draws)]
+    outputs = zip(args.out_checkpoints, args.out_manifests, strict=True)
+    paths = dict(zip(names, outputs, strict=True))
 
-    def margins(model) -> dict:
-        lds = {n: logit_differences(model, x.clean_ids, x.correct, x.incorrect)
-               for n, x in inputs.items()}  # fmt: skip
-        return {n: clean_performance(ld) for n, ld in lds.items()}
-
-    base = margins(parent)
-    rows = []
-    edits = [("scalar", None)] + [(f"random{k}", k) for k in range(args.draws)]
-    for (name, draw), out_ckpt, out_manifest in zip(edits, args.out_checkpoints,
-                                                    args.out_manifests, strict=True):  # fmt: skip
-        edited = copy.deepcopy(parent)
-        rng = None if draw is None else np.random.default_rng([args.seed, draw])
-        heads = ablate_scalar_part(edited, args.layers, "scalar" if draw is None else "random", rng)
-        edit = {"name": name, "kind": "scalar" if draw is None else "random", "draw": draw,
-                "layers": args.layers, "haar_seed": args.seed,
-                "rng": None if draw is None else f"numpy Generator(PCG64)([{args.seed}, {draw}])",
-                "heads": heads.to_dict(orient="records")}  # fmt: skip
+    def write_edit(name, edited, edit):
+        out_ckpt, out_manifest = paths[name]
         save_checkpoint(out_ckpt, edited, vocab, {"edit": name})
         write_json(out_manifest, edited_manifest(manifest, sha256_file(out_ckpt), edit))
         model, _, record = load_verified(out_ckpt, out_manifest)  # measure what was written
-        scalar_norm = float((heads["s"].abs() * np.sqrt(heads["w"])).sum())
-        for task, perf in margins(model).items():
-            rows.append({"model": manifest["model_name"], "seed": int(manifest["init_seed"]),
-                         "task": task, "split": SPLIT, "edit": name, "kind": edit["kind"],
-                         "draw": draw, "layers": ",".join(map(str, args.layers)),
-                         "n_heads_edited": len(heads), "scalar_norm": scalar_norm,
-                         "margin_unedited": base[task]["margin"], "margin": perf["margin"],
-                         "drop": base[task]["margin"] - perf["margin"],
-                         "accuracy": perf["accuracy"], "n": perf["n"],
-                         "checkpoint_sha256": record["checkpoint_file_sha256"],
-                         "haar_seed": args.seed})  # fmt: skip
-    frame = pd.DataFrame(rows)
-    metadata = {"analysis": "scalar_ablation", "analysis_version": "1",
-                **results.provenance(manifest), "layers": args.layers, "draws": args.draws,
-                "haar_seed": args.seed, "threads": args.threads}  # fmt: skip
+        return model, record["checkpoint_file_sha256"]
+
+    frame = scalar_ablation(parent, inputs, args.layers, args.draws, args.seed, write_edit, SPLIT)
+    frame = frame.assign(model=manifest["model_name"], seed=int(manifest["init_seed"]))
+    metadata = {**results.file_metadata("scalar_ablation", manifest=manifest),
+                "layers": args.layers, "draws": args.draws, "haar_seed": args.seed,
+                "threads": args.threads}  # fmt: skip
     results.SCALAR_ABLATION.write(args.out, frame, metadata)
     summary = frame.groupby(["task", "kind"])["drop"].mean().unstack()
     print(f"mean drop by task (scalar vs random):\n{summary}", file=sys.stderr)

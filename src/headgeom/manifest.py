@@ -133,6 +133,19 @@ def _same(what: str, path: str, recorded: str, actual: str, where: str) -> None:
         )
 
 
+def verified_val_tokens(path: str | os.PathLike, manifest: dict) -> str:
+    """SHA-256 of a validation token file; refuse one other than the file the checkpoint's
+    manifest records (an imported checkpoint records no training data: any file is taken)."""
+    actual = sha256_file(path)
+    expected = ((manifest.get("data") or {}).get("files_sha256") or {}).get("val")
+    if expected is not None and expected != actual:
+        raise LineageError(
+            f"{path}: SHA-256 {actual} but the checkpoint manifest records the validation "
+            f"file {expected}; give the model's own corpus"
+        )
+    return actual
+
+
 def final_manifest(
     run: RunConfig,
     checkpoint: str | os.PathLike,

@@ -23,7 +23,7 @@ import pandas as pd
 import pyarrow as pa
 
 from headgeom.hashing import content_hash, source_freeze
-from headgeom.io import metadata_text, write_parquet
+from headgeom.io import metadata_text, read_parquet_metadata, write_parquet
 from headgeom.vocabulary import SPLITS, TASKS
 
 # ----------------------------------------------------------------------------- provenance
@@ -93,6 +93,42 @@ def provenance(
         out[ABLATION_MEANS_SHA256] = ablation_means_sha256
     out[SOURCE_FREEZE] = source_freeze()
     return out
+
+
+def file_metadata(
+    analysis: str,
+    version: str = "1",
+    manifest: Mapping[str, Any] | None = None,
+    *,
+    carried: Mapping[str, str] | None = None,
+    **keys: str | None,
+) -> dict[str, Any]:
+    """The leading metadata of an analysis' result file, in one order for every stage: the
+    analysis and its version, the provenance ``carried`` from its input file (see
+    :func:`carried_provenance`), then this file's own :func:`provenance` (``keys`` are its
+    hash and mode arguments). Stage-specific fields follow in the caller's dict."""
+    return {
+        "analysis": analysis,
+        "analysis_version": version,
+        **(carried or {}),
+        **provenance(manifest, **keys),
+    }
+
+
+def require_same_run(
+    path: str | os.PathLike,
+    manifest: Mapping[str, Any],
+    task_dataset_sha256: str | None = None,
+) -> Mapping[str, str]:
+    """Read an input result file's metadata and refuse it unless it was computed from this
+    checkpoint (and task dataset, when given): a stage joining its own forward with an
+    upstream Parquet must not mix runs. Returns the metadata."""
+    metadata = read_parquet_metadata(path)
+    expected = {CHECKPOINT_SHA256: manifest["checkpoint_file_sha256"]}
+    if task_dataset_sha256 is not None:
+        expected[TASK_DATASET_SHA256] = task_dataset_sha256
+    require_provenance(metadata, expected, path)
+    return metadata
 
 
 def carried_provenance(metadata: Mapping[str, str], path: str | os.PathLike) -> dict[str, str]:

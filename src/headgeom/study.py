@@ -217,7 +217,7 @@ class Study(ResourceRequests):
 
     def checks_inputs(self) -> list[dict]:
         """Every artifact whose metadata logs checks of docs §18 (rule checks): its kind
-        (``headgeom.checks.EXPECTED``), path template name (common.smk PATHS) and wildcards.
+        (``headgeom.checks.EXPECTED``), path template name (headgeom.paths.TEMPLATES) and wildcards.
         ``run_log``: an imported model's run log, read for its validation loss only."""
         out = [{"kind": "param_counts", "result": "param_counts"}]
         if self.basis_family_models():

@@ -126,3 +126,10 @@ def folded_block_read_basis(
         raise ValueError("S must have orthonormal columns")
     inner = folded_read_basis(A_X, gamma_h, rtol)  # (b, r): the free-reader fold in block coords
     return S @ inner
+
+
+def haar_orthogonal(n: int, rng: np.random.Generator) -> np.ndarray:
+    """A Haar-random n×n orthogonal matrix: QR of a standard Gaussian matrix with the signs
+    of R's diagonal moved into Q (Mezzadri 2007), float64."""
+    q, r = np.linalg.qr(rng.standard_normal((n, n)))
+    return q * np.sign(np.diag(r))[None, :]

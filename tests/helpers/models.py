@@ -58,19 +58,38 @@ def multiscreen_model(geometry: str, seed: int = 0) -> torch.nn.Module:
     return registry.build_model(cfg.to_dict()).eval()
 
 
-#: The learned GPT of the interop and import tests (its own sizes and vocabulary).
+#: The GPTs of the geometry, patching, dynamics, interop and import tests (width 32).
 LEARNED_VOCAB, L, H, D, DH, M, CTX = 40, 3, 4, 32, 8, 64, 16
 
 
-def learned_model(seed: int = 0) -> GPT:
-    """A tiny learned GPT with large random weights (every head and LayerNorm matters)."""
+def small_gpt(
+    geometry: str = "learned",
+    seed: int = 0,
+    n_vocab: int = LEARNED_VOCAB,
+    weights: str = "large",
+    **params,
+) -> GPT:
+    """A width-32 GPT of ``geometry`` whose weights are either ``large``
+    (:func:`tests.weights.large_random_weights`: every head and LayerNorm matters) or
+    ``normal`` (every parameter drawn from N(0, 0.3²) after the seeded init)."""
     torch.manual_seed(seed)
-    cfg = ModelConfig(
-        n_vocab=LEARNED_VOCAB, n_ctx=CTX, n_layer=L, n_head=H, d_model=D, d_head=DH, d_mlp=M
-    )
+    cfg = ModelConfig(n_vocab=n_vocab, n_ctx=CTX, n_layer=L, n_head=H, d_model=D, d_head=DH,
+                      d_mlp=M, geometry=geometry, geometry_params=params)  # fmt: skip
     model = GPT(cfg)
-    large_random_weights(model)
+    if weights == "large":
+        large_random_weights(model)
+    elif weights == "normal":
+        with torch.no_grad():
+            for p in model.parameters():
+                p.normal_(0.0, 0.3)
+    else:
+        raise ValueError(f"weights must be 'large' or 'normal', got {weights!r}")
     return model.eval()
+
+
+def learned_model(seed: int = 0) -> GPT:
+    """The learned GPT of the interop and import tests."""
+    return small_gpt("learned", seed)
 
 
 #: The zoo's sizing tests: two layers, where every GPT geometry exists (Kerdock D = 16).

@@ -11,36 +11,29 @@ import pytest
 import torch
 
 from headgeom.analysis.dynamics import (
-    ablate_scalar_part,
     final_lane_index,
-    haar_orthogonal,
     lm_loss,
-    own_lane_blocks,
     task_gradients,
     tau_summary,
     value_gradient_traces,
 )
+from headgeom.analysis.scalar_ablation import ablate_scalar_part, own_lane_blocks, scalar_ablation
+from headgeom.data.task_files import PatchInputs
 from headgeom.hashing import ManifestMismatchError, sha256_file
 from headgeom.io import write_json
 from headgeom.manifest import edited_manifest
 from headgeom.model.checkpoint import load_verified, save_checkpoint
-from headgeom.model.config import ModelConfig
 from headgeom.model.gpt import GPT, site
+from headgeom.subspace import haar_orthogonal
+from tests.helpers import models
+from tests.helpers.models import small_gpt
 from tests.scripts import load_script
 
-N_LAYER, N_HEAD, D_MODEL, D_HEAD, N_VOCAB = 3, 4, 32, 8, 40
+N_LAYER, N_HEAD, D_MODEL, D_HEAD, N_VOCAB = models.L, models.H, models.D, models.DH, 40
 
 
 def tiny(geometry: str, seed: int = 0, **params) -> GPT:
-    torch.manual_seed(seed)
-    cfg = ModelConfig(n_vocab=N_VOCAB, n_ctx=16, n_layer=N_LAYER, n_head=N_HEAD,
-                      d_model=D_MODEL, d_head=D_HEAD, d_mlp=64, geometry=geometry,
-                      geometry_params=params)  # fmt: skip
-    model = GPT(cfg)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.3)
-    return model.double().eval()
+    return small_gpt(geometry, seed, N_VOCAB, weights="normal", **params).double()
 
 
 def prompts(rng: np.random.Generator):
@@ -262,6 +255,33 @@ def test_edited_checkpoint_has_its_own_manifest_naming_the_parent(tmp_path):
     assert record["config_id"] == "m-s1+scalar"
     loaded, _, manifest = load_verified(path, tmp_path / "scalar.manifest.json")
     assert manifest["record_type"] == "edited_checkpoint_manifest"
+
+
+def test_scalar_ablation_measures_the_reloaded_edit_and_leaves_the_parent():
+    parent = tiny("write-common-axis").float()
+    state = {k: v.clone() for k, v in parent.state_dict().items()}
+    rng = np.random.default_rng(5)
+    clean = [rng.integers(0, N_VOCAB, 6) for _ in range(4)]
+    inputs = {"sva": PatchInputs(clean, clean, rng.integers(0, N_VOCAB, 4),
+                                 rng.integers(0, N_VOCAB, 4))}  # fmt: skip
+    written = {}
+
+    def write_edit(name, edited, record):
+        written[name] = record
+        return tiny("learned").float(), f"{name}-sha"  # what "was written" is another model
+
+    frame = scalar_ablation(parent, inputs, [1], 2, 1405, write_edit)
+    assert all(torch.equal(v, parent.state_dict()[k]) for k, v in state.items())
+    assert list(written) == ["scalar", "random0", "random1"]
+    assert written["random1"]["rng"] == "numpy Generator(PCG64)([1405, 1])"
+    assert frame["checkpoint_sha256"].tolist() == ["scalar-sha", "random0-sha", "random1-sha"]
+    other = tiny("learned").float()
+    with torch.no_grad():
+        last = [other(torch.as_tensor(x)[None])[0, -1].double() for x in clean]
+    x = inputs["sva"]
+    lds = [z[c] - z[i] for z, c, i in zip(last, x.correct, x.incorrect, strict=True)]
+    np.testing.assert_allclose(frame["margin"], float(np.mean(lds)), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(frame["drop"], frame["margin_unedited"] - frame["margin"])
 
 
 def test_a_step_target_refuses_a_checkpoint_its_manifest_does_not_match(tmp_path):

@@ -23,7 +23,12 @@ from headgeom.hashing import (
     sha256_file,
 )
 from headgeom.io import read_json, read_parquet_metadata
-from headgeom.manifest import LineageError, corpus_data_record, final_manifest
+from headgeom.manifest import (
+    LineageError,
+    corpus_data_record,
+    final_manifest,
+    verified_val_tokens,
+)
 from headgeom.model.checkpoint import load_checkpoint, load_verified
 from headgeom.run_config import parse_run_config
 from tests.scripts import load_script
@@ -321,3 +326,15 @@ def test_evaluate_clean_refuses_a_flipped_checkpoint_and_writes_nothing(run, tmp
         evaluate_clean.main(_eval_args(run, checkpoint=tmp_path / "model.safetensors", out=out))
     assert not out.exists()
     assert not list(tmp_path.glob(".eval.parquet*"))
+
+
+def test_verified_val_tokens_refuses_another_validation_file(tmp_path):
+    val, other = tmp_path / "val.parquet", tmp_path / "other.parquet"
+    val.write_bytes(b"validation tokens")
+    other.write_bytes(b"other tokens")
+    manifest = {"data": {"files_sha256": {"val": sha256_file(val)}}}
+    assert verified_val_tokens(val, manifest) == sha256_file(val)
+    with pytest.raises(LineageError, match=f"other.parquet: SHA-256 {sha256_file(other)}"):
+        verified_val_tokens(other, manifest)
+    # an imported checkpoint records no training data: any validation file is its own
+    assert verified_val_tokens(other, {"data": None}) == sha256_file(other)

@@ -17,17 +17,11 @@ import yaml
 from headgeom.paper import outputs
 from headgeom.paper.output import SECTIONS, SETUP, Output
 from headgeom.paper.plan import PaperPlan
+from headgeom.paths import TEMPLATES
 from headgeom.study import Study
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDS = [*outputs.TABLES.values(), *outputs.FIGURES.values()]
-
-
-def workflow_paths() -> set[str]:
-    """The keys of common.smk's PATHS table, read from its source."""
-    text = (REPO / "workflow" / "rules" / "common.smk").read_text()
-    block = text[text.index("PATHS = {") : text.index("\n}\n", text.index("PATHS = {"))]
-    return set(re.findall(r'^\s*"(\w+)":', block, flags=re.M))
 
 
 @pytest.mark.parametrize("record", RECORDS, ids=lambda r: f"{r.kind}-{r.name}")
@@ -47,7 +41,7 @@ def test_every_record_names_functions_its_job_can_call(record):
 
 
 def test_every_input_is_a_result_the_workflow_makes_for_a_run_set_the_study_knows():
-    paths = workflow_paths()
+    paths = TEMPLATES
     study = Study.from_config(yaml.safe_load((REPO / "config" / "config.yaml").read_text()))
     for record in RECORDS:
         for kind, (result, _) in record.inputs.items():

@@ -27,33 +27,20 @@ from headgeom.analysis.tolerance import model_dtype, rounding_tolerance
 from headgeom.hashing import ManifestMismatchError, content_hash, sha256_file
 from headgeom.io import read_parquet_metadata, write_json, write_parquet
 from headgeom.model.checkpoint import save_checkpoint
-from headgeom.model.config import ModelConfig
 from headgeom.model.gpt import GPT, site
+from tests.helpers import models
 from tests.helpers.examples import TASK_SCHEMA
+from tests.helpers.models import small_gpt
 from tests.scripts import load_script
 from tests.tolerances import patch_tolerance
-from tests.weights import large_random_weights
 
 GEOMETRIES = ("learned", "write-common-axis")
-N_LAYER, N_HEAD, N_VOCAB = 3, 4, 48
+N_LAYER, N_HEAD, N_VOCAB = models.L, models.H, 48
 
 
 def tiny_model(geometry: str, seed: int = 0) -> GPT:
     """A small random GPT whose weights are large enough that every head matters."""
-    torch.manual_seed(seed)
-    cfg = ModelConfig(
-        n_vocab=N_VOCAB,
-        n_ctx=16,
-        n_layer=N_LAYER,
-        n_head=N_HEAD,
-        d_model=32,
-        d_head=8,
-        d_mlp=64,
-        geometry=geometry,
-    )
-    model = GPT(cfg)
-    large_random_weights(model)
-    return model.eval()
+    return small_gpt(geometry, seed, N_VOCAB)
 
 
 def random_pairs(n: int, lengths: tuple[int, ...], seed: int = 1):

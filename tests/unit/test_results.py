@@ -71,6 +71,30 @@ def test_require_provenance_names_the_key_that_differs():
         results.require_provenance(metadata, {"manifest_content_hash": "0"}, "x.parquet")
 
 
+def test_file_metadata_puts_analysis_then_carried_then_own_provenance():
+    carried = {"checkpoint_sha256": "11" * 32, "task_dataset_sha256": "ef" * 32}
+    meta = results.file_metadata("lanes", "3", carried=carried)
+    assert list(meta)[:2] == ["analysis", "analysis_version"]
+    assert (meta["analysis"], meta["analysis_version"]) == ("lanes", "3")
+    assert {k: meta[k] for k in carried} == carried
+    assert list(meta)[-1] == "source_freeze"  # the writer's code, never an input's
+    own = results.file_metadata("leakage", manifest=MANIFEST, task_file_sha256="99" * 32)
+    assert own["checkpoint_sha256"] == "ab" * 32 and own["task_file_sha256"] == "99" * 32
+    assert own["analysis_version"] == "1"
+
+
+def test_require_same_run_refuses_another_checkpoint_or_task(tmp_path):
+    path = tmp_path / "heads.parquet"
+    meta = results.provenance(MANIFEST, task_dataset_sha256="ef" * 32)
+    results.LANES.write(path, pd.DataFrame(columns=results.LANES.names), meta)
+    assert results.require_same_run(path, MANIFEST, "ef" * 32)["config_id"] == "learned-s42"
+    with pytest.raises(ValueError, match="task_dataset_sha256 is efef"):
+        results.require_same_run(path, MANIFEST, "00" * 32)
+    other = {**MANIFEST, "checkpoint_file_sha256": "cd" * 32}
+    with pytest.raises(ValueError, match="heads.parquet: checkpoint_sha256 is abab"):
+        results.require_same_run(path, other)
+
+
 # ----------------------------------------------------------------------------- tables
 def test_every_result_column_is_described_and_written_with_its_description(tmp_path):
     for table in results.TABLES.values():

@@ -30,33 +30,19 @@ from headgeom.analysis.weightspace import (
 from headgeom.hashing import ManifestMismatchError, content_hash, sha256_file
 from headgeom.io import read_json, read_parquet_metadata, write_json, write_parquet
 from headgeom.model.checkpoint import save_checkpoint
-from headgeom.model.config import ModelConfig
 from headgeom.model.geometries import READ_TYPES, write_scale
 from headgeom.model.gpt import GPT
 from headgeom.paper.setup import table2
 from headgeom.subspace import orthonormal_basis, projection_kernel
+from tests.helpers import models
+from tests.helpers.models import small_gpt
 from tests.scripts import load_script
 
-N_LAYER, N_HEAD, D_MODEL, D_HEAD = 3, 4, 32, 8
+N_LAYER, N_HEAD, D_MODEL, D_HEAD = models.L, models.H, models.D, models.DH
 
 
 def tiny_model(geometry: str, seed: int = 0) -> GPT:
-    torch.manual_seed(seed)
-    cfg = ModelConfig(
-        n_vocab=40,
-        n_ctx=16,
-        n_layer=N_LAYER,
-        n_head=N_HEAD,
-        d_model=D_MODEL,
-        d_head=D_HEAD,
-        d_mlp=64,
-        geometry=geometry,
-    )
-    model = GPT(cfg)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.normal_(0.0, 0.3)
-    return model.eval()
+    return small_gpt(geometry, seed, weights="normal")
 
 
 def brute_pk(A: np.ndarray, B: np.ndarray) -> float:

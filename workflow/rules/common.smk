@@ -13,6 +13,7 @@ shell.prefix(f"set -euo pipefail; export PYTHONPATH={SRC}${{{{PYTHONPATH:+:$PYTH
 # The workflow reads the study with the same library (this checkout's, first).
 sys.path.insert(0, str(SRC))
 from headgeom import config_layers  # noqa: E402
+from headgeom.paths import TEMPLATES  # noqa: E402
 from headgeom.paper.outputs import FIGURES, TABLE_JOBS, record  # noqa: E402
 from headgeom.paper.plan import PaperPlan  # noqa: E402
 from headgeom.study import Study, StudyConfigError  # noqa: E402
@@ -50,107 +51,10 @@ wildcard_constraints:
 
 
 # ------------------------------------------------------------------ paths
-# Every file that rules read or write, once (wildcards {corpus}, {model}, {seed}, {task},
-# {table}, {figure}); per_run expands them. Logs and benchmarks: log_of, benchmark_of.
+# Every file that rules read or write, once (headgeom.paths, under the study's results
+# directory); per_run expands them. Logs and benchmarks: log_of, benchmark_of.
 R = f"results/{STUDY.name}"
-PATHS = {
-    name: f"{R}/{template}"
-    for name, template in {
-        # one corpus of STUDY.corpora (rule tokenize_corpus)
-        "corpus_train": "corpus/{corpus}/train_tokens.parquet",
-        "corpus_val": "corpus/{corpus}/val_tokens.parquet",
-        "corpus_vocab": "corpus/{corpus}/vocab.parquet",
-        "corpus_manifest": "corpus/{corpus}/manifest.json",
-        "task": "tasks/{task}.parquet",
-        # one run (model, seed)
-        "checkpoint": "models/{model}/s{seed}/model.safetensors",
-        "train_log": "models/{model}/s{seed}/train_log.parquet",
-        "manifest": "models/{model}/s{seed}/manifest.json",
-        "checkpoints": "models/{model}/s{seed}/checkpoints",  # training.checkpoint_steps
-        "resume": "models/{model}/s{seed}/resume",  # resumable training state; not an output
-        "hf": "models/{model}/s{seed}/hf",
-        "pk": "geometry/{model}/s{seed}/pk.parquet",
-        "geometry_summary": "geometry/{model}/s{seed}/summary.parquet",
-        # one run and task
-        "eval": "eval/{model}/s{seed}/{task}.parquet",
-        "effects": "patching/{model}/s{seed}/{task}.parquet",
-        "summary": "concentration/{model}/s{seed}/{task}.parquet",
-        "heads": "concentration/{model}/s{seed}/{task}.heads.parquet",
-        "robustness": "concentration/{model}/s{seed}/{task}.robustness.parquet",
-        "conditions": "concentration/{model}/s{seed}/{task}.conditions.parquet",
-        "logo": "concentration/{model}/s{seed}/{task}.logo.parquet",
-        "leakage": "leakage/{model}/s{seed}/{task}.parquet",
-        "lanes": "lanes/{model}/s{seed}/{task}.parquet",
-        # one run, every task (rule clamps; docs §13.3, §15.3)
-        "clamp_pairs": "clamps/{model}/s{seed}/pairs.parquet",
-        "clamp_paths": "clamps/{model}/s{seed}/paths.parquet",
-        "clamp_lumped": "clamps/{model}/s{seed}/lumped.parquet",
-        # across runs
-        "param_counts": "models/param_counts.parquet",
-        "paired": "concentration/compare/{task}.paired.parquet",
-        "paired_logo": "concentration/compare/{task}.paired_logo.parquet",
-        "loss": "concentration/compare/loss.parquet",
-        "spearman": "concentration/compare/spearman.parquet",
-        # edges and ACDC (docs §15.1, §15.4): one run
-        "edges": "edges/{model}/s{seed}/edges.parquet",
-        "edge_summary": "edges/{model}/s{seed}/summary.parquet",
-        "acdc": "edges/{model}/s{seed}/acdc.parquet",
-        # coordinate concentration (docs §15.2): one run, every task
-        "coordinates": "coordinates/{model}/s{seed}/coordinates.parquet",
-        "coordinate_directions": "coordinates/{model}/s{seed}/directions.parquet",
-        # exclusivity (paper §5.1, docs §11.3–11.6): across the leakage runs
-        "exclusivity": "exclusivity/summary.parquet",
-        "exclusivity_pairs": "exclusivity/pairs.parquet",
-        "exclusivity_heads": "exclusivity/heads.parquet",
-        # training dynamics (docs §13.2, §13.4, §14.2–14.5): one intermediate checkpoint
-        # (wildcard {step}: its zero-padded step) and the reused stages' outputs on it
-        "step_checkpoint": "models/{model}/s{seed}/checkpoints/step{step}.safetensors",
-        "step_manifest": "models/{model}/s{seed}/checkpoints/step{step}.manifest.json",
-        "step_eval": "dynamics/{model}/s{seed}/step{step}/eval/{task}.parquet",
-        "step_effects": "dynamics/{model}/s{seed}/step{step}/patching/{task}.parquet",
-        "step_summary": "dynamics/{model}/s{seed}/step{step}/concentration/{task}.parquet",
-        "step_heads": "dynamics/{model}/s{seed}/step{step}/concentration/{task}.heads.parquet",
-        "step_robustness": "dynamics/{model}/s{seed}/step{step}/concentration/{task}.robustness.parquet",
-        "step_conditions": "dynamics/{model}/s{seed}/step{step}/concentration/{task}.conditions.parquet",
-        "step_logo": "dynamics/{model}/s{seed}/step{step}/concentration/{task}.logo.parquet",
-        "step_lanes": "dynamics/{model}/s{seed}/step{step}/lanes/{task}.parquet",
-        "step_pk": "dynamics/{model}/s{seed}/step{step}/geometry/pk.parquet",
-        "step_geometry_summary": "dynamics/{model}/s{seed}/step{step}/geometry/summary.parquet",
-        # one timeline run (rule dynamics) and one ablation run (rule scalar_ablation)
-        "timeline": "dynamics/{model}/s{seed}/timeline.parquet",
-        "tau": "dynamics/{model}/s{seed}/tau.parquet",
-        "value_gradients": "dynamics/{model}/s{seed}/value_gradients.parquet",
-        "scalar_ablation": "scalar_ablation/{model}/s{seed}/scalar_ablation.parquet",
-        "scalar_ablation_checkpoint": "scalar_ablation/{model}/s{seed}/{edit}.safetensors",
-        "scalar_ablation_manifest": "scalar_ablation/{model}/s{seed}/{edit}.manifest.json",
-
-        # ablation (docs §10.6): the means artifact and block ablation atlas of one run;
-        # effects and concentration of one run, task and extra ablation mode; the mode comparison
-        "ablation_means": "ablation/{model}/s{seed}/means.safetensors",
-        "ablation_atlas": "ablation/{model}/s{seed}/atlas.parquet",
-        "effects_mode": "patching/{model}/s{seed}/{task}.{mode}.parquet",
-        "summary_mode": "concentration/{model}/s{seed}/{task}.{mode}.parquet",
-        "heads_mode": "concentration/{model}/s{seed}/{task}.{mode}.heads.parquet",
-        "robustness_mode": "concentration/{model}/s{seed}/{task}.{mode}.robustness.parquet",
-        "conditions_mode": "concentration/{model}/s{seed}/{task}.{mode}.conditions.parquet",
-        "logo_mode": "concentration/{model}/s{seed}/{task}.{mode}.logo.parquet",
-        "lanes_mode": "lanes/{model}/s{seed}/{task}.{mode}.parquet",
-        "ablation_modes": "ablation/modes.parquet",
-        "table_md": "tables/{table}.md",
-        "table_csv": "tables/{table}.csv",
-        "table_tex": "tables/{table}.tex",
-        "table_sources": "tables/{table}.sources.json",
-        "figure_png": "figures/{figure}.png",
-        "figure_svg": "figures/{figure}.svg",
-        "figure_csv": "figures/{figure}.csv",
-        "figure_sources": "figures/{figure}.sources.json",
-        # the results catalog
-        "catalog": "catalog.parquet",
-        # docs §5.7, §18: the basis family record and the study's checks table
-        "basis_family": "geometry/basis_family.json",
-        "checks": "checks.parquet",
-    }.items()
-}
+PATHS = {name: f"{R}/{template}" for name, template in TEMPLATES.items()}
 
 
 def log_of(*parts):

@@ -2,6 +2,12 @@
 # and §12: per (model, seed, task), then across models (paired bootstrap, loss vs N_eff).
 # The pairs and models come from the study (headgeom.study, headgeom.selections).
 
+#: The bootstrap and permutation settings of every concentration job (final and per step).
+RESAMPLING = {
+    key: STUDY.stage("concentration")[key]
+    for key in ("n_bootstrap", "bootstrap_seed", "n_permutations", "permutation_seed", "ci")
+}
+
 
 rule concentration:
     input:
@@ -18,11 +24,7 @@ rule concentration:
         benchmark_of("concentration", "{model}-s{seed}-{task}")
     params:
         split=STUDY.stage("concentration")["split"],
-        n_bootstrap=STUDY.stage("concentration")["n_bootstrap"],
-        bootstrap_seed=STUDY.stage("concentration")["bootstrap_seed"],
-        n_permutations=STUDY.stage("concentration")["n_permutations"],
-        permutation_seed=STUDY.stage("concentration")["permutation_seed"],
-        ci=STUDY.stage("concentration")["ci"],
+        **RESAMPLING,
         index_meaningful=index_meaningful,
     threads: STUDY.threads("concentration")
     resources:

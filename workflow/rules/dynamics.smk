@@ -65,11 +65,7 @@ use rule concentration as concentration_step with:
         benchmark_of("concentration_step", "{model}-s{seed}-step{step}-{task}")
     params:
         split=STUDY.stage("lanes")["split"],
-        n_bootstrap=STUDY.stage("concentration")["n_bootstrap"],
-        bootstrap_seed=STUDY.stage("concentration")["bootstrap_seed"],
-        n_permutations=STUDY.stage("concentration")["n_permutations"],
-        permutation_seed=STUDY.stage("concentration")["permutation_seed"],
-        ci=STUDY.stage("concentration")["ci"],
+        **RESAMPLING,
         index_meaningful=index_meaningful,
 
 

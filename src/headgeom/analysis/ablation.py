@@ -38,6 +38,7 @@ from safetensors.torch import save_file
 
 from headgeom.analysis.edges import kl_of_logp
 from headgeom.analysis.evaluation import length_groups
+from headgeom.data.task_files import TaskSplits, model_inputs
 from headgeom.hashing import canonical_json, sha256_file
 from headgeom.io import atomic_path
 from headgeom.model import registry
@@ -242,6 +243,24 @@ class TaskPrompts:
     incorrect: np.ndarray
 
 
+def task_prompts(task: TaskSplits, vocab: np.ndarray, n: int = 0) -> TaskPrompts:
+    """The first ``n`` prompts (0: all) of a task read with its evaluation split, in model
+    ids: the prompts whose retention the atlas measures."""
+    inputs = model_inputs(task.frame.head(n or None), vocab)
+    return TaskPrompts(task.name, inputs.clean_ids, inputs.correct, inputs.incorrect)
+
+
+def means_record(checkpoint_sha256: str, val_sha256: str, n_windows: int, n_ctx: int) -> dict:
+    """What the means artifact records of where its means come from (docs §10.6)."""
+    return {
+        "checkpoint_sha256": checkpoint_sha256,
+        "val_tokens_sha256": val_sha256,
+        "windows": f"validation windows 0..{n_windows - 1} of n_ctx {n_ctx}",
+        "positions": POSITIONS,
+        "n_positions": n_windows * (n_ctx - 1),
+    }
+
+
 class _Moments:
     """Streaming Σw, Σ‖w‖² and count of a write; Σ‖x‖² of the residual beside it."""
 
@@ -424,6 +443,17 @@ def atlas_plan(
 
 
 @torch.no_grad()
+def atlas_steps(
+    model, windows: torch.Tensor, tasks: Sequence[TaskPrompts], batch_size: int, work_bytes: int
+) -> int:
+    """How many times :func:`block_atlas` calls ``progress``: every edit once per batch of
+    windows its :func:`atlas_plan` makes."""
+    edits = atlas_edits(model)
+    prompt_len = max((len(c) for t in tasks for c in t.clean_ids), default=1)
+    plan = atlas_plan(model, windows.shape[1] - 1, batch_size, work_bytes, prompt_len, len(edits))
+    return len(edits) * -(-windows.shape[0] // plan.windows)
+
+
 def _answer_lds(model, ids, good, bad, layer_edits, means, max_rows) -> dict[Edit, torch.Tensor]:
     """LD (n,) of prompts ``ids`` (n, T) under every edit, by layer resumption when the
     registry declares the blocks functions of the residual entering them (``fast_patching``;

@@ -45,6 +45,7 @@ from headgeom.analysis import stats
 from headgeom.analysis.batching import check_pairs, length_batches, model_device, stack_rows
 from headgeom.analysis.patching import logit_difference, supports_prefix_reuse
 from headgeom.model.gpt import site
+from headgeom.subspace import haar_orthogonal
 
 SITES = ("after_wo", "before_wo", "before_wo_rotated")
 TOP_K = 10
@@ -52,13 +53,6 @@ N_DECILES = 10
 
 
 # --------------------------------------------------------------------------- directions
-def haar_orthogonal(n: int, rng: np.random.Generator) -> np.ndarray:
-    """A Haar-random n×n orthogonal matrix: QR of a standard Gaussian matrix with the signs
-    of R's diagonal moved into Q (Mezzadri 2007), float64."""
-    q, r = np.linalg.qr(rng.standard_normal((n, n)))
-    return q * np.sign(np.diag(r))[None, :]
-
-
 def head_rotations(n_head: int, d_head: int, seed: int) -> np.ndarray:
     """(H, d, d): one Haar matrix R_h per head, in head order, from Generator(PCG64(seed))."""
     rng = np.random.default_rng(seed)

@@ -1,13 +1,12 @@
-"""Training dynamics of lanes and value self-alignment (docs §13.2, §13.4, §14.2, §14.4,
-§14.5).
+"""Training dynamics of lanes and value self-alignment (docs §13.2, §13.4, §14.2, §14.4).
 
 * :func:`task_gradients` — τ_l = ∂ mean LD / ∂ (layer l's attention output) at every position
   of every prompt (docs §13.4), and :func:`tau_summary` its adjacent-layer cosines,
   same-index (and different-index) projected cosines and the gradient lane share;
 * :func:`value_gradient_traces` — per head, whether |tr(G_h O_h)| is the largest of the
   layer's |tr(G_h O_j)| for G_h = ∂L_LM/∂W_V^h (docs §14.4), and :func:`scalar_signs`;
-* :func:`own_lane_blocks`, :func:`ablate_scalar_part` — the scalar-part ablation of own-lane
-  value maps M ← M − s·I against M ← M − s·R, R Haar-random orthogonal (docs §14.5).
+
+The scalar-part ablation of §14.5 is :mod:`headgeom.analysis.scalar_ablation`.
 
 Every function reads the model through the geometry API (``writer.write_maps()``,
 ``reader.read_maps("V")``) and named sites (``blocks.{l}.hook_attn_out``), never a geometry
@@ -241,68 +240,6 @@ def scalar_signs(model) -> pd.DataFrame:
             rows += [
                 {"layer": layer, "head": h, "scalar_trace": float(t)} for h, t in enumerate(tr)
             ]
-    return pd.DataFrame(rows)
-
-
-# ----------------------------------------------------------------------------- ablation (§14.5)
-def own_lane_blocks(write_map: np.ndarray, atol: float = 1e-12) -> tuple[np.ndarray, np.ndarray]:
-    """(coordinates, dims) of an identity-type write block O_h (D, d): every non-zero column
-    is a multiple of a distinct standard basis vector e_c. ``dims`` are the head-internal
-    dims whose column is non-zero and ``coordinates`` the residual coordinates they write
-    (so O_h[coordinates[i], dims[i]] ≠ 0). Anything else raises ValueError."""
-    W = np.asarray(write_map, dtype=np.float64)
-    nonzero = np.abs(W) > atol
-    dims = np.flatnonzero(nonzero.any(axis=0))
-    if dims.size == 0 or (nonzero[:, dims].sum(axis=0) != 1).any():
-        raise ValueError("the write block is not identity-type (a column is not a multiple of e_c)")
-    coordinates = np.array([int(np.flatnonzero(nonzero[:, j])[0]) for j in dims])
-    if len(set(coordinates.tolist())) != len(coordinates):
-        raise ValueError("the write block writes one residual coordinate twice")
-    return coordinates, dims
-
-
-def haar_orthogonal(w: int, rng: np.random.Generator) -> np.ndarray:
-    """A Haar-random w×w orthogonal matrix: QR of a standard normal matrix with the signs of
-    diag(R) moved into Q (Mezzadri 2007)."""
-    Q, R = np.linalg.qr(rng.standard_normal((w, w)))
-    return Q * np.sign(np.diag(R))
-
-
-def ablate_scalar_part(
-    model, layers: Sequence[int], kind: str, rng: np.random.Generator | None = None
-) -> pd.DataFrame:
-    """Edit ``model`` in place: in every head of ``layers``, the own-lane value map
-    M = W_V^h[dims, coordinates] (w×w) loses s·I (``kind="scalar"``) or s·R with R
-    Haar-random orthogonal, one per head drawn from ``rng`` in (layer, head) order
-    (``kind="random"``; ‖sR‖_F = ‖sI‖_F), s = tr M / w. Returns one row per edited head
-    (layer, head, w, s, ‖M‖_F before and after)."""
-    if kind not in ("scalar", "random"):
-        raise ValueError(f"unknown ablation kind {kind!r}; expected scalar or random")
-    if kind == "random" and rng is None:
-        raise ValueError("the random control needs its recorded generator")
-    rows = []
-    with torch.no_grad():
-        for layer in layers:
-            if not 0 <= layer < len(model.blocks):
-                raise ValueError(f"layer {layer} is not in the model's {len(model.blocks)} layers")
-            block = model.blocks[layer]
-            V = block.attn.reader.read_maps("V")  # (H, d, D): a view of the parameter
-            W_O = block.attn.writer.write_maps().double().numpy()
-            for h in range(V.shape[0]):
-                coords, dims = own_lane_blocks(W_O[h])
-                w = len(dims)
-                ix = (torch.as_tensor(dims)[:, None], torch.as_tensor(coords)[None, :])
-                M = V[h][ix].double().numpy()
-                s = float(np.trace(M)) / w
-                part = np.eye(w) if kind == "scalar" else haar_orthogonal(w, rng)
-                edited = M - s * part
-                V[h][ix] = torch.as_tensor(edited, dtype=V.dtype)
-                after = block.attn.reader.read_maps("V")[h][ix].double().numpy()
-                if not np.allclose(after, edited, atol=1e-6):
-                    raise RuntimeError("read_maps('V') is not a view of the reader's W_V")
-                rows.append({"layer": layer, "head": h, "w": w, "s": s,
-                             "norm_before": float(np.linalg.norm(M)),
-                             "norm_after": float(np.linalg.norm(edited))})  # fmt: skip
     return pd.DataFrame(rows)
 
 

@@ -519,9 +519,8 @@ def stage_metadata(model, manifest, task, frame, dtype: str) -> dict:
     """What the edge and ACDC files of one run record (docs §15.1, §15.4): provenance, the
     KL's definition, the dtype and its logit rounding bound, and which examples were used."""
     return {
-        "analysis": "edges",
-        "analysis_version": "2",  # 2: the exact KL and the examples by condition
-        **results.provenance(manifest, task_dataset_sha256=task.dataset_sha256),
+        # version 2: the exact KL and the examples by condition
+        **results.file_metadata("edges", "2", manifest, task_dataset_sha256=task.dataset_sha256),
         "kl": "KL(P_clean || P_patched) = sum_v p_v (log p_v - log q_v), full vocabulary, "
         "final position, float64 log-softmax of the final-position logits",
         "dtype": dtype,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -28,9 +29,6 @@ from headgeom.data.task_files import TaskSplits, model_inputs
 from headgeom.vocabulary import MODES
 
 ENGINES = ("fast", "plain")
-#: Ablation modes of head patching (docs §10.1): the reference prompt's z
-#: (``resample``, the paper's, the default), the head's mean z over held-out validation
-#: positions (``mean``; the means artifact of headgeom.analysis.ablation) or zero (``zero``).
 
 
 def engine_paths(model: torch.nn.Module, engine: str) -> str:
@@ -120,33 +118,48 @@ MODE_SITES = {
 }
 
 
-def effects_metadata(model, manifest, task, args, device, mode: str = "resample", means=None):
+@dataclass(frozen=True)
+class EffectsRun:
+    """Whose effects a file holds (run, seed, task, splits) and how the engine computed them;
+    recorded in the file's metadata."""
+
+    model_name: str
+    seed: int
+    task_name: str
+    splits: Sequence[str]
+    batch_size: int
+    max_rows: int
+    engine: str
+    threads: int
+
+
+def effects_metadata(
+    model, manifest, task, run: EffectsRun, device, mode: str = "resample", means=None
+) -> dict:
     """File metadata of an effects Parquet (src/patch_heads.py, src/patch_modes.py): the
-    run, task, splits, shape, provenance (with the mode and, for mean ablation, the means
-    artifact's SHA-256) and how the engine ran. ``args`` carries model_name, seed,
-    task_name, splits, batch_size, max_rows, engine and threads."""
+    provenance (with the mode and, for mean ablation, the means artifact's SHA-256), the
+    run, task, splits and shape, and how the engine ran."""
     return {
-        "analysis": "patch_heads",
-        "analysis_version": "1",
-        "model": args.model_name,
-        "seed": args.seed,
-        "task": args.task_name,
-        "splits": args.splits,
-        "n_layers": model.cfg.n_layer,
-        "n_heads": model.cfg.n_head,
-        **results.provenance(
-            manifest,
+        **results.file_metadata(
+            "patch_heads",
+            manifest=manifest,
             task_dataset_sha256=task.dataset_sha256,
             task_file_sha256=task.file_sha256,
             patch_mode=mode,
             ablation_means_sha256=None if means is None else means.sha256,
         ),
+        "model": run.model_name,
+        "seed": run.seed,
+        "task": run.task_name,
+        "splits": list(run.splits),
+        "n_layers": model.cfg.n_layer,
+        "n_heads": model.cfg.n_head,
         "patch_site": MODE_SITES[mode],
-        "batch_size": args.batch_size,
-        "max_rows": args.max_rows,
-        "engine": args.engine,
-        "engine_paths": engine_paths(model, args.engine),
+        "batch_size": run.batch_size,
+        "max_rows": run.max_rows,
+        "engine": run.engine,
+        "engine_paths": engine_paths(model, run.engine),
         "device": str(device),
-        "threads": args.threads,
+        "threads": run.threads,
         "dtype": "float32 forward, float64 logit differences",
     }

@@ -42,7 +42,7 @@ SECTIONS = (SUMMARY, SETUP, EXCLUSIVITY, CONCENTRATION, LANES, ALIGNMENT, APPEND
 EXTRA = ("selection", "pairs", "exclusivity", "paired_tasks")
 
 #: An input kind's source: (result, run set). ``result`` names a path template of the
-#: workflow (workflow/rules/common.smk, PATHS); the run set the runs it is read for
+#: workflow (headgeom.paths.TEMPLATES); the run set the runs it is read for
 #: (``headgeom.paper.plan.PaperPlan.paper_inputs``: ``runs`` every run, ``selection`` the output's
 #: paper selection, ``leakage`` the runs leakage measures, ...; None: one cross-run file).
 Source = tuple[str, "str | None"]

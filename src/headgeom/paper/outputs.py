@@ -3,7 +3,7 @@ in the paper's order of sections. The workflow, the document and the report read
 here; nothing adds to them after this module is loaded.
 
 Each record names its inputs by kind: ``kind -> (result, run set)``, the result a path
-template of the workflow (workflow/rules/common.smk, PATHS) and the run set the runs it is
+template of the workflow (headgeom.paths.TEMPLATES) and the run set the runs it is
 read for (``headgeom.paper.plan.PaperPlan.paper_inputs``; None: one cross-run file).
 """
 

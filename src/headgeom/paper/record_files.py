@@ -21,6 +21,7 @@ from pathlib import Path
 
 from headgeom.io import write_text
 from headgeom.paper.outputs import DOCUMENT_TABLES, FIGURES, RECORDS, TABLE_JOBS, TABLES
+from headgeom.paths import TEMPLATES
 
 ROOT = Path(__file__).resolve().parents[3]
 HEADER = "{# Written by python -m headgeom.paper.record_files from headgeom/paper/outputs.py #}\n"
@@ -57,13 +58,6 @@ def caption_files() -> dict[str, str]:
     return files
 
 
-def workflow_paths(root: Path = ROOT) -> dict[str, str]:
-    """common.smk's path templates by name (``summary`` -> ``concentration/{model}/...``)."""
-    text = (root / "workflow" / "rules" / "common.smk").read_text()
-    block = text[text.index("PATHS = {") : text.index("\n}\n", text.index("PATHS = {"))]
-    return dict(re.findall(r'^\s*"(\w+)": "([^"]+)"', block, flags=re.M))
-
-
 def _reads(record, paths: dict[str, str]) -> str:
     return "; ".join(
         f"{kind} → `{paths.get(result, result)}`"
@@ -98,7 +92,7 @@ def written_files(root: Path = ROOT) -> dict[Path, str]:
     text = doc.read_text()
     if not MAP.search(text):
         raise ValueError(f"{doc}: no <!-- outputs --> ... <!-- /outputs --> block")
-    table = output_map(workflow_paths(root))
+    table = output_map(TEMPLATES)
     files[doc] = MAP.sub(lambda m: m[1] + table + m[2], text)
     return files
 
