@@ -19,14 +19,18 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-E2E = Path(__file__).resolve().parent / "e2e"
+TESTS = Path(__file__).resolve().parent
+#: Folders whose every test runs the real DAG (tests/e2e) or the DAG through Slurm.
+E2E_DIRS = (TESTS / "e2e", TESTS / "slurm")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Every test under tests/e2e runs the real DAG: marked ``e2e`` like the unit tests that
-    start Snakemake or training in a subprocess, so ``-m "not e2e"`` runs the fast tier."""
+    """Every test under tests/e2e and tests/slurm, and every ``slow`` test, runs the real DAG:
+    marked ``e2e`` like the unit tests that start Snakemake or training in a subprocess, so
+    ``-m "not e2e"`` (which replaces the default ``-m``) is the fast tier and nothing more."""
     for item in items:
-        if E2E in Path(str(item.fspath)).resolve().parents:
+        parents = Path(str(item.fspath)).resolve().parents
+        if any(d in parents for d in E2E_DIRS) or item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.e2e)
 
 
