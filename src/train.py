@@ -9,7 +9,9 @@ with its manifest) and the per-step training log; survives being killed at any p
 The token and vocabulary files are verified against the corpus manifest before training.
 Intermediate checkpoints go to ``--checkpoint-dir``, the resumable state to ``--resume-dir``
 (deleted once every output is written); ``headgeom.training.job`` says how a killed job
-resumes and which outputs are the same bytes with or without interruptions.
+resumes and which outputs are the same bytes with or without interruptions. SIGTERM or
+SIGUSR1 (a cluster's preemption warning) stops training after the current update with the
+state written and exits with status 75 (EX_TEMPFAIL); a rerun continues from that update.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import sys
 from headgeom.run_config import parse_run_config
 from headgeom.runtime import set_threads
 from headgeom.training.job import CorpusFiles, JobOutputs, train_job
+from headgeom.training.preemption import EXIT_PREEMPTED, Preempted, on_signals
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -50,14 +53,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     set_threads(args.threads)
     run = parse_run_config(json.loads(args.config_json))
-    train_job(
-        run,
-        CorpusFiles(args.train_tokens, args.val_tokens, args.vocab, args.corpus_manifest),
-        JobOutputs.beside(args.checkpoint, args.log, args.checkpoint_dir, args.resume_dir),
-        threads=args.threads,
-        device=args.device,
-        progress=not args.no_progress,
-    )
+    with on_signals() as stop:  # SIGTERM / SIGUSR1: stop at a step boundary, state written
+        try:
+            train_job(
+                run,
+                CorpusFiles(args.train_tokens, args.val_tokens, args.vocab, args.corpus_manifest),
+                JobOutputs.beside(args.checkpoint, args.log, args.checkpoint_dir, args.resume_dir),
+                threads=args.threads,
+                device=args.device,
+                progress=not args.no_progress,
+                stop=stop,
+            )
+        except Preempted as err:
+            print(f"preempted: {err}", file=sys.stderr)
+            return EXIT_PREEMPTED
     return 0
 
 

@@ -1,22 +1,18 @@
-"""Artifact identity (docs §2): canonical JSON, SHA-256 of exact bytes, source freeze,
-environment record, and verification of a file against the hash its manifest names."""
+"""Artifact identity (docs §2): canonical JSON, SHA-256 of exact bytes, source freeze, and
+verification of a file against the hash its manifest names. The environment a run ran in
+is headgeom.runtime.environment."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import platform
 import subprocess
-from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-# Packages whose versions can change a result; recorded in every manifest.
-TRACKED_PACKAGES = ("torch", "numpy", "pyarrow", "pandas", "safetensors", "tokenizers", "scipy")
 
 
 class ManifestMismatchError(RuntimeError):
@@ -68,23 +64,6 @@ def source_freeze() -> dict[str, str | None]:
         "git_commit": commit.decode().strip() if commit else None,
         "tracked_diff_sha256": sha256_bytes(diff) if diff is not None else None,
     }
-
-
-def environment() -> dict[str, str | None]:
-    """Interpreter, key package versions and the accelerator runtime."""
-    env: dict[str, str | None] = {"python": platform.python_version()}
-    for name in TRACKED_PACKAGES:
-        try:
-            env[name] = importlib_metadata.version(name)
-        except importlib_metadata.PackageNotFoundError:
-            env[name] = None
-    try:
-        import torch
-
-        env["cuda"] = torch.version.cuda
-    except ImportError:  # pragma: no cover - torch is a hard dependency
-        env["cuda"] = None
-    return env
 
 
 def verify_file(path: str | os.PathLike, expected_sha256: str, manifest: str | os.PathLike) -> None:

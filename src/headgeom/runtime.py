@@ -1,4 +1,4 @@
-"""Where a stage runs: its CPU threads and its torch device.
+"""Where a stage runs: its CPU threads, its torch device and the machine record.
 
 A Snakemake job is given ``threads``; a stage must not run more than that, or
 ``snakemake --cores all`` oversubscribes the machine. :func:`set_threads` is called by every
@@ -8,9 +8,29 @@ stage script before any torch (or tokenizer) work.
 from __future__ import annotations
 
 import os
+import platform
+import re
 import sys
+from importlib import metadata as importlib_metadata
 
 import torch
+
+#: Packages whose versions can change a result; recorded in every manifest.
+TRACKED_PACKAGES = ("torch", "numpy", "pyarrow", "pandas", "safetensors", "tokenizers", "scipy")
+#: Environment variables that choose CPU kernels or thread pools (recorded when set).
+KERNEL_VARIABLES = (
+    "ATEN_CPU_CAPABILITY",
+    "MKL_CBWR",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "MKL_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
+    "ONEDNN_DEFAULT_FPMATH_MODE",
+    "KMP_DETERMINISTIC_REDUCTION",
+    "CUBLAS_WORKSPACE_CONFIG",
+    "NVIDIA_TF32_OVERRIDE",
+)
 
 
 def set_threads(threads: int) -> int:
@@ -45,3 +65,60 @@ def pick_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo on Linux, else what platform says)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _build_line(config: str, pattern: str) -> str | None:
+    match = re.search(pattern, config)
+    return match[1].strip() if match else None
+
+
+def machine() -> dict:
+    """What picks the kernels a run's arithmetic went through, so two runs' bytes can be
+    compared knowing whether the machines could agree: CPU model and core count, torch's
+    vector capability (``get_cpu_capability``: DEFAULT, AVX2, AVX512, ...), the BLAS and
+    oneDNN builds, the thread pools, the GPU, and every kernel-selecting environment
+    variable that is set."""
+    config = torch.__config__.show()
+    record = {
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "arch": platform.machine(),
+        "os": platform.platform(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "blas": _build_line(config, r"BLAS_INFO=([^,\n]+)"),
+        "mkl": _build_line(config, r"Math Kernel Library Version ([^\n]+?) for"),
+        "onednn": _build_line(config, r"MKL-DNN (v[^\s]+)"),
+        "openmp": _build_line(config, r"OpenMP (\d+)"),
+        "intra_op_threads": torch.get_num_threads(),
+        "inter_op_threads": torch.get_num_interop_threads(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
+        "kernel_variables": {k: os.environ[k] for k in KERNEL_VARIABLES if k in os.environ},
+    }
+    return record
+
+
+def environment() -> dict:
+    """Interpreter, key package versions, the accelerator runtime and the :func:`machine`:
+    the ``environment`` record of every manifest."""
+    env: dict = {"python": platform.python_version()}
+    for name in TRACKED_PACKAGES:
+        try:
+            env[name] = importlib_metadata.version(name)
+        except importlib_metadata.PackageNotFoundError:
+            env[name] = None
+    env["cuda"] = torch.version.cuda
+    env["machine"] = machine()
+    return env

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
+import platform
 import shutil
 from pathlib import Path
 
@@ -31,6 +33,7 @@ from headgeom.manifest import (
 )
 from headgeom.model.checkpoint import load_checkpoint, load_verified
 from headgeom.run_config import parse_run_config
+from headgeom.runtime import KERNEL_VARIABLES, machine
 from tests.scripts import load_script
 
 tokenize_corpus = load_script("tokenize_corpus")
@@ -206,6 +209,20 @@ def test_checkpoint_manifest_fields(run):
     assert m["data"]["data_seed"] == 1729
     assert set(m["source"]) == {"git_commit", "tracked_diff_sha256"}
     assert m["environment"]["torch"] == importlib.metadata.version("torch")
+    # the machine record: what picks the kernels, so two runs' bytes can be compared
+    machine = m["environment"]["machine"]
+    assert machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert machine["intra_op_threads"] == 1  # the job's --threads
+    assert machine["cpu_count"] == os.cpu_count() and machine["arch"] == platform.machine()
+    config = torch.__config__.show()
+    for key in ("cpu", "os", "blas", "openmp"):
+        assert machine[key], key
+    if "MKL-DNN" in config:
+        assert machine["onednn"] in config and machine["onednn"].startswith("v")
+    if "Math Kernel Library" in config:
+        assert machine["mkl"] in config
+    assert isinstance(machine["kernel_variables"], dict)
+    assert (machine["gpu"] is None) == (not torch.cuda.is_available())
     t = CONFIG["training"]
     assert m["step"] == t["steps"]
     assert m["tokens_seen"] == t["steps"] * t["batch_size"] * CONFIG["model"]["n_ctx"]
@@ -338,3 +355,15 @@ def test_verified_val_tokens_refuses_another_validation_file(tmp_path):
         verified_val_tokens(other, manifest)
     # an imported checkpoint records no training data: any validation file is its own
     assert verified_val_tokens(other, {"data": None}) == sha256_file(other)
+
+
+def test_the_machine_record_names_every_kernel_variable_that_is_set(monkeypatch):
+    for name in KERNEL_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    assert machine()["kernel_variables"] == {}
+    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "default")
+    assert machine()["kernel_variables"] == {
+        "MKL_CBWR": "COMPATIBLE",
+        "ATEN_CPU_CAPABILITY": "default",
+    }

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -182,6 +183,9 @@ def _assert_same_run(out: Path, ref: Path) -> None:
         )
         for m in (m_got, m_want):  # the code version may change under a shared checkout
             m.pop("source")
+            # torch sets its inter-op pool once per process: the in-process reference keeps
+            # the test process's
+            m["environment"]["machine"].pop("inter_op_threads")
         assert m_got == m_want
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == sorted(
         p.name for p in (ref / "checkpoints").iterdir()
@@ -261,6 +265,35 @@ def test_sigkill_at_a_random_step_then_restart_gives_the_same_bytes(reference, c
     assert _state_step(out) == killed_at  # the refusal touched nothing
 
     assert train_script.main(_args(corpus, out)) == 0
+    _assert_same_run(out, reference)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGTERM], ids=lambda s: s.name)
+def test_a_preemption_signal_stops_at_a_step_and_the_rerun_redoes_none(
+    sig, reference, corpus, tmp_path, capsys
+):
+    """A cluster's warning signal mid-run: the job ends with status 75 (EX_TEMPFAIL) after
+    the update in flight with its state written at that update, no final output exists, and
+    the rerun starts after that very update (no update redone) and gives the same bytes."""
+    out = tmp_path / "run"
+    target = random.Random(SEED + sig).randrange(8, 200)
+    proc = _start(corpus, out)
+    deadline = time.monotonic() + 120
+    while (step := _state_step(out)) is None or step < target:
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline, "training made no progress"
+        time.sleep(0.005)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    err = err.decode()
+    assert proc.returncode == 75, err
+    stopped = int(re.search(rf"{sig.name} received: stopped after step (\d+)", err)[1])
+    assert target <= stopped < 240
+    assert _state_step(out) == stopped  # the state is the update the signal interrupted
+    assert not (out / "model.safetensors").exists() and not (out / "train_log.parquet").exists()
+    capsys.readouterr()
+    assert train_script.main(_args(corpus, out)) == 0
+    assert f"after step {stopped}" in capsys.readouterr().err  # continues from it: 0 redone
     _assert_same_run(out, reference)
 
 

@@ -12,10 +12,11 @@ import numpy as np
 import pandas as pd
 
 from headgeom import results
-from headgeom.hashing import content_hash, environment, sha256_file, source_freeze
+from headgeom.hashing import content_hash, sha256_file, source_freeze
 from headgeom.model.checkpoint import save_checkpoint
 from headgeom.model.import_errors import ModelImportError
 from headgeom.model.importing import import_model
+from headgeom.runtime import environment
 from headgeom.training.loop import validation_loss
 
 

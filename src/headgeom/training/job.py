@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +32,6 @@ from headgeom import checks, results
 from headgeom.data.corpus import compact, read_tokens, read_vocab
 from headgeom.hashing import (
     ManifestMismatchError,
-    environment,
     manifest_hash,
     read_manifest_field,
     sha256_file,
@@ -47,6 +47,7 @@ from headgeom.run_config import (
     checkpoint_name,
     checkpoint_schedule,
 )
+from headgeom.runtime import environment
 from headgeom.training.loop import (
     TrainResult,
     initial_model,
@@ -139,10 +140,13 @@ def train_job(
     threads: int,
     device: str = "auto",
     progress: bool = True,
+    stop: Callable[[], str | None] | None = None,
 ) -> TrainResult:
     """Train ``run`` on ``corpus`` and write every output of ``out`` (see the module text).
     ``threads`` is only recorded (the caller sets torch's thread counts before any torch
-    work): on CPU a different thread count can change the final bits."""
+    work): on CPU a different thread count can change the final bits. ``stop`` (a
+    headgeom.training.preemption.StopFlag) ends the job with its state written and
+    :class:`~headgeom.training.preemption.Preempted` raised; no output is written then."""
     source = source_freeze()  # the code as training starts
     env = environment()
     state_path = out.resume_dir / STATE_NAME
@@ -230,6 +234,7 @@ def train_job(
         device=device,
         resume=resume,
         on_checkpoint=write_intermediate,
+        stop=stop,
     )
     resumed = f", resumed after step {result.resumed_from}" if result.resumed_from else ""
     print(

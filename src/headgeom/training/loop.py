@@ -22,6 +22,7 @@ from headgeom.model import registry
 from headgeom.model.gpt import GPT
 from headgeom.run_config import RunConfig, TrainConfig, checkpoint_schedule, parse_run_config
 from headgeom.training.data import batch_at, check_sampling, lr_at, validation_windows
+from headgeom.training.preemption import Preempted
 from headgeom.training.state import (
     Progress,
     Resume,
@@ -175,6 +176,7 @@ def train(
     device: str | torch.device | None = None,
     resume: Resume | None = None,
     on_checkpoint: OnCheckpoint | None = None,
+    stop: Callable[[], str | None] | None = None,
 ) -> TrainResult:
     """Train ``model`` in place for ``cfg.steps`` AdamW updates (docs §7).
 
@@ -184,9 +186,11 @@ def train(
     step. ``on_checkpoint(step, model, val_loss)`` is called at step 0 and at every step of
     :func:`checkpoint_schedule`; the JSON record it returns is kept (and saved in the
     resumable state). With ``resume``, the state is written every ``resume_every`` steps and
-    at the final step, and a state found at ``resume.path`` is continued from. On CPU the run
-    is deterministic: same model bytes, ids, config and thread count ⇒ same weights, with or
-    without interruptions.
+    at the final step, and a state found at ``resume.path`` is continued from. ``stop()``
+    is read after every update: when it names a signal (headgeom.training.preemption), the
+    state is written and :class:`Preempted` raised, so a rerun redoes no update. On CPU the
+    run is deterministic: same model bytes, ids, config and thread count ⇒ same weights,
+    with or without interruptions.
     """
     device = resolve_device(device)
     precision = resolve_precision(cfg.precision, device)
@@ -266,12 +270,17 @@ def train(
         if step in schedule and on_checkpoint is not None:
             state.checkpoints[step] = on_checkpoint(step, model, float(state.val_loss[step - 1]))
             model.train()
-        if resume is not None and (step % cfg.resume_every == 0 or step == steps):
+        why = stop() if stop is not None and step < steps else None
+        due = step % cfg.resume_every == 0 or step == steps
+        if resume is not None and (due or why):
             cursor = {"sampling": sampling, "next_step": step + 1}
             if sampling == "read_once":
                 cursor["next_token_offset"] = step * cfg.batch_size * n_ctx
             save_resume_state(resume, model, opt, state, cursor)
         overhead += time.perf_counter() - t0
+        if why:
+            bar.close()
+            raise Preempted(step, why, None if resume is None else resume.path)
     bar.close()
     model.eval()
 
