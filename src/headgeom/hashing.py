@@ -11,6 +11,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from headgeom.paths import rerun_hint
+
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,8 +77,7 @@ def verify_file(path: str | os.PathLike, expected_sha256: str, manifest: str | o
     if actual != expected_sha256:
         raise ManifestMismatchError(
             f"{path}: SHA-256 is {actual} but manifest {manifest} records {expected_sha256}; "
-            "the file changed after it was hashed (rerun the producing rule, e.g. "
-            "`snakemake --forcerun train`)"
+            f"the file changed after it was hashed ({rerun_hint(path)})"
         )
 
 

@@ -24,6 +24,7 @@ from headgeom.io import read_json, read_parquet_metadata
 from headgeom.model import registry
 from headgeom.model.checkpoint import load_checkpoint
 from headgeom.model.frozen import check_frozen_buffers
+from headgeom.paths import rerun_hint
 from headgeom.run_config import RunConfig
 
 # Corpus-manifest fields copied into ``data`` when present (names as in docs §2.3).
@@ -128,8 +129,7 @@ def checkpoint_manifest(
 def _same(what: str, path: str, recorded: str, actual: str, where: str) -> None:
     if recorded != actual:
         raise LineageError(
-            f"{path}: {what} is {actual} but {where} records {recorded}; rerun the "
-            "producing rule (e.g. `snakemake --forcerun train`)"
+            f"{path}: {what} is {actual} but {where} records {recorded}; {rerun_hint(path)}"
         )
 
 
@@ -166,7 +166,7 @@ def final_manifest(
         raise LineageError(
             f"{train_log}: trained with config hash {meta['config_hash']} but "
             f"--config-json hashes to {run.config_hash}; the config changed since training "
-            "(rerun `snakemake --forcerun train` for this model and seed)"
+            f"({rerun_hint(train_log)})"
         )
     corpus_hash = manifest_hash(corpus_manifest)
     where = f"training log {train_log}"

@@ -10,6 +10,10 @@ modes write a run's files again under a step directory or with a mode suffix
 
 from __future__ import annotations
 
+import os
+import re
+from pathlib import Path
+
 #: The files of one run (and task), each stage's directory first: the dynamics' stages and the
 #: extra ablation modes write the same files under a step directory or with a mode suffix.
 RUN_TEMPLATES = {
@@ -115,3 +119,117 @@ TEMPLATES = {
     "basis_family": "geometry/basis_family.json",
     "checks": "checks.parquet",
 }
+
+#: The rule(s) that write each template: the rerun a refusal names. tests/unit/test_paths.py
+#: checks it against the outputs of workflow/rules/*.smk.
+PRODUCERS = {
+    "corpus_train": "tokenize_corpus",
+    "corpus_val": "tokenize_corpus",
+    "corpus_vocab": "tokenize_corpus",
+    "corpus_manifest": "tokenize_corpus",
+    "task": "make_tasks",
+    "checkpoint": ("train", "import_model", "train_timeline"),
+    "train_log": ("train", "import_model", "train_timeline"),
+    "manifest": ("hash_checkpoint", "import_model"),
+    "hf": "export_hf",
+    "pk": "geometry_stats",
+    "geometry_summary": "geometry_stats",
+    "eval": "evaluate_clean",
+    "effects": "patch_heads",
+    "summary": "concentration",
+    "heads": "concentration",
+    "robustness": "concentration",
+    "conditions": "concentration",
+    "logo": "concentration",
+    "leakage": "leakage",
+    "lanes": "lanes",
+    "clamp_pairs": "clamps",
+    "clamp_paths": "clamps",
+    "clamp_lumped": "clamps",
+    "param_counts": "param_counts",
+    "paired": "compare_concentration",
+    "paired_logo": "compare_concentration",
+    "loss": "concentration_loss",
+    "spearman": "concentration_loss",
+    "edges": "edges",
+    "edge_summary": "edges",
+    "acdc": "acdc",
+    "coordinates": "coordinates",
+    "coordinate_directions": "coordinates",
+    "exclusivity": "exclusivity",
+    "exclusivity_pairs": "exclusivity",
+    "exclusivity_heads": "exclusivity",
+    "step_checkpoint": "train_timeline",
+    "step_manifest": "train_timeline",
+    "step_eval": "evaluate_step",
+    "step_effects": "patch_step",
+    "step_summary": "concentration_step",
+    "step_heads": "concentration_step",
+    "step_robustness": "concentration_step",
+    "step_conditions": "concentration_step",
+    "step_logo": "concentration_step",
+    "step_lanes": "lanes_step",
+    "step_pk": "geometry_step",
+    "step_geometry_summary": "geometry_step",
+    "timeline": "dynamics",
+    "tau": "dynamics",
+    "value_gradients": "dynamics",
+    "scalar_ablation": "scalar_ablation",
+    "scalar_ablation_checkpoint": "scalar_ablation",
+    "scalar_ablation_manifest": "scalar_ablation",
+    "ablation_means": "ablation_atlas",
+    "ablation_atlas": "ablation_atlas",
+    "effects_mode": "patch_modes",
+    "summary_mode": "concentration_mode",
+    "heads_mode": "concentration_mode",
+    "robustness_mode": "concentration_mode",
+    "conditions_mode": "concentration_mode",
+    "logo_mode": "concentration_mode",
+    "lanes_mode": "lanes_mode",
+    "ablation_modes": "compare_modes",
+    "table_md": ("make_table", "make_document"),
+    "table_csv": ("make_table", "make_document"),
+    "table_tex": ("make_table", "make_document"),
+    "table_sources": ("make_table", "make_document"),
+    "figure_png": "make_figure",
+    "figure_svg": "make_figure",
+    "figure_csv": "make_figure",
+    "figure_sources": "make_figure",
+    "catalog": "catalog",
+    "basis_family": "basis_family",
+    "checks": "checks",
+}
+
+_WILDCARD = re.compile(r"\{(\w+)\}")
+
+
+def _pattern(template: str) -> re.Pattern:
+    """A template as a regex of a path's tail: numbers for {seed}/{step}, one path part for
+    {model}, one dot-free name for the others (so sva.mean.parquet is no {task}.parquet)."""
+    parts = _WILDCARD.split(template)
+    wild = {"seed": r"\d+", "step": r"\d+", "model": r"[^/]+"}
+    regex = "".join(
+        re.escape(part) if i % 2 == 0 else wild.get(part, r"[^/.]+") for i, part in enumerate(parts)
+    )
+    return re.compile(rf"(?:^|/){regex}$")
+
+
+_PATTERNS = {name: _pattern(TEMPLATES[name]) for name in PRODUCERS}
+
+
+def producing_rules(path: str | os.PathLike) -> tuple[str, ...]:
+    """The rule(s) whose output template ``path`` matches; () for a file no rule writes."""
+    text = Path(path).as_posix()
+    for name, pattern in _PATTERNS.items():
+        if pattern.search(text):
+            rules = PRODUCERS[name]
+            return (rules,) if isinstance(rules, str) else rules
+    return ()
+
+
+def rerun_hint(path: str | os.PathLike) -> str:
+    """How to rebuild ``path``: its producing rule and the command that reruns it."""
+    rules = producing_rules(path)
+    if not rules:
+        return f"rebuild {path} with the command that made it"
+    return f"it is written by rule {' or '.join(rules)}: rerun `snakemake --forcerun {path}`"

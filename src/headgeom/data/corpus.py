@@ -28,6 +28,7 @@ from headgeom import results
 from headgeom.data import lexicon as lx
 from headgeom.data.tasks import plural_prompt, quote_open_line, sva_prompt
 from headgeom.data.tokenizer import EOT_ID, VOCAB_SIZE
+from headgeom.paths import rerun_hint
 
 # Each encode_batch call handles this many documents: large enough to use the Rust
 # tokenizer's threads, small enough that the final overshoot past the target is small.
@@ -344,8 +345,7 @@ def read_tokens(path: str | os.PathLike) -> np.ndarray:
     except (pa.ArrowException, OSError) as err:
         raise TokenFileError(
             f"{path}: truncated or corrupt token file ({size:,} bytes; a complete one ends "
-            f"with the Parquet footer): {err}. Rebuild it (snakemake --forcerun "
-            "tokenize_corpus tokenize_validation)"
+            f"with the Parquet footer): {err}; {rerun_hint(path)}"
         ) from None
     if column.type != pa.uint16():
         raise TokenFileError(f"{path}: column 'token' has type {column.type}, expected uint16")
