@@ -17,13 +17,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-import pyarrow.parquet as pq
-
 from headgeom import checks, results
 from headgeom.analysis.clamp_analyses import clamp_tables
 from headgeom.analysis.effects import effect_matrix
 from headgeom.data.task_files import model_inputs, read_task
 from headgeom.hashing import sha256_file
+from headgeom.io import read_table
 from headgeom.model.checkpoint import load_verified
 from headgeom.runtime import pick_device, set_threads
 
@@ -57,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     for task_path, heads_path in zip(args.tasks, args.heads, strict=True):
         task = read_task(task_path, [args.split])
         results.require_same_run(heads_path, manifest, task.dataset_sha256)
-        heads = pq.read_table(heads_path).to_pandas()
+        heads = read_table(heads_path).to_pandas()
         rows = heads[heads["split"] == args.split]
         if rows.empty:
             raise ValueError(f"{heads_path}: no per-head effects of split {args.split!r}")

@@ -17,12 +17,11 @@ import argparse
 import sys
 
 import pandas as pd
-import pyarrow.parquet as pq
 
 from headgeom import results
 from headgeom.analysis.ablation_modes import mode_comparison
 from headgeom.hashing import sha256_file
-from headgeom.io import metadata_text, read_parquet_metadata
+from headgeom.io import metadata_text, read_parquet_metadata, read_table
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -41,7 +40,7 @@ def read(path: str, mode: str) -> pd.DataFrame:
     found = metadata_text(meta, results.PATCH_MODE, path) if results.PATCH_MODE in meta else None
     if found is not None and found != mode:
         raise SystemExit(f"{path}: computed from {found} effects, given as {mode}")
-    return pq.read_table(path).to_pandas().assign(mode=mode)
+    return read_table(path).to_pandas().assign(mode=mode)
 
 
 def main(argv: list[str] | None = None) -> int:

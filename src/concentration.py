@@ -18,12 +18,10 @@ import argparse
 import json
 import sys
 
-import pyarrow.parquet as pq
-
 from headgeom import checks, results
 from headgeom.analysis import concentration as conc
 from headgeom.hashing import sha256_file
-from headgeom.io import read_parquet_metadata
+from headgeom.io import read_parquet_metadata, read_table
 
 ROBUSTNESS_OUTPUTS = ("robustness", "conditions", "logo")
 
@@ -64,7 +62,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    effects = pq.read_table(args.effects).to_pandas()
+    effects = read_table(args.effects).to_pandas()
     meta = read_parquet_metadata(args.effects)
     shape = [int(json.loads(meta[k])) if k in meta else None for k in ("n_layers", "n_heads")]
     out = conc.concentration_tables(effects, *shape, args.split, args.resampling, args.effects)

@@ -18,13 +18,13 @@ import argparse
 import sys
 
 import pandas as pd
-import pyarrow.parquet as pq
 
 from headgeom import results
 from headgeom.analysis import coordinates
 from headgeom.analysis.effects import effect_matrix
 from headgeom.data.task_files import model_inputs, read_task
 from headgeom.hashing import sha256_file
+from headgeom.io import read_table
 from headgeom.model.checkpoint import load_verified
 from headgeom.runtime import pick_device, set_threads
 
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     for task_path, heads_path in zip(args.tasks, args.heads, strict=True):
         task = read_task(task_path, ["validation", "evaluation"])
         results.require_same_run(heads_path, manifest, task.dataset_sha256)
-        heads = pq.read_table(heads_path).to_pandas()
+        heads = read_table(heads_path).to_pandas()
         heads = heads[heads["split"] == "evaluation"]
         if heads.empty:
             raise ValueError(f"{heads_path}: no per-head effects of split 'evaluation'")

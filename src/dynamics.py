@@ -21,12 +21,12 @@ import argparse
 import sys
 
 import pandas as pd
-import pyarrow.parquet as pq
 
 from headgeom import results
 from headgeom.analysis import dynamics as dyn
 from headgeom.data.corpus import compact, read_tokens
 from headgeom.data.task_files import model_inputs, read_task
+from headgeom.io import read_table
 from headgeom.model.checkpoint import load_verified
 from headgeom.runtime import set_threads
 from headgeom.training.data import validation_windows
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
 
     task = read_task(args.task, ["evaluation"])
     sva = model_inputs(task.frame, vocab)
-    lane = dyn.final_lane_index(pq.read_table(args.heads).to_pandas(), args.lane_split)
+    lane = dyn.final_lane_index(read_table(args.heads).to_pandas(), args.lane_split)
     timeline_steps = [*args.timeline_steps, final_step]
     windows = validation_windows(
         compact(read_tokens(args.val_tokens), vocab), final_model.cfg.n_ctx

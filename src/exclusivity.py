@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from headgeom import results
 from headgeom.analysis.exclusivity import exclusivity_tables
+from headgeom.io import read_table
 from headgeom.paper.inputs import read_runs
 
 
@@ -41,7 +42,7 @@ def _read(paths: list[str], table: results.ResultTable, columns: list[str]) -> p
         missing = [c for c in wanted if c not in have]
         if missing:
             raise ValueError(f"{path}: lacks columns {missing} (rerun its stage)")
-        frames.append(pq.read_table(path, columns=wanted).to_pandas())
+        frames.append(read_table(path, columns=wanted).to_pandas())
     return pd.concat(frames, ignore_index=True)
 
 

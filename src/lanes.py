@@ -14,12 +14,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-import pyarrow.parquet as pq
-
 from headgeom import results
 from headgeom.analysis.lanes import lane_rows
 from headgeom.hashing import sha256_file
-from headgeom.io import read_parquet_metadata
+from headgeom.io import read_parquet_metadata, read_table
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -37,7 +35,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    heads = pq.read_table(args.heads).to_pandas()
+    heads = read_table(args.heads).to_pandas()
     lanes = lane_rows(heads, args.split, args.n_permutations, args.seed, args.heads)
     meta = read_parquet_metadata(args.heads)
     metadata = {

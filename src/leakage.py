@@ -13,13 +13,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-import pyarrow.parquet as pq
-
 from headgeom import checks, results
 from headgeom.analysis import leakage
 from headgeom.analysis.leakage import require_free_readers
 from headgeom.data.task_files import model_inputs, read_task
 from headgeom.hashing import sha256_file
+from headgeom.io import read_table
 from headgeom.model.checkpoint import load_verified
 from headgeom.runtime import pick_device, set_threads
 
@@ -51,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     task = read_task(args.task, [args.split])
     results.require_same_run(args.effects, manifest, task.dataset_sha256)
     identity, e_stored = leakage.stored_effects(
-        pq.read_table(args.effects).to_pandas(),
+        read_table(args.effects).to_pandas(),
         args.split,
         task.frame["example_id"].to_numpy(),
         (model.cfg.n_layer, model.cfg.n_head),

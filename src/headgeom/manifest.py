@@ -15,12 +15,11 @@ from __future__ import annotations
 import json
 import os
 
-import pyarrow.parquet as pq
 import torch
 
 from headgeom import checks
 from headgeom.hashing import manifest_hash, sha256_file
-from headgeom.io import read_json, read_parquet_metadata
+from headgeom.io import read_json, read_parquet_metadata, read_table
 from headgeom.model import registry
 from headgeom.model.checkpoint import load_checkpoint
 from headgeom.model.frozen import check_frozen_buffers
@@ -181,7 +180,7 @@ def final_manifest(
             f"{checkpoint}: model config {model.cfg.to_dict()} differs from the run "
             f"config's {expected_model.to_dict()}"
         )
-    steps = pq.read_table(train_log, columns=["step", "tokens"]).to_pylist()
+    steps = read_table(train_log, columns=["step", "tokens"]).to_pylist()
     last = steps[-1] if steps else {"step": 0, "tokens": 0}
     if last["step"] != run.training.steps:
         raise LineageError(

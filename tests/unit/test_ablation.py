@@ -25,6 +25,7 @@ from headgeom.analysis.patching import (
     patch_all_heads_fast,
 )
 from headgeom.analysis.tolerance import forward_tolerance
+from headgeom.io import IntegrityError
 from headgeom.model import registry, zoo
 from headgeom.model.gpt import site
 from headgeom.paper.plan import PaperPlan
@@ -267,6 +268,24 @@ def test_means_artifact_round_trip_and_checkpoint_gate(tmp_path):
     assert back.sha256 == sha and torch.equal(back.z, means["z_mean"])
     with pytest.raises(ValueError, match="means of checkpoint abc.*rerun ablation_atlas"):
         ablation.read_means(path, "def")
+
+
+def test_a_changed_byte_in_the_means_is_refused_naming_its_rule(tmp_path):
+    """The verify-on-read case of a means artifact: a byte flipped in its tensors (any
+    value would follow silently otherwise) or in its header is refused on read."""
+    path = tmp_path / "results" / "demo" / "ablation" / "learned" / "s42" / "means.safetensors"
+    ablation.save_means(path, ablation.write_means(tiny(), windows()), {"checkpoint_sha256": "abc"})
+    data = path.read_bytes()
+    header_end = 8 + int.from_bytes(data[:8], "little")
+    for offset, message in ((len(data) - 5, "means SHA-256 is"), (header_end - 30, "means")):
+        flipped = bytearray(data)
+        flipped[offset] ^= 0x01
+        path.write_bytes(bytes(flipped))
+        with pytest.raises(IntegrityError, match=message) as err:
+            ablation.read_means(path, "abc")
+        assert "written by rule ablation_atlas" in str(err.value)
+    path.write_bytes(data)
+    assert torch.equal(ablation.read_means(path, "abc").z, ablation.read_means(path).z)
 
 
 # ----------------------------------------------------------------------------- patching modes

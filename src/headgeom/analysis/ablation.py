@@ -25,6 +25,7 @@ The mode comparison (concentration per patching mode) is :mod:`headgeom.analysis
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,16 +34,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from headgeom.analysis.edges import kl_of_logp
 from headgeom.analysis.evaluation import length_groups
 from headgeom.data.task_files import TaskSplits, model_inputs
 from headgeom.hashing import canonical_json, sha256_file
-from headgeom.io import atomic_path
+from headgeom.io import IntegrityError, atomic_path
 from headgeom.model import registry
 from headgeom.model.gpt import site
+from headgeom.paths import rerun_hint
 
 #: Ablations of the atlas, in column order.
 ABLATIONS = ("zero", "mean")
@@ -113,11 +115,29 @@ def write_means(model, windows: torch.Tensor, batch_size: int = 64) -> dict[str,
     }
 
 
+#: Field of the header record holding the SHA-256 of the rest of the record and the tensors
+#: (one header key: safetensors does not keep the order of several).
+MEANS_DIGEST_KEY = "means_sha256"
+
+
+def means_digest(tensors: Mapping[str, torch.Tensor], record_text: str) -> str:
+    """SHA-256 of the record's text and every tensor's name, dtype, shape and bytes (in name
+    order): what the means artifact's writer records and its reader recomputes."""
+    h = hashlib.sha256(record_text.encode("utf-8"))
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        h.update(canonical_json([name, str(t.dtype), list(t.shape)]))
+        h.update(t.view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
 def save_means(path: str | os.PathLike, means: Mapping[str, torch.Tensor], record: dict) -> str:
     """Write the means artifact (safetensors; ``record`` in one canonical-JSON header key,
-    so equal inputs give equal bytes) and return its SHA-256."""
+    so equal inputs give equal bytes, beside the :func:`means_digest` its reader checks) and
+    return its SHA-256."""
     tensors = {k: v.detach().double().cpu().contiguous() for k, v in means.items()}
-    header = {MEANS_HEADER_KEY: canonical_json(record).decode("utf-8")}
+    digest = means_digest(tensors, canonical_json(record).decode("utf-8"))
+    header = {MEANS_HEADER_KEY: canonical_json({**record, MEANS_DIGEST_KEY: digest}).decode()}
     with atomic_path(path) as tmp:
         save_file(tensors, str(tmp), metadata=header)
     return sha256_file(path)
@@ -137,16 +157,34 @@ class Means:
 
 
 def read_means(path: str | os.PathLike, checkpoint_sha256: str | None = None) -> Means:
-    """Read a means artifact; refuse one computed from another checkpoint than
+    """Read a means artifact, verified: refuse one whose record or tensors differ from the
+    digest its writer stored, or computed from another checkpoint than
     ``checkpoint_sha256`` (when given), naming the file and both hashes."""
     import json
 
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: means artifact not found (rule ablation_atlas)")
-    with safe_open(str(path), framework="pt") as f:
-        record = json.loads((f.metadata() or {}).get(MEANS_HEADER_KEY, "{}"))
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            header = f.metadata() or {}
+            tensors = {k: f.get_tensor(k) for k in f.keys()}
+    except (SafetensorError, OSError) as err:
+        raise IntegrityError(f"{path}: not a readable safetensors file ({err}); "
+                             f"{rerun_hint(path)}") from None  # fmt: skip
+    try:
+        record = json.loads(header.get(MEANS_HEADER_KEY, "{}"))
+    except json.JSONDecodeError as err:
+        raise IntegrityError(
+            f"{path}: unreadable means record ({err}); {rerun_hint(path)}"
+        ) from None
+    recorded = record.pop(MEANS_DIGEST_KEY, None)
+    text = canonical_json(record).decode("utf-8")
+    if recorded is not None and recorded != (actual := means_digest(tensors, text)):
+        raise IntegrityError(
+            f"{path}: means SHA-256 is {actual} but its writer recorded {recorded}; the file "
+            f"changed after it was written ({rerun_hint(path)})"
+        )
     if MEAN_TENSORS["z"] not in tensors:
         raise ValueError(f"{path}: not a means artifact (no {MEAN_TENSORS['z']} tensor)")
     found = record.get("checkpoint_sha256")

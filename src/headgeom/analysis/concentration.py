@@ -21,7 +21,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 
 from headgeom import results
 from headgeom.analysis.effects import drops_array, matrix_columns, single_identity
@@ -41,7 +40,7 @@ from headgeom.analysis.stats import (
     spearman,
     weighted_effects,
 )
-from headgeom.io import metadata_text, read_json, read_parquet_metadata
+from headgeom.io import metadata_text, read_json, read_parquet_metadata, read_table
 
 #: Check C11 (docs §18): N_eff = N_index · N_layer|index to this relative error.
 C11_TOLERANCE = 1e-9
@@ -140,7 +139,7 @@ def check_c10(
     per-example ``effect`` against ``heads.e``, and Σ|e| and N_eff = exp(−Σ p log p),
     p = |e|/Σ|e|, of those means against ``summary``'s E and N_eff. Returns the largest
     absolute difference (0 when every number agrees)."""
-    table = pq.read_table(effects_path, columns=["split", "layer", "head", "effect"])
+    table = read_table(effects_path, columns=["split", "layer", "head", "effect"])
     split = np.asarray(table.column("split").to_pylist(), dtype=object)
     cell = (table.column("layer").to_numpy().astype(np.int64) * n_heads
             + table.column("head").to_numpy().astype(np.int64))  # fmt: skip
@@ -321,7 +320,7 @@ class Drops:
     def __init__(self, path: str, task: str, split: str):
         self.path = path
         columns = ["model", "seed", "task", "split", "example_id", "lexical_group"]
-        rows = pq.read_table(path, columns=[*columns, "layer", "head", "effect"]).to_pandas()
+        rows = read_table(path, columns=[*columns, "layer", "head", "effect"]).to_pandas()
         if set(rows["task"]) != {task}:
             raise ValueError(f"{path}: expected task {task!r}, found {sorted(set(rows['task']))}")
         rows = rows[rows["split"] == split]
@@ -464,7 +463,7 @@ def read_summaries(paths: Sequence[str], split: str) -> pd.DataFrame:
     """N_eff and N_eff_abs per (model, seed, task) from robustness Parquets."""
     frames = []
     for path in paths:
-        frame = pq.read_table(path).to_pandas()
+        frame = read_table(path).to_pandas()
         frame = frame[frame["split"] == split]
         if frame.empty:
             raise ValueError(f"{path}: no row of the analysis split {split!r}")

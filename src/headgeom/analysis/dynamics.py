@@ -23,6 +23,7 @@ import torch
 from torch.nn import functional as F
 
 from headgeom.analysis.evaluation import length_groups
+from headgeom.io import read_table
 from headgeom.model.gpt import site
 
 # ----------------------------------------------------------------------------- τ (§13.4)
@@ -288,7 +289,6 @@ def timeline_table(entries, final_step: int, lane_split: str) -> pd.DataFrame:
     """One results.TIMELINE row per ``(step, manifest, eval, lanes, geometry)``: the SVA
     evaluation accuracy, Λ and p on ``lane_split``, own-best and median P(T_h), each Parquet
     refused unless it was computed from that step's checkpoint (its provenance)."""
-    import pyarrow.parquet as pq
 
     from headgeom import results
     from headgeom.io import read_parquet_metadata
@@ -299,11 +299,11 @@ def timeline_table(entries, final_step: int, lane_split: str) -> pd.DataFrame:
         for path in (eval_path, lanes_path, geometry_path):
             meta = read_parquet_metadata(path)
             results.require_provenance(meta, {results.CHECKPOINT_SHA256: sha}, path)
-        ev = pq.read_table(eval_path).to_pandas()
+        ev = read_table(eval_path).to_pandas()
         ev = ev[(ev["task"] == "sva") & (ev["split"] == "evaluation")]
-        lanes = pq.read_table(lanes_path).to_pandas()
+        lanes = read_table(lanes_path).to_pandas()
         lanes = lanes[(lanes["task"] == "sva") & (lanes["split"] == lane_split)]
-        geo = pq.read_table(geometry_path).to_pandas()
+        geo = read_table(geometry_path).to_pandas()
         if len(ev) != 1 or len(lanes) != 1 or len(geo) != 1:
             raise ValueError(
                 f"step {step}: expected one SVA evaluation row in {eval_path}, one SVA "

@@ -28,6 +28,7 @@ from headgeom import results
 from headgeom.data import lexicon as lx
 from headgeom.data.tasks import plural_prompt, quote_open_line, sva_prompt
 from headgeom.data.tokenizer import EOT_ID, VOCAB_SIZE
+from headgeom.io import read_table
 from headgeom.paths import rerun_hint
 
 # Each encode_batch call handles this many documents: large enough to use the Rust
@@ -354,7 +355,7 @@ def read_tokens(path: str | os.PathLike) -> np.ndarray:
     if expected_n is not None and int(expected_n) != len(tokens):
         raise TokenFileError(
             f"{path}: holds {len(tokens):,} tokens but its metadata records "
-            f"{int(expected_n):,}; the file is damaged, rebuild it"
+            f"{int(expected_n):,}; the file is damaged ({rerun_hint(path)})"
         )
     expected_sha = meta.get(b"token_sha256")
     if expected_sha is not None:
@@ -362,14 +363,14 @@ def read_tokens(path: str | os.PathLike) -> np.ndarray:
         if actual != expected_sha.decode():
             raise TokenFileError(
                 f"{path}: token bytes hash to {actual} but the file records "
-                f"{expected_sha.decode()}; the file is corrupt, rebuild it"
+                f"{expected_sha.decode()}; the file is corrupt ({rerun_hint(path)})"
             )
     return tokens
 
 
 def read_vocab(path: str) -> np.ndarray:
     """GPT-2 ids indexed by model id (model id i ↔ vocab[i])."""
-    table = pq.read_table(path, columns=["model_id", "gpt2_id"])
+    table = read_table(path, columns=["model_id", "gpt2_id"])
     model_id = table.column("model_id").to_numpy()
     if not np.array_equal(np.sort(model_id), np.arange(len(model_id))):
         raise ValueError(f"{path}: model_id is not a permutation of 0..{len(model_id) - 1}")

@@ -11,11 +11,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from headgeom.data.corpus import compact
 from headgeom.hashing import sha256_file
-from headgeom.io import metadata_text, read_parquet_metadata
+from headgeom.io import metadata_text, read_parquet_metadata, read_table
 
 # --- reading a task file ------------------------------------------------------------------------
 #: Columns of a task Parquet that patching and evaluation read.
@@ -45,7 +44,7 @@ class TaskSplits:
 def read_task(path: str | os.PathLike, splits: Sequence[str] | None = None) -> TaskSplits:
     """Read a task Parquet, keeping ``splits`` (in that order; every split must be present),
     or every example in file order when ``splits`` is None."""
-    table = pq.read_table(path)
+    table = read_table(path)
     missing = [c for c in TASK_COLUMNS if c not in table.column_names]
     if missing:
         raise ValueError(f"{path}: task file lacks columns {missing}")

@@ -30,9 +30,9 @@ from types import MappingProxyType
 from typing import Any
 
 import pandas as pd
-import pyarrow.parquet as pq
 
 from headgeom import datafile
+from headgeom.io import read_table
 from headgeom.paper import recipes, references
 from headgeom.paper.inputs import Inputs, read_runs
 from headgeom.paper.render import Block, Table
@@ -53,7 +53,7 @@ class Context:
     def frame(self, kind: str) -> pd.DataFrame:
         if kind not in self._frames:
             paths = list(self.inputs.get(kind, []))
-            frames = [pq.read_table(p).to_pandas() for p in paths]
+            frames = [read_table(p).to_pandas() for p in paths]
             self._frames[kind] = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
         return self._frames[kind]
 

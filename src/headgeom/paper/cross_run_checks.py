@@ -13,7 +13,7 @@ import numpy as np
 from headgeom import selections
 from headgeom.analysis.stats import geometric_mean, spearman
 from headgeom.checks import Logged, decoded, is_number, row
-from headgeom.io import read_parquet_metadata
+from headgeom.io import read_parquet_metadata, read_table
 from headgeom.model import zoo
 from headgeom.model.zoo import PAPER_TRAINING_SEQUENCES
 from headgeom.paper import references
@@ -125,14 +125,13 @@ def loss_runs(
     (``expected_n_params`` of the parameter counts is set) and its training budget (the run
     config's steps × batch_size against the zoo's ``PAPER_TRAINING_SEQUENCES``), for
     :func:`loss_order`."""
-    import pyarrow.parquet as pq
 
     logs = {(f["model"], int(f["seed"])): f["path"] for f in files
             if f["kind"] in ("train_log", "run_log")}  # fmt: skip
     paper: dict[tuple[str, int], bool] = {}
     for f in files:
         if f["kind"] == "param_counts":
-            counts = pq.read_table(f["path"], columns=["model", "seed", "expected_n_params"])
+            counts = read_table(f["path"], columns=["model", "seed", "expected_n_params"])
             for row in counts.to_pylist():
                 paper[(row["model"], int(row["seed"]))] = row["expected_n_params"] is not None
     out = []

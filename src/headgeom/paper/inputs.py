@@ -23,9 +23,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
 
-from headgeom.io import read_parquet_metadata
+from headgeom.io import read_parquet_metadata, read_table
 from headgeom.model import facts
 from headgeom.vocabulary import TASKS
 
@@ -61,7 +60,7 @@ def read_kind(paths: Sequence[str], columns: Sequence[str], what: str) -> pd.Dat
     """Concatenate Parquets, refusing any that lacks a column ``what`` needs."""
     frames = []
     for path in paths:
-        table = pq.read_table(path)
+        table = read_table(path)
         missing = [c for c in columns if c not in table.column_names]
         if missing:
             raise ValueError(
