@@ -154,6 +154,17 @@ def _start(corpus: Path, out: Path) -> subprocess.Popen:
     )
 
 
+def _start_until(corpus: Path, out: Path, target: int) -> subprocess.Popen:
+    """A training subprocess, returned once its resumable state has passed step ``target``."""
+    proc = _start(corpus, out)
+    deadline = time.monotonic() + 120
+    while (step := _state_step(out)) is None or step < target:
+        assert proc.poll() is None, proc.stderr.read().decode()
+        assert time.monotonic() < deadline, "training made no progress"
+        time.sleep(0.005)
+    return proc
+
+
 def _state_step(out: Path) -> int | None:
     try:
         return read_resume_record(out / "resume" / "state.safetensors")["step"]
@@ -238,12 +249,7 @@ def test_sigkill_at_a_random_step_then_restart_gives_the_same_bytes(reference, c
     state it left, then restart: every output equals the uninterrupted run's."""
     out = tmp_path / "run"
     target = random.Random(SEED).randrange(8, 230)
-    proc = _start(corpus, out)
-    deadline = time.monotonic() + 120
-    while (step := _state_step(out)) is None or step < target:
-        assert proc.poll() is None, proc.stderr.read().decode()
-        assert time.monotonic() < deadline, "training made no progress"
-        time.sleep(0.005)
+    proc = _start_until(corpus, out, target)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
@@ -277,12 +283,7 @@ def test_a_preemption_signal_stops_at_a_step_and_the_rerun_redoes_none(
     the rerun starts after that very update (no update redone) and gives the same bytes."""
     out = tmp_path / "run"
     target = random.Random(SEED + sig).randrange(8, 200)
-    proc = _start(corpus, out)
-    deadline = time.monotonic() + 120
-    while (step := _state_step(out)) is None or step < target:
-        assert proc.poll() is None, proc.stderr.read().decode()
-        assert time.monotonic() < deadline, "training made no progress"
-        time.sleep(0.005)
+    proc = _start_until(corpus, out, target)
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     err = err.decode()
