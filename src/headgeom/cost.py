@@ -440,31 +440,40 @@ def local_rules(root: str | Path = ".") -> set[str]:
     return (set(re.findall(r"(\w+),", block.group(1))) if block else set()) | {"all"}
 
 
+def rule_blocks(root: str | Path = ".") -> list[tuple[str, str | None, str]]:
+    """(rule, base rule of a ``use rule A as B`` copy or None, the rule's text) of every rule
+    in ``root``/workflow/rules/*.smk, in file order."""
+    import re
+
+    header = re.compile(r"^(?:rule (\w+)|use rule (\w+) as (\w+)).*:")
+    blocks = []
+    for path in sorted((Path(root) / "workflow" / "rules").glob("*.smk")):
+        block: list[str] = []
+        for line in [*path.read_text().splitlines(), "END"]:
+            if line[:1].strip() and not line.startswith("#") and block:
+                m = header.match(block[0])
+                blocks.append((m.group(1) or m.group(3), m.group(2), "\n".join(block)))
+                block = []
+            if header.match(line) or block:
+                block.append(line)
+    return blocks
+
+
 def workflow_rules(root: str | Path = ".") -> dict[str, dict[str, str]]:
     """Every rule of ``root``/workflow/rules/*.smk: the rule whose config resources it asks for
     (``STUDY.resources("<rule>", ...)``; a ``use rule A as B`` copy without its own: A's) and
     the folder of its benchmark files (``benchmark_of("<folder>", ...)``)."""
     import re
 
-    header = re.compile(r"^(?:rule (\w+)|use rule (\w+) as (\w+)).*:")
     rules: dict[str, dict[str, str | None]] = {}
-    for path in sorted((Path(root) / "workflow" / "rules").glob("*.smk")):
-        block: list[str] = []
-        for line in [*path.read_text().splitlines(), "END"]:
-            if line[:1].strip() and not line.startswith("#") and block:
-                m = header.match(block[0])
-                text = "\n".join(block)
-                res = re.search(r'STUDY\.resources\(\s*"(\w+)"', text)
-                bench = re.search(r'benchmark_of\(\s*"(\w+)"', text)
-                name = m.group(1) or m.group(3)
-                rules[name] = {
-                    "base": m.group(2),
-                    "resources": res and res.group(1),
-                    "benchmark": bench and bench.group(1),
-                }
-                block = []
-            if header.match(line) or block:
-                block.append(line)
+    for name, base, text in rule_blocks(root):
+        res = re.search(r'STUDY\.resources\(\s*"(\w+)"', text)
+        bench = re.search(r'benchmark_of\(\s*"(\w+)"', text)
+        rules[name] = {
+            "base": base,
+            "resources": res and res.group(1),
+            "benchmark": bench and bench.group(1),
+        }
     for spec in rules.values():  # a copy takes what it does not set from its base rule
         base = rules.get(spec["base"]) if spec["base"] else None
         for key in ("resources", "benchmark"):

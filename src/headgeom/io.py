@@ -14,7 +14,6 @@ SHA-256 2.3×).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import tempfile
@@ -27,6 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from headgeom import __version__
+from headgeom.hashing import content_hash
 from headgeom.paths import rerun_hint
 
 #: Key of the SHA-256 of a Parquet's other key-value metadata (canonical JSON of the
@@ -40,8 +40,7 @@ class IntegrityError(ValueError):
 
 def metadata_digest(metadata: Mapping[str, str]) -> str:
     own = {k: v for k, v in metadata.items() if k != METADATA_SHA256 and not k.startswith("ARROW:")}
-    text = json.dumps(own, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return content_hash(own)
 
 
 @contextlib.contextmanager

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from headgeom.cost import rule_blocks
 from headgeom.data.corpus import TokenFileError, read_tokens
 from headgeom.hashing import ManifestMismatchError, verify_file
 from headgeom.paths import PRODUCERS, TEMPLATES, producing_rules, rerun_hint
 
 REPO = Path(__file__).resolve().parents[2]
-HEADER = re.compile(r"^(?:rule (\w+)|use rule (\w+) as (\w+)).*:")
 SAMPLE = {"corpus": "default", "model": "write-common-axis", "seed": "42", "task": "sva",
           "step": "000008", "mode": "mean", "edit": "random3", "table": "table2",
           "figure": "figure5"}  # fmt: skip
@@ -24,18 +24,10 @@ def rule_outputs() -> dict[str, set[str]]:
     files (a rule writing a template through a helper, the timeline's intermediate
     checkpoints, is named by its folder template)."""
     found: dict[str, set[str]] = {}
-    for path in sorted((REPO / "workflow" / "rules").glob("*.smk")):
-        block: list[str] = []
-        for line in [*path.read_text().splitlines(), "END"]:
-            if line[:1].strip() and not line.startswith("#") and block:
-                m = HEADER.match(block[0])
-                text = "\n".join(block)
-                section = re.search(r"\n    output:\n(.*?)(?=\n    \w+:|\Z)", text, re.S)
-                for key in re.findall(r'PATHS\["(\w+)"\]', section[1] if section else ""):
-                    found.setdefault(key, set()).add(m.group(1) or m.group(3))
-                block = []
-            if HEADER.match(line) or block:
-                block.append(line)
+    for name, _, text in rule_blocks(REPO):
+        section = re.search(r"\n    output:\n(.*?)(?=\n    \w+:|\Z)", text, re.S)
+        for key in re.findall(r'PATHS\["(\w+)"\]', section[1] if section else ""):
+            found.setdefault(key, set()).add(name)
     return found
 
 
