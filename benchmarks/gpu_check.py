@@ -302,7 +302,7 @@ def write_synthetic_corpus(d: Path, n_train: int, n_val: int, n_ids: int = 256) 
     from headgeom import results
     from headgeom.data.corpus import vocab_sha256, write_tokens
     from headgeom.hashing import sha256_file
-    from headgeom.io import write_json
+    from headgeom.io import write_manifest
 
     rng = np.random.default_rng(0)
 
@@ -346,7 +346,7 @@ def write_synthetic_corpus(d: Path, n_train: int, n_val: int, n_ids: int = 256) 
         "vocab_size": len(vocab),
         "files": {role: sha256_file(path) for role, path in files.items()},
     }
-    write_json(d / "manifest.json", manifest)
+    write_manifest(d / "manifest.json", manifest)
     return d
 
 

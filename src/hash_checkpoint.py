@@ -20,7 +20,7 @@ import json
 import sys
 
 from headgeom.hashing import manifest_hash
-from headgeom.io import write_json
+from headgeom.io import write_manifest
 from headgeom.manifest import final_manifest
 from headgeom.run_config import parse_run_config
 from headgeom.runtime import set_threads
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     run = parse_run_config(json.loads(args.config_json))
     manifest = final_manifest(run, args.checkpoint, args.train_log, args.corpus_manifest)
     print(f"check C6: {manifest['checks']['check_C6_note']}: 0", file=sys.stderr)
-    write_json(args.out, manifest)
+    write_manifest(args.out, manifest)
     print(f"{args.out}: manifest {manifest_hash(args.out)}", file=sys.stderr)
     return 0
 

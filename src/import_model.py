@@ -21,7 +21,7 @@ import sys
 from headgeom import results
 from headgeom.data.corpus import read_tokens
 from headgeom.hashing import manifest_hash
-from headgeom.io import write_json
+from headgeom.io import write_manifest
 from headgeom.runtime import set_threads
 from headgeom.training.import_job import import_run
 
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         run, args.checkpoint, val, n_ctx=args.n_ctx, batch_size=args.batch_size
     )
     results.TRAIN_LOG.write(args.log, log, metadata)
-    write_json(args.manifest, manifest)
+    write_manifest(args.manifest, manifest)
     print(
         f"{args.checkpoint}: imported {run['import']['path']} "
         f"(val loss {manifest['val_loss_nats']:.4f} nats); manifest {manifest_hash(args.manifest)}",

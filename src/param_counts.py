@@ -17,10 +17,9 @@ import json
 import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 from headgeom import results
 from headgeom.analysis.param_counts import c1_metadata, check_runs, count_runs
+from headgeom.data.corpus import read_vocab
 from headgeom.data.tokenizer import VOCAB_SIZE
 from headgeom.hashing import content_hash
 from headgeom.runtime import set_threads
@@ -39,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     set_threads(args.threads)
     runs = check_runs(json.loads(args.runs_json))
-    n_vocab = pq.read_metadata(args.vocab).num_rows if args.vocab else VOCAB_SIZE
+    n_vocab = len(read_vocab(args.vocab)) if args.vocab else VOCAB_SIZE  # read verified
     frame = count_runs(runs, n_vocab)
     metadata = {"runs_hash": content_hash(runs), "n_vocab": n_vocab, **c1_metadata(frame)}
     metadata.update(results.provenance())

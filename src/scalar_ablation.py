@@ -20,7 +20,7 @@ from headgeom import results
 from headgeom.analysis.scalar_ablation import scalar_ablation, scalar_edits
 from headgeom.data.task_files import model_inputs, read_task
 from headgeom.hashing import sha256_file
-from headgeom.io import write_json
+from headgeom.io import write_manifest
 from headgeom.manifest import edited_manifest
 from headgeom.model.checkpoint import load_verified, save_checkpoint
 from headgeom.runtime import set_threads
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     def write_edit(name, edited, edit):
         out_ckpt, out_manifest = paths[name]
         save_checkpoint(out_ckpt, edited, vocab, {"edit": name})
-        write_json(out_manifest, edited_manifest(manifest, sha256_file(out_ckpt), edit))
+        write_manifest(out_manifest, edited_manifest(manifest, sha256_file(out_ckpt), edit))
         model, _, record = load_verified(out_ckpt, out_manifest)  # measure what was written
         return model, record["checkpoint_file_sha256"]
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from headgeom.hashing import sha256_file
+from headgeom.hashing import load_manifest, sha256_file
+from headgeom.io import verify_parquet
 
 #: The manifest of a run, relative to the results folder (workflow PATHS["manifest"]).
 MANIFEST = "models/{model}/s{seed}/manifest.json"
@@ -72,10 +73,14 @@ def catalog(
         if found is None:
             continue
         template, rule, m = found
+        if path.suffix == ".parquet":
+            verify_parquet(path)  # the catalog's SHA-256 vouches for a file as its rule wrote it
         wildcards = {k: v for k, v in m.groupdict().items()}
         manifest = None
         if "model" in wildcards and "seed" in wildcards:
             manifest = results / MANIFEST.format(**wildcards)
+            if manifest.is_file():
+                load_manifest(manifest)  # refuses a manifest changed after it was sealed
         rows.append(
             {
                 "path": text,

@@ -81,19 +81,49 @@ def verify_file(path: str | os.PathLike, expected_sha256: str, manifest: str | o
         )
 
 
-def _load_manifest(path: Path) -> Any:
+#: A manifest's own digest: the content hash of every other field, written beside them, so a
+#: changed value is refused on read like a changed byte in the files the manifest names.
+MANIFEST_SEAL = "record_sha256"
+
+
+def seal_manifest(record: dict) -> dict:
+    """``record`` with its seal (any old seal replaced); its identity stays ``content_hash``
+    of the unsealed record, so sealing changes no recorded manifest hash."""
+    own = {k: v for k, v in record.items() if k != MANIFEST_SEAL}
+    return {**own, MANIFEST_SEAL: content_hash(own)}
+
+
+def load_manifest(manifest: str | os.PathLike) -> dict:
+    """A JSON manifest's record (its seal checked and removed), or an error naming the file,
+    both hashes and the rule that writes it."""
+    path = Path(manifest)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        record = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: manifest not found") from None
     except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: manifest is not valid JSON ({err})") from None
+        raise ManifestMismatchError(
+            f"{path}: manifest is not valid JSON ({err}); {rerun_hint(path)}"
+        ) from None
+    if not isinstance(record, dict) or MANIFEST_SEAL not in record:
+        raise ManifestMismatchError(
+            f"{path}: manifest has no {MANIFEST_SEAL!r} seal (written by hand or by an older "
+            f"version); {rerun_hint(path)}"
+        )
+    sealed = record.pop(MANIFEST_SEAL)
+    actual = content_hash(record)
+    if actual != sealed:
+        raise ManifestMismatchError(
+            f"{path}: manifest content hashes to {actual} but its seal records {sealed}; "
+            f"it changed after it was written ({rerun_hint(path)})"
+        )
+    return record
 
 
 def read_manifest_field(manifest: str | os.PathLike, key: str) -> Any:
     """One field of a JSON manifest, with an error naming the file and key when absent."""
     path = Path(manifest)
-    record = _load_manifest(path)
+    record = load_manifest(path)
     if key not in record:
         raise KeyError(f"{path}: manifest has no field {key!r}")
     return record[key]
@@ -102,4 +132,4 @@ def read_manifest_field(manifest: str | os.PathLike, key: str) -> Any:
 def manifest_hash(manifest: str | os.PathLike) -> str:
     """Identity of a JSON manifest: the content hash of its parsed object, not of its
     pretty-printed bytes (docs §2.1, §2.3)."""
-    return content_hash(_load_manifest(Path(manifest)))
+    return content_hash(load_manifest(manifest))

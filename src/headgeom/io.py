@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from headgeom import __version__
-from headgeom.hashing import content_hash
+from headgeom.hashing import content_hash, seal_manifest
 from headgeom.paths import rerun_hint
 
 #: Key of the SHA-256 of a Parquet's other key-value metadata (canonical JSON of the
@@ -83,6 +83,11 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
+def write_manifest(path: str | os.PathLike, record: dict) -> None:
+    """A manifest as readable JSON with its seal (``hashing.load_manifest`` checks it)."""
+    write_json(path, seal_manifest(record))
+
+
 def read_json(path: str | os.PathLike) -> Any:
     path = Path(path)
     try:
@@ -137,39 +142,56 @@ def write_parquet(
 
 
 def _corrupt(path, what: str) -> IntegrityError:
+    what = " ".join(what.split())  # pyarrow's messages span lines
     return IntegrityError(f"{path}: {what}; the file changed after it was written "
                           f"({rerun_hint(path)})")  # fmt: skip
 
 
-def _verified_metadata(path: str | os.PathLike) -> dict[str, str]:
+def _open_verified(path: str | os.PathLike) -> tuple[pq.ParquetFile, dict[str, str]]:
+    """The open file (pages to be CRC-checked as they are read) and its footer metadata,
+    checked against the digest its writer stored (files not written here have none)."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path}: file not found ({rerun_hint(path)})")
     try:
-        md = pq.read_schema(path).metadata or {}
+        pf = pq.ParquetFile(path, page_checksum_verification=True)
+        md = pf.schema_arrow.metadata or {}
         decoded = {k.decode(): v.decode() for k, v in md.items()}
-    except (pa.ArrowException, UnicodeDecodeError) as err:
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as err:
         raise _corrupt(path, f"not a readable Parquet footer ({err})") from None
     recorded = decoded.get(METADATA_SHA256)
     if recorded is not None and recorded != (actual := metadata_digest(decoded)):
+        pf.close()
         raise _corrupt(path, f"metadata SHA-256 is {actual} but its writer recorded {recorded}")
-    return decoded
+    return pf, decoded
 
 
 def read_parquet_metadata(path: str | os.PathLike) -> dict[str, str]:
     """File-level key-value metadata as str → str (JSON values left encoded), verified
     against the digest its writer stored (files without one, not written here, as they are)."""
-    md = _verified_metadata(path)
+    pf, md = _open_verified(path)
+    pf.close()
     return {k: v for k, v in md.items() if not k.startswith("ARROW:pandas")}
 
 
 def read_table(path: str | os.PathLike, columns: list[str] | None = None) -> pa.Table:
-    """A Parquet file's table (``columns`` or all), every data page's CRC and the metadata
-    digest verified first."""
-    _verified_metadata(path)
-    try:
-        return pq.read_table(path, columns=columns, page_checksum_verification=True)
-    except OSError as err:
-        if "checksum" in str(err).lower() or "crc" in str(err).lower():
-            raise _corrupt(path, f"a data page fails its CRC-32 ({err})") from None
-        raise
+    """A Parquet file's table (``columns`` or all): the metadata digest verified, then
+    every data page's CRC-32 as it is read. A page whose header or bytes no longer parse
+    is reported the same way as one that fails its CRC: the file changed."""
+    pf, _ = _open_verified(path)
+    with pf:
+        if columns is not None and (missing := sorted(set(columns) - set(pf.schema_arrow.names))):
+            raise KeyError(f"{path}: no columns {missing} (has {pf.schema_arrow.names})")
+        try:
+            return pf.read(columns=columns)
+        except (pa.ArrowException, OSError) as err:
+            what = f"a data page fails its CRC-32 or does not parse ({err})"
+            raise _corrupt(path, what) from None
+
+
+def verify_parquet(path: str | os.PathLike) -> None:
+    """Raise IntegrityError unless every page and the metadata of ``path`` are as written
+    (``read_table``'s checks, for a reader that only hashes the file)."""
+    read_table(path)
 
 
 def metadata_text(metadata: Mapping[str, str], key: str, path: str | os.PathLike) -> str:

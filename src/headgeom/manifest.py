@@ -18,8 +18,8 @@ import os
 import torch
 
 from headgeom import checks
-from headgeom.hashing import manifest_hash, sha256_file
-from headgeom.io import read_json, read_parquet_metadata, read_table
+from headgeom.hashing import load_manifest, manifest_hash, sha256_file
+from headgeom.io import read_parquet_metadata, read_table
 from headgeom.model import registry
 from headgeom.model.checkpoint import load_checkpoint
 from headgeom.model.frozen import check_frozen_buffers
@@ -77,7 +77,7 @@ def data_record(corpus: dict, data_seed: int) -> dict:
 def corpus_data_record(corpus_manifest: str | os.PathLike, data_seed: int) -> dict:
     """:func:`data_record` of the corpus manifest file, naming the file when a field is missing."""
     try:
-        return data_record(read_json(corpus_manifest), data_seed)
+        return data_record(load_manifest(corpus_manifest), data_seed)
     except KeyError as err:
         raise ValueError(f"{corpus_manifest}: corpus manifest lacks field {err}") from None
 

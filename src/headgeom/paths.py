@@ -217,14 +217,20 @@ def _pattern(template: str) -> re.Pattern:
 _PATTERNS = {name: _pattern(TEMPLATES[name]) for name in PRODUCERS}
 
 
+def template_key(path: str | os.PathLike) -> str | None:
+    """The key of the path-table template ``path`` matches (its kind: checkpoint, effects,
+    manifest, ...); None for a file no rule writes."""
+    text = Path(path).as_posix()
+    return next((name for name, pattern in _PATTERNS.items() if pattern.search(text)), None)
+
+
 def producing_rules(path: str | os.PathLike) -> tuple[str, ...]:
     """The rule(s) whose output template ``path`` matches; () for a file no rule writes."""
-    text = Path(path).as_posix()
-    for name, pattern in _PATTERNS.items():
-        if pattern.search(text):
-            rules = PRODUCERS[name]
-            return (rules,) if isinstance(rules, str) else rules
-    return ()
+    key = template_key(path)
+    if key is None:
+        return ()
+    rules = PRODUCERS[key]
+    return (rules,) if isinstance(rules, str) else rules
 
 
 def rerun_hint(path: str | os.PathLike) -> str:

@@ -25,7 +25,7 @@ from headgeom.analysis.geometry_summary import (
 from headgeom.analysis.param_counts import c1_metadata
 from headgeom.data import tasks
 from headgeom.data.tokenizer import load_gpt2_tokenizer
-from headgeom.io import read_json, read_parquet_metadata, write_json, write_parquet
+from headgeom.io import read_json, read_parquet_metadata, write_manifest, write_parquet
 from headgeom.model import registry, zoo
 from headgeom.paper import cross_run_checks
 from headgeom.paper.outputs import TABLES
@@ -155,7 +155,7 @@ def test_reported_failures_do_not_stop_the_table(tmp_path):
 
 def test_json_artifacts_log_under_checks(tmp_path):
     manifest = tmp_path / "manifest.json"
-    write_json(manifest, {"record_type": "checkpoint_manifest",
+    write_manifest(manifest, {"record_type": "checkpoint_manifest",
                           "checks": checks.record("C6", 0, 0, "count")})  # fmt: skip
     rows = checks.collect([{"kind": "manifest", "path": str(manifest), "model": "m", "seed": 1}])
     assert [(r["check"], r["rule"], r["passed"]) for r in rows] == [("C6", "hash_checkpoint", True)]

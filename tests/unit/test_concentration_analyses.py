@@ -17,7 +17,7 @@ import pytest
 
 from headgeom import checks
 from headgeom.analysis.stats import concentration
-from headgeom.io import read_parquet_metadata, write_json, write_parquet
+from headgeom.io import read_parquet_metadata, write_manifest, write_parquet
 from tests.scripts import load_script
 
 EFFECTS_SCHEMA = pa.schema(
@@ -334,7 +334,7 @@ def test_c16_loss_versus_n_eff_from_the_paper_numbers(tmp_path):
     robustness, manifests, models = [], [], {}
     for m, (loss, n_head, reader, n_effs) in paper.items():
         manifest = tmp_path / f"{m}.json"
-        write_json(manifest, {"model_name": m, "init_seed": 42, "val_loss_nats": loss})
+        write_manifest(manifest, {"model_name": m, "init_seed": 42, "val_loss_nats": loss})
         manifests.append(manifest)
         for task, n_eff in zip(("sva", "quote", "plural"), n_effs, strict=True):
             path = tmp_path / f"{m}-{task}.parquet"
@@ -384,7 +384,7 @@ def test_c16_loss_versus_n_eff_from_the_paper_numbers(tmp_path):
 
 
 def test_loss_script_refuses_unmatched_manifests(tmp_path):
-    write_json(tmp_path / "m.json", {"model_name": "x", "init_seed": 1, "val_loss_nats": 3.0})
+    write_manifest(tmp_path / "m.json", {"model_name": "x", "init_seed": 1, "val_loss_nats": 3.0})
     path = tmp_path / "r.parquet"
     pd.DataFrame(
         [["y", 1, t, "evaluation", 2.0, 3.0] for t in ("sva", "quote", "plural")],

@@ -4,18 +4,22 @@ selections of Table 2 and Figure 7, and the results catalog. Expectations are ha
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
-from headgeom import results, selections
+from headgeom import io, results, selections
 from headgeom.analysis.concentration import spearman_rows
 from headgeom.catalog import catalog, template_regex
+from headgeom.hashing import ManifestMismatchError
+from headgeom.io import IntegrityError
 from headgeom.paper import comparison, seeds, setup, summary
 from tests.helpers.results import train_log, write_rows
 
@@ -336,9 +340,10 @@ def test_template_regex_takes_the_most_specific_template():
 def test_catalog_rows_hash_files_and_name_their_manifest(tmp_path):
     root = tmp_path / "results" / "s"
     (root / "models" / "m" / "s1").mkdir(parents=True)
-    (root / "models" / "m" / "s1" / "manifest.json").write_text("{}")
+    io.write_manifest(root / "models" / "m" / "s1" / "manifest.json", {"seed": 1})
     (root / "eval" / "m" / "s1").mkdir(parents=True)
-    (root / "eval" / "m" / "s1" / "sva.parquet").write_bytes(b"abc")
+    table = root / "eval" / "m" / "s1" / "sva.parquet"
+    io.write_parquet(table, pd.DataFrame({"x": [1.0]}), pa.schema([("x", pa.float64())]))
     (root / "logs").mkdir()
     (root / "logs" / "x.log").write_text("log")
     (root / "stale.txt").write_text("no template")
@@ -349,10 +354,30 @@ def test_catalog_rows_hash_files_and_name_their_manifest(tmp_path):
     frame = catalog(root, templates, ["m"]).set_index("rule")
     assert sorted(frame.index) == ["evaluate_clean", "hash_checkpoint"]
     row = frame.loc["evaluate_clean"]
-    # SHA-256("abc")
-    assert row["sha256"] == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    assert row["sha256"] == hashlib.sha256(table.read_bytes()).hexdigest()
     assert json.loads(row["wildcards"]) == {"model": "m", "seed": "1", "task": "sva"}
     assert row["manifest"].endswith("models/m/s1/manifest.json") and row["manifest_sha256"]
     path = tmp_path / "catalog.parquet"
     results.CATALOG.write(path, frame.reset_index())
     assert pq.read_table(path).schema.names == results.CATALOG.names
+
+
+def test_catalog_refuses_a_result_or_manifest_changed_after_it_was_written(tmp_path):
+    root = tmp_path / "results" / "s"
+    (root / "models" / "m" / "s1").mkdir(parents=True)
+    manifest = root / "models" / "m" / "s1" / "manifest.json"
+    io.write_manifest(manifest, {"seed": 1})
+    templates = {f"{root}/models/{{model}}/s{{seed}}/manifest.json": "hash_checkpoint"}
+    catalog(root, templates, ["m"])
+    manifest.write_text(manifest.read_text().replace('"seed": 1', '"seed": 2'))
+    with pytest.raises(ManifestMismatchError, match="manifest.json.*seal records"):
+        catalog(root, templates, ["m"])
+    io.write_manifest(manifest, {"seed": 1})
+    table = root / "models" / "m" / "s1" / "losses.parquet"
+    io.write_parquet(table, pd.DataFrame({"x": [1.0, 2.0]}), pa.schema([("x", pa.float64())]))
+    templates[f"{root}/models/{{model}}/s{{seed}}/losses.parquet"] = "train"
+    data = bytearray(table.read_bytes())
+    data[4] ^= 0x01  # inside the first data page, which carries a CRC-32
+    table.write_bytes(bytes(data))
+    with pytest.raises(IntegrityError, match="losses.parquet: a data page .* changed after"):
+        catalog(root, templates, ["m"])

@@ -20,7 +20,7 @@ from headgeom.analysis.dynamics import (
 from headgeom.analysis.scalar_ablation import ablate_scalar_part, own_lane_blocks, scalar_ablation
 from headgeom.data.task_files import PatchInputs
 from headgeom.hashing import ManifestMismatchError, sha256_file
-from headgeom.io import write_json
+from headgeom.io import write_manifest
 from headgeom.manifest import edited_manifest
 from headgeom.model.checkpoint import load_verified, save_checkpoint
 from headgeom.model.gpt import GPT, site
@@ -250,7 +250,7 @@ def test_edited_checkpoint_has_its_own_manifest_naming_the_parent(tmp_path):
     path = tmp_path / "scalar.safetensors"
     save_checkpoint(path, model, vocab, {"edit": "scalar"})
     record = edited_manifest(parent, sha256_file(path), {"name": "scalar", "kind": "scalar"})
-    write_json(tmp_path / "scalar.manifest.json", record)
+    write_manifest(tmp_path / "scalar.manifest.json", record)
     assert record["parent"]["checkpoint_file_sha256"] == parent["checkpoint_file_sha256"]
     assert record["config_id"] == "m-s1+scalar"
     loaded, _, manifest = load_verified(path, tmp_path / "scalar.manifest.json")
@@ -296,7 +296,7 @@ def test_a_step_target_refuses_a_checkpoint_its_manifest_does_not_match(tmp_path
                 p.add_(0.01 * torch.randn_like(p))
         save_checkpoint(tmp_path / f"step{step:06d}.safetensors", model, vocab)
         sha = sha256_file(tmp_path / f"step{step:06d}.safetensors")
-        write_json(tmp_path / f"step{step:06d}.manifest.json",
+        write_manifest(tmp_path / f"step{step:06d}.manifest.json",
                    {"checkpoint_file_sha256": sha, "step": step})  # fmt: skip
     script = load_script("geometry_stats")
     with pytest.raises(ManifestMismatchError):
@@ -307,7 +307,7 @@ def test_a_step_target_refuses_a_checkpoint_its_manifest_does_not_match(tmp_path
     dynamics = load_script("dynamics")
     with pytest.raises(ValueError, match="not step 8"):
         # a manifest of the right bytes but another step is refused too
-        write_json(tmp_path / "wrong.manifest.json",
+        write_manifest(tmp_path / "wrong.manifest.json",
                    {"checkpoint_file_sha256": sha256_file(tmp_path / "step000008.safetensors"),
                     "step": 32})  # fmt: skip
         dynamics.load_step(

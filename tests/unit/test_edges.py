@@ -20,7 +20,7 @@ import torch
 from headgeom.analysis import edges as E
 from headgeom.data.task_files import TaskSplits, first_per_condition
 from headgeom.hashing import sha256_file
-from headgeom.io import write_json, write_parquet
+from headgeom.io import write_manifest, write_parquet
 from headgeom.model.checkpoint import save_checkpoint
 from tests.helpers.edges import (
     EDGE_GEOMETRIES,
@@ -141,7 +141,7 @@ def test_stage_uses_the_first_per_condition_and_records_them(tmp_path):
     model = edge_model("learned", dtype=torch.float32)
     vocab = np.arange(N_VOCAB, dtype=np.int64) * 7 + 100  # model id i <-> GPT-2 id vocab[i]
     save_checkpoint(tmp_path / "m.safetensors", model, vocab)
-    write_json(
+    write_manifest(
         tmp_path / "m.json",
         {
             "checkpoint_file_sha256": sha256_file(tmp_path / "m.safetensors"),

@@ -15,7 +15,7 @@ from safetensors import safe_open
 
 from headgeom.analysis.patching import patch_all_heads, patch_all_heads_fast
 from headgeom.hashing import content_hash, sha256_file
-from headgeom.io import write_json
+from headgeom.io import write_manifest
 from headgeom.model.checkpoint import save_checkpoint
 from headgeom.model.config import ModelConfig
 from headgeom.model.gpt import GPT
@@ -80,7 +80,7 @@ def test_export_script_verifies_the_manifest_and_refuses_other_geometries(tmp_pa
     save_checkpoint(checkpoint, model, vocab)
     manifest = tmp_path / "manifest.json"
     record = {"config_id": "learned", "checkpoint_file_sha256": sha256_file(checkpoint)}
-    write_json(manifest, record)
+    write_manifest(manifest, record)
     script = load_script("export_hf")
     out = tmp_path / "hf"
     argv = ["--checkpoint", str(checkpoint), "--manifest", str(manifest), "--out-dir", str(out)]
@@ -97,7 +97,7 @@ def test_export_script_verifies_the_manifest_and_refuses_other_geometries(tmp_pa
         geometry="write-common-axis",
     )  # fmt: skip
     save_checkpoint(other, GPT(axis), vocab)
-    write_json(manifest, {"checkpoint_file_sha256": sha256_file(other)})
+    write_manifest(manifest, {"checkpoint_file_sha256": sha256_file(other)})
     argv = ["--checkpoint", str(other), "--manifest", str(manifest), "--out-dir", str(out) + "2"]
     with pytest.raises(ValueError, match="write-common-axis.*only the 'learned' geometry"):
         script.main(argv)

@@ -21,10 +21,11 @@ from headgeom.hashing import (
     ManifestMismatchError,
     canonical_json,
     content_hash,
+    load_manifest,
     manifest_hash,
     sha256_file,
 )
-from headgeom.io import read_json, read_parquet_metadata
+from headgeom.io import read_json, read_parquet_metadata, write_manifest
 from headgeom.manifest import (
     LineageError,
     corpus_data_record,
@@ -190,6 +191,7 @@ def test_training_refuses_tokens_that_do_not_match_the_corpus_manifest(run, tmp_
 # --------------------------------------------------------------------------- manifest
 def test_checkpoint_manifest_fields(run):
     m = read_json(run / "manifest.json")
+    assert m.pop("record_sha256") == content_hash(m)  # sealed: the rest's content hash
     corpus = read_json(run / "corpus.json")
     log = pd.read_parquet(run / "train_log.parquet")
     assert m["record_type"] == "checkpoint_manifest"
@@ -231,15 +233,43 @@ def test_checkpoint_manifest_fields(run):
     assert m["checkpoint_file_sha256"] == sha256_file(run / "model.safetensors")
     assert m["train_log_sha256"] == sha256_file(run / "train_log.parquet")
     assert m["corpus_manifest_sha256"] == manifest_hash(run / "corpus.json")
-    assert "manifest_sha256" not in m
+    assert "manifest_sha256" not in m  # a record holds no hash of its own bytes
 
 
 def test_manifest_identity_is_the_canonical_content_hash(run):
     text = (run / "manifest.json").read_text()
     assert text.endswith("}\n") and "\n  " in text  # pretty-printed copy on disk
-    assert manifest_hash(run / "manifest.json") == content_hash(json.loads(text))
+    record = json.loads(text)
+    seal = record.pop("record_sha256")  # the record's own content hash, sealed beside it
+    assert manifest_hash(run / "manifest.json") == seal == content_hash(record)
     assert manifest_hash(run / "manifest.json") != sha256_file(run / "manifest.json")
     assert canonical_json(json.loads(text)) != text.encode()
+
+
+def test_a_changed_value_in_a_manifest_is_refused_with_both_hashes(run, tmp_path):
+    """One digit of val_loss_nats changed (still valid JSON): the seal no longer matches."""
+    text = (run / "manifest.json").read_text()
+    record = json.loads(text)
+    loss = json.dumps(record["val_loss_nats"])
+    changed = text.replace(
+        f'"val_loss_nats": {loss}',
+        f'"val_loss_nats": {loss[:-1]}0' if loss[-1] != "0" else f'"val_loss_nats": {loss[:-1]}1',
+    )
+    assert changed != text
+    (tmp_path / "manifest.json").write_text(changed)
+    unsealed = {k: v for k, v in json.loads(changed).items() if k != "record_sha256"}
+    with pytest.raises(ManifestMismatchError) as err:
+        load_verified(run / "model.safetensors", tmp_path / "manifest.json")
+    message = str(err.value)
+    assert str(tmp_path / "manifest.json") in message
+    assert record["record_sha256"] in message and content_hash(unsealed) in message
+    del record["record_sha256"]
+    (tmp_path / "manifest.json").write_text(json.dumps(record))  # a hand-written record
+    with pytest.raises(ManifestMismatchError, match="has no 'record_sha256' seal"):
+        load_manifest(tmp_path / "manifest.json")
+    (tmp_path / "manifest.json").write_text(text[:-9])  # truncated
+    with pytest.raises(ManifestMismatchError, match="not valid JSON"):
+        manifest_hash(tmp_path / "manifest.json")
 
 
 def test_load_verified_catches_one_flipped_byte(run, tmp_path):
@@ -280,7 +310,7 @@ def test_hash_checkpoint_refuses_a_changed_config(run, tmp_path):
 def test_hash_checkpoint_refuses_another_corpus_manifest(run, tmp_path):
     corpus = read_json(run / "corpus.json")
     corpus["n_val_tokens"] += 1
-    (tmp_path / "corpus.json").write_text(json.dumps(corpus))
+    write_manifest(tmp_path / "corpus.json", corpus)  # another corpus, sealed
     args = _hash_args(run, **{"corpus-manifest": tmp_path / "corpus.json", "out": tmp_path / "m"})
     with pytest.raises(LineageError, match="corpus.json: content hash"):
         hash_checkpoint.main(args)
@@ -294,7 +324,7 @@ def test_final_manifest_is_what_hash_checkpoint_writes(run):
         run / "train_log.parquet",
         run / "corpus.json",
     )
-    assert got == read_json(run / "manifest.json")
+    assert got == load_manifest(run / "manifest.json")
     assert got["train_log_sha256"] == sha256_file(run / "train_log.parquet")
 
 
@@ -315,7 +345,7 @@ def test_corpus_data_record_names_the_manifest_that_lacks_a_field(run, tmp_path)
     data = corpus_data_record(run / "corpus.json", 1729)
     assert (data["corpus_sha256"], data["data_seed"]) == (corpus["train_sha256"], 1729)
     del corpus["val_sha256"]
-    (tmp_path / "corpus.json").write_text(json.dumps(corpus))
+    write_manifest(tmp_path / "corpus.json", corpus)
     with pytest.raises(ValueError, match="corpus.json: corpus manifest lacks field 'val_sha256'"):
         corpus_data_record(tmp_path / "corpus.json", 1729)
 

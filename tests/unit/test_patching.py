@@ -29,7 +29,7 @@ from headgeom.io import (
     IntegrityError,
     metadata_digest,
     read_parquet_metadata,
-    write_json,
+    write_manifest,
     write_parquet,
 )
 from headgeom.model.checkpoint import save_checkpoint
@@ -222,7 +222,9 @@ def make_fixture(tmp_path: Path, geometry: str = "learned") -> dict[str, Path]:
     checkpoint = tmp_path / "model.safetensors"
     save_checkpoint(checkpoint, model, vocab)
     manifest = tmp_path / "manifest.json"
-    write_json(manifest, {"config_id": geometry, "checkpoint_file_sha256": sha256_file(checkpoint)})
+    write_manifest(
+        manifest, {"config_id": geometry, "checkpoint_file_sha256": sha256_file(checkpoint)}
+    )
     n = sum(SPLIT_SIZES.values())
     clean, ref, correct, incorrect, diff = fixture_pairs()
     splits = [s for s, k in SPLIT_SIZES.items() for _ in range(k)]
@@ -429,7 +431,7 @@ def test_patch_heads_defaults_to_all_four_splits_and_names_the_manifest(tmp_path
     meta = read_parquet_metadata(fast)
     assert json.loads(meta["splits"]) == list(SPLIT_SIZES)
     record = json.loads(paths["manifest"].read_text())
-    assert meta["manifest_content_hash"] == content_hash(record)
+    assert meta["manifest_content_hash"] == record.pop("record_sha256") == content_hash(record)
     assert "prefix" in meta["engine_paths"] and json.loads(meta["max_rows"]) == 5
     other = pq.read_table(plain).to_pandas()
     assert read_parquet_metadata(plain)["engine_paths"].startswith("plain")

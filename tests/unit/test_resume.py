@@ -23,7 +23,7 @@ import torch
 
 from headgeom.data.corpus import compact, read_tokens, read_vocab, token_bytes_sha256, vocab_sha256
 from headgeom.hashing import sha256_file
-from headgeom.io import read_json, write_json, write_parquet
+from headgeom.io import read_json, write_manifest, write_parquet
 from headgeom.model.checkpoint import load_checkpoint, save_checkpoint
 from headgeom.run_config import parse_run_config
 from headgeom.training.loop import initial_model, validation_loss
@@ -108,7 +108,7 @@ def write_corpus(d: Path, train: np.ndarray, val: np.ndarray, **manifest_fields)
         "files": {role: sha256_file(path) for role, path in files.items()},
         **manifest_fields,
     }
-    write_json(d / "corpus.json", manifest)
+    write_manifest(d / "corpus.json", manifest)
     return d
 
 

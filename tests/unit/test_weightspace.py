@@ -28,7 +28,7 @@ from headgeom.analysis.weightspace import (
     write_write_pk,
 )
 from headgeom.hashing import ManifestMismatchError, content_hash, sha256_file
-from headgeom.io import read_json, read_parquet_metadata, write_json, write_parquet
+from headgeom.io import read_json, read_parquet_metadata, write_manifest, write_parquet
 from headgeom.model.checkpoint import save_checkpoint
 from headgeom.model.geometries import READ_TYPES, write_scale
 from headgeom.model.gpt import GPT
@@ -298,7 +298,9 @@ def make_fixture(tmp_path: Path, geometry: str) -> dict[str, Path]:
     checkpoint = tmp_path / "model.safetensors"
     save_checkpoint(checkpoint, tiny_model(geometry), np.arange(40, dtype=np.int64) + 100)
     manifest = tmp_path / "manifest.json"
-    write_json(manifest, {"config_id": geometry, "checkpoint_file_sha256": sha256_file(checkpoint)})
+    write_manifest(
+        manifest, {"config_id": geometry, "checkpoint_file_sha256": sha256_file(checkpoint)}
+    )
     return {"checkpoint": checkpoint, "manifest": manifest}
 
 
@@ -353,7 +355,8 @@ def test_geometry_stats_end_to_end(tmp_path, geometry):
     for name in ("pk.parquet", "summary.parquet"):
         meta = read_parquet_metadata(out / name)
         assert meta["checkpoint_sha256"] == sha256_file(paths["checkpoint"])
-        assert meta["manifest_content_hash"] == content_hash(read_json(paths["manifest"]))
+        record = read_json(paths["manifest"])
+        assert meta["manifest_content_hash"] == record.pop("record_sha256") == content_hash(record)
         assert meta["analysis"] == "geometry_stats"
 
 

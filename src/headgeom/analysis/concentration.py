@@ -40,7 +40,8 @@ from headgeom.analysis.stats import (
     spearman,
     weighted_effects,
 )
-from headgeom.io import metadata_text, read_json, read_parquet_metadata, read_table
+from headgeom.hashing import load_manifest
+from headgeom.io import metadata_text, read_parquet_metadata, read_table
 
 #: Check C11 (docs §18): N_eff = N_index · N_layer|index to this relative error.
 C11_TOLERANCE = 1e-9
@@ -478,7 +479,7 @@ def read_losses(paths: Sequence[str | os.PathLike]) -> pd.DataFrame:
     """Final validation loss per (model, seed) from checkpoint manifests."""
     rows = []
     for path in paths:
-        manifest = read_json(path)
+        manifest = load_manifest(path)
         missing = [k for k in ("model_name", "init_seed", "val_loss_nats") if k not in manifest]
         if missing:
             raise KeyError(f"{path}: checkpoint manifest lacks {missing}")

@@ -25,7 +25,7 @@ from headgeom import results
 from headgeom.data import corpus, corpus_sources
 from headgeom.data.tokenizer import EOT_ID, load_gpt2_tokenizer, tokenizer_files_sha256
 from headgeom.hashing import content_hash, sha256_file
-from headgeom.io import write_json
+from headgeom.io import write_manifest
 
 
 def build_corpus(
@@ -107,5 +107,5 @@ def build_corpus(
             "files": {role: sha256_file(path) for role, path in files.items()},
             "file_bytes": {role: path.stat().st_size for role, path in files.items()},
         }
-        write_json(manifest_path, manifest)
+        write_manifest(manifest_path, manifest)
     return manifest

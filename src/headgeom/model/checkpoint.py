@@ -12,8 +12,8 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from headgeom.hashing import canonical_json, read_manifest_field, verify_file
-from headgeom.io import atomic_path, read_json
+from headgeom.hashing import canonical_json, load_manifest, verify_file
+from headgeom.io import atomic_path
 from headgeom.model import registry
 from headgeom.model.gpt import GPT
 
@@ -85,7 +85,9 @@ def load_verified(
     checkpoint: str | os.PathLike, manifest: str | os.PathLike
 ) -> tuple[GPT, np.ndarray, dict]:
     """Verify the checkpoint bytes against its manifest, then load. Returns the manifest too."""
-    expected = read_manifest_field(manifest, "checkpoint_file_sha256")
-    verify_file(checkpoint, expected, manifest)
+    record = load_manifest(manifest)
+    if "checkpoint_file_sha256" not in record:
+        raise KeyError(f"{manifest}: manifest has no field 'checkpoint_file_sha256'")
+    verify_file(checkpoint, record["checkpoint_file_sha256"], manifest)
     model, vocab = load_checkpoint(checkpoint)
-    return model, vocab, read_json(manifest)
+    return model, vocab, record

@@ -32,13 +32,14 @@ from headgeom import checks, results
 from headgeom.data.corpus import compact, read_tokens, read_vocab
 from headgeom.hashing import (
     ManifestMismatchError,
+    load_manifest,
     manifest_hash,
     read_manifest_field,
     sha256_file,
     source_freeze,
     verify_file,
 )
-from headgeom.io import atomic_path, read_json, write_json
+from headgeom.io import atomic_path, write_manifest
 from headgeom.manifest import checkpoint_manifest, corpus_data_record
 from headgeom.model.checkpoint import checkpoint_contents, differing_contents, save_checkpoint
 from headgeom.run_config import (
@@ -155,7 +156,7 @@ def train_job(
     file_sha256 = read_manifest_field(manifest, "files")  # role -> SHA-256 of the file bytes
     for role, path in (("train", corpus.train), ("val", corpus.val), ("vocab", corpus.vocab)):
         verify_file(path, file_sha256[role], manifest)
-    sampling = read_json(manifest).get("sampling", "with_replacement")
+    sampling = load_manifest(manifest).get("sampling", "with_replacement")
     corpus_hash = manifest_hash(manifest)
     data = corpus_data_record(manifest, run.data_seed)
 
@@ -219,7 +220,7 @@ def train_job(
             train_log_sha256=None,
             corpus_manifest_sha256=corpus_hash,
         )
-        write_json(out.resume_dir / checkpoint_manifest_name(step), record)
+        write_manifest(out.resume_dir / checkpoint_manifest_name(step), record)
         print(f"checkpoint step {step}: val loss {val_loss:.6f} nats", file=sys.stderr)
         return {"checkpoint_file_sha256": sha, "val_loss_nats": val_loss}
 
