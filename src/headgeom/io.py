@@ -3,17 +3,21 @@
 Every result file is written to a temporary name in its own folder, fsynced and renamed,
 so a killed job never leaves a file that looks complete (DESIGN: "Writes are atomic").
 
-Every Parquet is verified when it is read (docs §2.4): the writer stores a CRC-32 of every
-data page (pyarrow's ``write_page_checksum``) and the SHA-256 of its key-value metadata
-(:data:`METADATA_SHA256`); :func:`read_table` and :func:`read_parquet_metadata` check both
-and refuse a changed file with :class:`IntegrityError`, naming the rule that writes it
-(benchmarks/parquet_integrity.py: the checks cost about 1.3× a plain read, a whole-file
-SHA-256 2.3×).
+Every Parquet is verified when it is read (docs §2.4). Its footer records three digests,
+each over a part of the file the others do not cover: :data:`PAGES_SHA256` over every byte
+before the footer (the data pages and their headers, hashed as the writer streams them),
+:data:`SCHEMA_SHA256` over the Arrow schema (types, column descriptions, schema metadata)
+and :data:`METADATA_SHA256` over the key-value metadata (the other two included).
+:func:`read_table` and :func:`read_parquet_metadata` check all three and refuse a changed
+file with :class:`IntegrityError`, naming both values and the rule that writes it
+(benchmarks/parquet_integrity.py measures the cost against a plain read).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
 import json
 import os
 import tempfile
@@ -32,6 +36,13 @@ from headgeom.paths import rerun_hint
 #: Key of the SHA-256 of a Parquet's other key-value metadata (canonical JSON of the
 #: str -> str map, pyarrow's own ``ARROW:`` keys left out).
 METADATA_SHA256 = "metadata_sha256"
+#: Key of the SHA-256 of every byte before the footer (magic, data pages, page headers).
+PAGES_SHA256 = "pages_sha256"
+#: Key of the SHA-256 of the serialized Arrow schema (pyarrow's ``ARROW:schema``, decoded).
+SCHEMA_SHA256 = "schema_sha256"
+#: Key of the SHA-256 of the footer's structure (Parquet schema, row groups, column chunks).
+FOOTER_SHA256 = "footer_sha256"
+_DIGESTS = (PAGES_SHA256, SCHEMA_SHA256, FOOTER_SHA256, METADATA_SHA256)
 
 
 class IntegrityError(ValueError):
@@ -130,15 +141,99 @@ def write_parquet(
         ]
         table = table.cast(pa.schema(fields))
     meta = {"headgeom_version": __version__}
-    meta.update({k: v for k, v in (metadata or {}).items()})
+    # digests of the file this metadata was read from are never carried into a new one
+    meta.update({k: v for k, v in (metadata or {}).items() if k not in _DIGESTS})
     encoded = {
         k: (v if isinstance(v, str) else json.dumps(v, sort_keys=True, ensure_ascii=False))
         for k, v in meta.items()
     }
-    encoded[METADATA_SHA256] = metadata_digest(encoded)
+    schema = table.schema.with_metadata(encoded)
     table = table.replace_schema_metadata(encoded)
+    # A first pass to a null sink gives what the footer's digests cover (pyarrow encodes the
+    # same table to the same bytes); the second writes the file with them in its footer.
+    dry = _HashingSink(None)
+    pages_sha, structure = _write(dry, table, schema, {})
+    digests = {PAGES_SHA256: pages_sha, SCHEMA_SHA256: schema_digest(_read_back(structure)),
+               FOOTER_SHA256: footer_digest(structure)}  # fmt: skip
+    digests[METADATA_SHA256] = metadata_digest({**encoded, **digests})
     with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, write_page_checksum=True)
+        with open(tmp, "wb") as fh:
+            written_sha, written = _write(_HashingSink(fh), table, schema, digests)
+        if (written_sha, footer_digest(written)) != (pages_sha, digests[FOOTER_SHA256]):
+            raise RuntimeError(f"{path}: pyarrow encoded the table differently twice")
+
+
+def _write(sink, table: pa.Table, schema: pa.Schema, digests: dict[str, str]):
+    """Write ``table`` to ``sink`` with ``digests`` added to its footer; return the SHA-256
+    of every byte before the footer and the footer's file metadata."""
+    with pq.ParquetWriter(sink, schema, write_page_checksum=True, write_statistics=False) as writer:
+        writer.write_table(table)
+        pages_sha = sink.hexdigest()  # every row group is out; only the footer is left
+        if digests:
+            writer.add_key_value_metadata(digests)
+    return pages_sha, writer.writer.metadata
+
+
+class _HashingSink(io.RawIOBase):
+    """A writable file that hashes what passes through it (to ``fh``, or nowhere)."""
+
+    def __init__(self, fh) -> None:
+        self.fh, self.sha, self.n_bytes = fh, hashlib.sha256(), 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self.sha.update(data)
+        self.n_bytes += len(data)
+        return self.fh.write(data) if self.fh is not None else len(data)
+
+    def hexdigest(self) -> str:
+        return self.sha.hexdigest()
+
+
+def _read_back(metadata: pq.FileMetaData) -> pa.Schema:
+    """The Arrow schema a reader of a file with this footer sees (pyarrow renames list items
+    ``element``, for one), from the footer alone."""
+    footer = pa.BufferOutputStream()
+    metadata.write_metadata_file(footer)
+    return pq.read_schema(pa.BufferReader(footer.getvalue()))
+
+
+def schema_digest(schema: pa.Schema) -> str:
+    """SHA-256 of an Arrow schema as Arrow serializes it (IPC flatbuffer)."""
+    return hashlib.sha256(schema.serialize().to_pybytes()).hexdigest()
+
+
+def footer_digest(metadata: pq.FileMetaData) -> str:
+    """SHA-256 of a Parquet footer's structure: the Parquet schema and every row group's and
+    column chunk's fields (offsets, sizes, encodings, statistics), not its key-value map."""
+    record = {k: v for k, v in metadata.to_dict().items() if k != "serialized_size"}
+    record["schema"] = str(metadata.schema).split("\n", 1)[1]  # after its "<object at 0x…>"
+    text = json.dumps(record, sort_keys=True, default=repr, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _pages_end(path: str | os.PathLike) -> int:
+    """Offset of a Parquet file's footer (its last 8 bytes: footer length, ``PAR1``)."""
+    with open(path, "rb") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        if size < 12:
+            return -1
+        fh.seek(size - 8)
+        tail = fh.read(8)
+    if tail[4:] != b"PAR1":
+        return -1
+    return size - 8 - int.from_bytes(tail[:4], "little")
+
+
+def _sha256_prefix(path: str | os.PathLike, n_bytes: int, chunk: int = 1 << 20) -> str:
+    sha = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while n_bytes > 0 and (block := fh.read(min(chunk, n_bytes))):
+            sha.update(block)
+            n_bytes -= len(block)
+    return sha.hexdigest()
 
 
 def _corrupt(path, what: str) -> IntegrityError:
@@ -148,20 +243,37 @@ def _corrupt(path, what: str) -> IntegrityError:
 
 
 def _open_verified(path: str | os.PathLike) -> tuple[pq.ParquetFile, dict[str, str]]:
-    """The open file (pages to be CRC-checked as they are read) and its footer metadata,
-    checked against the digest its writer stored (files not written here have none)."""
+    """The open file and its footer's key-value metadata, every digest its writer recorded
+    checked first (a Parquet not written here, without them, is read as it is)."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path}: file not found ({rerun_hint(path)})")
+    pages_end = _pages_end(path)
+    if pages_end < 4:
+        raise _corrupt(path, "no Parquet footer at its end (truncated or overwritten)")
     try:
-        pf = pq.ParquetFile(path, page_checksum_verification=True)
-        md = pf.schema_arrow.metadata or {}
-        decoded = {k.decode(): v.decode() for k, v in md.items()}
+        pf = pq.ParquetFile(path)
+        raw = pf.metadata.metadata or {}
+        decoded = {k.decode(): v.decode() for k, v in raw.items()}
+        schema = pf.schema_arrow
     except (pa.ArrowException, OSError, UnicodeDecodeError) as err:
         raise _corrupt(path, f"not a readable Parquet footer ({err})") from None
-    recorded = decoded.get(METADATA_SHA256)
-    if recorded is not None and recorded != (actual := metadata_digest(decoded)):
+    ours = [k for k in (*_DIGESTS, "headgeom_version") if k in decoded]
+    if ours and (missing := [k for k in _DIGESTS if k not in decoded]):
         pf.close()
-        raise _corrupt(path, f"metadata SHA-256 is {actual} but its writer recorded {recorded}")
+        raise _corrupt(path, f"its footer lacks {missing} (has {sorted(decoded)})")
+    if ours:
+        checks = (
+            ("metadata", decoded[METADATA_SHA256], lambda: metadata_digest(decoded)),
+            ("schema", decoded[SCHEMA_SHA256], lambda: schema_digest(schema)),
+            ("footer", decoded[FOOTER_SHA256], lambda: footer_digest(pf.metadata)),
+            ("pages", decoded[PAGES_SHA256], lambda: _sha256_prefix(path, pages_end)),
+        )
+        for what, recorded, actual in checks:
+            if recorded != (value := actual()):
+                pf.close()
+                raise _corrupt(
+                    path, f"{what} SHA-256 is {value} but its writer recorded {recorded}"
+                )
     return pf, decoded
 
 
@@ -170,22 +282,19 @@ def read_parquet_metadata(path: str | os.PathLike) -> dict[str, str]:
     against the digest its writer stored (files without one, not written here, as they are)."""
     pf, md = _open_verified(path)
     pf.close()
-    return {k: v for k, v in md.items() if not k.startswith("ARROW:pandas")}
+    return {k: v for k, v in md.items() if not k.startswith("ARROW:")}
 
 
 def read_table(path: str | os.PathLike, columns: list[str] | None = None) -> pa.Table:
-    """A Parquet file's table (``columns`` or all): the metadata digest verified, then
-    every data page's CRC-32 as it is read. A page whose header or bytes no longer parse
-    is reported the same way as one that fails its CRC: the file changed."""
+    """A Parquet file's table (``columns`` or all), the whole file verified first."""
     pf, _ = _open_verified(path)
     with pf:
         if columns is not None and (missing := sorted(set(columns) - set(pf.schema_arrow.names))):
             raise KeyError(f"{path}: no columns {missing} (has {pf.schema_arrow.names})")
         try:
             return pf.read(columns=columns)
-        except (pa.ArrowException, OSError) as err:
-            what = f"a data page fails its CRC-32 or does not parse ({err})"
-            raise _corrupt(path, what) from None
+        except (pa.ArrowException, OSError) as err:  # a file without digests, damaged
+            raise _corrupt(path, f"a data page does not parse ({err})") from None
 
 
 def verify_parquet(path: str | os.PathLike) -> None:

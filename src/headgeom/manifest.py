@@ -140,7 +140,8 @@ def verified_val_tokens(path: str | os.PathLike, manifest: dict) -> str:
     if expected is not None and expected != actual:
         raise LineageError(
             f"{path}: SHA-256 {actual} but the checkpoint manifest records the validation "
-            f"file {expected}; give the model's own corpus"
+            f"file {expected}; give the model's own corpus, or if this is it, it changed after "
+            f"it was written ({rerun_hint(path)})"
         )
     return actual
 

@@ -379,5 +379,5 @@ def test_catalog_refuses_a_result_or_manifest_changed_after_it_was_written(tmp_p
     data = bytearray(table.read_bytes())
     data[4] ^= 0x01  # inside the first data page, which carries a CRC-32
     table.write_bytes(bytes(data))
-    with pytest.raises(IntegrityError, match="losses.parquet: a data page .* changed after"):
+    with pytest.raises(IntegrityError, match="losses.parquet: pages SHA-256 is .* changed after"):
         catalog(root, templates, ["m"])

@@ -25,7 +25,7 @@ from headgeom.hashing import (
     manifest_hash,
     sha256_file,
 )
-from headgeom.io import read_json, read_parquet_metadata, write_manifest
+from headgeom.io import read_json, read_parquet_metadata, write_manifest, write_parquet
 from headgeom.manifest import (
     LineageError,
     corpus_data_record,
@@ -329,8 +329,9 @@ def test_final_manifest_is_what_hash_checkpoint_writes(run):
 
 
 def test_final_manifest_refuses_a_log_that_stops_early_or_is_not_a_train_log(run, tmp_path):
-    table = pq.read_table(run / "train_log.parquet")  # file metadata kept with the rows
-    pq.write_table(table.slice(0, 5), tmp_path / "short.parquet")
+    table = pq.read_table(run / "train_log.parquet")
+    meta = read_parquet_metadata(run / "train_log.parquet")  # kept with the first 5 rows
+    write_parquet(tmp_path / "short.parquet", table.slice(0, 5), table.schema, meta)
     files = (run / "model.safetensors", tmp_path / "short.parquet", run / "corpus.json")
     with pytest.raises(LineageError, match="ends at step 5, config asks for 12 steps"):
         final_manifest(parse_run_config(CONFIG), *files)

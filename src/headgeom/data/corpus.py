@@ -21,14 +21,13 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from tokenizers import Tokenizer
 
 from headgeom import results
 from headgeom.data import lexicon as lx
 from headgeom.data.tasks import plural_prompt, quote_open_line, sva_prompt
 from headgeom.data.tokenizer import EOT_ID, VOCAB_SIZE
-from headgeom.io import read_table
+from headgeom.io import IntegrityError, read_table
 from headgeom.paths import rerun_hint
 
 # Each encode_batch call handles this many documents: large enough to use the Rust
@@ -340,14 +339,13 @@ def read_tokens(path: str | os.PathLike) -> np.ndarray:
         raise FileNotFoundError(f"{path}: token file not found")
     size = path.stat().st_size
     try:
-        pf = pq.ParquetFile(path)
-        meta = pf.schema_arrow.metadata or {}
-        column = pf.read(columns=["token"]).column("token")
-    except (pa.ArrowException, OSError) as err:
+        table = read_table(path, columns=["token"])  # every byte verified
+    except (IntegrityError, KeyError) as err:
         raise TokenFileError(
             f"{path}: truncated or corrupt token file ({size:,} bytes; a complete one ends "
-            f"with the Parquet footer): {err}; {rerun_hint(path)}"
+            f"with the Parquet footer): {err}"
         ) from None
+    meta, column = table.schema.metadata or {}, table.column("token")
     if column.type != pa.uint16():
         raise TokenFileError(f"{path}: column 'token' has type {column.type}, expected uint16")
     tokens = column.to_numpy()
