@@ -18,7 +18,7 @@ import sys
 
 from headgeom import __version__
 from headgeom.hashing import source_freeze
-from headgeom.io import write_json
+from headgeom.io import write_manifest
 from headgeom.model import registry
 from headgeom.model.kerdock import family_entry
 
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         "source_freeze": source_freeze(),
         "headgeom_version": __version__,
     }
-    write_json(args.out, record)
+    write_manifest(args.out, record)
     for entry in record["families"]:
         models = ", ".join(m["model"] for m in entry["models"])
         n = entry["record"]["n_members"]

@@ -232,9 +232,9 @@ def artifact_checks(path: str | os.PathLike) -> list[tuple[str | None, dict[str,
         from headgeom.io import read_parquet_metadata
 
         return [(None, parse(read_parquet_metadata(path), path))]
-    from headgeom.io import read_json
+    from headgeom.hashing import load_manifest
 
-    obj = read_json(path)
+    obj = load_manifest(path)  # every JSON artifact a check reads is sealed
     if not isinstance(obj, dict):
         raise ValueError(f"{path}: expected a JSON object with 'checks' or 'families'")
     if "families" in obj:

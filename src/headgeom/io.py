@@ -258,22 +258,21 @@ def _open_verified(path: str | os.PathLike) -> tuple[pq.ParquetFile, dict[str, s
     except (pa.ArrowException, OSError, UnicodeDecodeError) as err:
         raise _corrupt(path, f"not a readable Parquet footer ({err})") from None
     ours = [k for k in (*_DIGESTS, "headgeom_version") if k in decoded]
-    if ours and (missing := [k for k in _DIGESTS if k not in decoded]):
-        pf.close()
-        raise _corrupt(path, f"its footer lacks {missing} (has {sorted(decoded)})")
-    if ours:
-        checks = (
-            ("metadata", decoded[METADATA_SHA256], lambda: metadata_digest(decoded)),
-            ("schema", decoded[SCHEMA_SHA256], lambda: schema_digest(schema)),
-            ("footer", decoded[FOOTER_SHA256], lambda: footer_digest(pf.metadata)),
-            ("pages", decoded[PAGES_SHA256], lambda: _sha256_prefix(path, pages_end)),
-        )
-        for what, recorded, actual in checks:
-            if recorded != (value := actual()):
-                pf.close()
-                raise _corrupt(
-                    path, f"{what} SHA-256 is {value} but its writer recorded {recorded}"
-                )
+    checks = (
+        ("metadata", METADATA_SHA256, lambda: metadata_digest(decoded)),  # names every key
+        ("schema", SCHEMA_SHA256, lambda: schema_digest(schema)),
+        ("footer", FOOTER_SHA256, lambda: footer_digest(pf.metadata)),
+        ("pages", PAGES_SHA256, lambda: _sha256_prefix(path, pages_end)),
+    )
+    for what, key, actual in checks if ours else ():
+        if key not in decoded:
+            pf.close()
+            raise _corrupt(path, f"its footer lacks {key!r} (has {sorted(decoded)})")
+        if decoded[key] != (value := actual()):
+            pf.close()
+            raise _corrupt(
+                path, f"{what} SHA-256 is {value} but its writer recorded {decoded[key]}"
+            )
     return pf, decoded
 
 

@@ -139,8 +139,9 @@ def change_one_byte(path: Path) -> tuple[str, str]:
 #: footer or metadata digest; a means artifact's tensors); the recorded one may be the byte
 #: that was changed, so any 64 characters.
 SELF_DIGEST = re.compile(r"SHA-256 is [0-9a-f]{64} but its writer recorded \S{64}")
-#: A changed byte in a header that no longer parses: no digest can be read to be named.
-UNREADABLE = ("not a readable Parquet footer", "not a readable safetensors file")
+#: A changed byte in a header that no longer parses, or in a digest's key: no recorded
+#: digest is left to be named.
+UNREADABLE = ("not a readable Parquet footer", "not a readable safetensors file", "footer lacks")
 
 
 def expected_values(path: Path, log: str) -> bool:

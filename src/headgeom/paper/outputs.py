@@ -52,7 +52,6 @@ RECORDS: tuple[Output, ...] = (
                "summaries": ("summary", "runs"),
                "robustness": ("robustness", "runs"),
                "conditions": ("conditions", "pairs"),
-               "logo": ("logo", "runs"),
                "eval": ("eval", "runs"),
                "lanes": ("lanes", "runs"),
                "heads": ("heads", "runs"),
