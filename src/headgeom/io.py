@@ -3,13 +3,13 @@
 Every result file is written to a temporary name in its own folder, fsynced and renamed,
 so a killed job never leaves a file that looks complete (DESIGN: "Writes are atomic").
 
-Every Parquet is verified when it is read (docs §2.4). Its footer records three digests,
+Every Parquet is verified when it is read (docs §2.4). Its footer records four digests,
 each over a part of the file the others do not cover: :data:`PAGES_SHA256` over every byte
 before the footer (the data pages and their headers, hashed as the writer streams them),
-:data:`SCHEMA_SHA256` over the Arrow schema (types, column descriptions, schema metadata)
-and :data:`METADATA_SHA256` over the key-value metadata (the other two included).
-:func:`read_table` and :func:`read_parquet_metadata` check all three and refuse a changed
-file with :class:`IntegrityError`, naming both values and the rule that writes it
+:data:`SCHEMA_SHA256` over the Arrow schema a reader sees, :data:`FOOTER_SHA256` over the
+footer's structure and :data:`METADATA_SHA256` over the key-value metadata (the other three
+included). :func:`read_table` and :func:`read_parquet_metadata` check all four and refuse a
+changed file with :class:`IntegrityError`, naming both values and the rule that writes it
 (benchmarks/parquet_integrity.py measures the cost against a plain read).
 """
 
