@@ -27,6 +27,7 @@ from headgeom.analysis import dynamics as dyn
 from headgeom.data.corpus import compact, read_tokens
 from headgeom.data.task_files import model_inputs, read_task
 from headgeom.io import read_table
+from headgeom.manifest import verified_val_tokens
 from headgeom.model.checkpoint import load_verified
 from headgeom.runtime import set_threads
 from headgeom.training.data import validation_windows
@@ -88,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     sva = model_inputs(task.frame, vocab)
     lane = dyn.final_lane_index(read_table(args.heads).to_pandas(), args.lane_split)
     timeline_steps = [*args.timeline_steps, final_step]
+    verified_val_tokens(args.val_tokens, final)  # the final model's own validation split
     windows = validation_windows(
         compact(read_tokens(args.val_tokens), vocab), final_model.cfg.n_ctx
     )
