@@ -65,7 +65,9 @@ def main(argv: list[str] | None = None) -> int:
                 stop=stop,
             )
         except Preempted as err:
-            print(f"preempted: {err}", file=sys.stderr)
+            # stderr is the rule's log (rewritten by the retry); stdout is the Slurm job's log
+            for stream in (sys.stderr, sys.stdout):
+                print(f"preempted: {err}", file=stream, flush=True)
             return EXIT_PREEMPTED
     return 0
 

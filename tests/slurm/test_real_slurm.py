@@ -22,6 +22,8 @@ import hashlib
 import json
 import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -277,3 +279,69 @@ def test_catalog_hashes_its_files(runs):
             if row["manifest"] is not None:
                 manifest = (workdir / row["manifest"]).read_bytes()
                 assert hashlib.sha256(manifest).hexdigest() == row["manifest_sha256"], row
+
+
+PREEMPT_STEPS = 6000  # ~45 s of training here: long enough to signal in the middle
+STOPPED = re.compile(r"preempted: SIGTERM received: stopped after step (\d+), resumable state")
+RESUMED = re.compile(r"resumed from \S+ after step (\d+)")
+
+
+def test_preempted_training_resumes_to_the_same_bytes(cluster, tmp_path):
+    """A training job signalled mid-run through Slurm (what `--signal=TERM@120` or a time
+    limit sends its job step) stops at a step boundary with its state written, exits 75,
+    is resubmitted by the profile's `retries` and ends with the uninterrupted run's bytes."""
+    micro = yaml.safe_load((REPO / "tests" / "e2e" / "micro.yaml").read_text())
+    cfg = slurm_config(micro, cluster.partition)
+    # one resumable state at the end only: without the signal handler a kill would redo all
+    cfg["training"].update(steps=PREEMPT_STEPS, eval_every=PREEMPT_STEPS // 2)
+    cfg["training"]["resume_every"] = PREEMPT_STEPS
+    cfg["resources"]["train"] = {**TRAIN, "slurm_extra": "--signal=TERM@120"}
+    target = "results/micro/models/learned/s1/model.safetensors"
+    plain = make_workdir(tmp_path / "plain", cfg)
+    snakemake(plain, "--cores", "1", target)
+    remote = make_workdir(tmp_path / "remote", cfg)
+    (remote / "slurm").symlink_to(REPO / "slurm")
+    cmd = [sys.executable, "-m", "snakemake", "--configfile", "config.yaml", "--profile",
+           "slurm", "--cores", "1", "--slurm-init-seconds-before-status-checks", "2",
+           target]  # fmt: skip
+    out = (tmp_path / "snakemake.out").open("w")
+    proc = subprocess.Popen(cmd, cwd=remote, stdout=out, stderr=subprocess.STDOUT)
+    rule_log = remote / "results" / "micro" / "logs" / "train" / "learned-s1.log"
+    try:
+        deadline, step = time.monotonic() + 600, 0
+        while step < 100 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+            if rule_log.exists():  # the tqdm bar: "<step>/<steps>"
+                seen = re.findall(rf"(\d+)/{PREEMPT_STEPS}", rule_log.read_text(errors="replace"))
+                step = int(seen[-1]) if seen else 0
+        assert step >= 100, f"training never got going: {(tmp_path / 'snakemake.out').read_text()}"
+        queue = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True)
+        (job_id,) = queue.stdout.split()
+        subprocess.run(["scancel", "--signal=TERM", job_id], check=True, timeout=30)
+        assert proc.wait(timeout=900) == 0, (tmp_path / "snakemake.out").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        out.close()
+    logs = sorted((remote / ".snakemake" / "slurm_logs" / "rule_train").rglob("*.log"),
+                  key=lambda p: int(p.stem))  # fmt: skip
+    assert len(logs) == 2, logs  # the signalled job and its resubmission
+    first, second = logs[0].read_text(), logs[1].read_text()
+    stopped = [int(s) for s in STOPPED.findall(first)]
+    resumed = [int(s) for s in RESUMED.findall(rule_log.read_text())]
+    assert len(stopped) == 1 and len(resumed) == 1, (first, rule_log.read_text())
+    assert 0 < stopped[0] < PREEMPT_STEPS, stopped
+    redone = stopped[0] - resumed[0]
+    assert cluster.job(logs[0].stem)["JobState"] == "FAILED"
+    assert "exit status 75" in first  # train.py's EX_TEMPFAIL, under the jobstep's Snakemake
+    assert not STOPPED.search(second)  # the resubmission ran to the end
+    sha = {side: hashlib.sha256((w / target).read_bytes()).hexdigest()
+           for side, w in (("uninterrupted", plain), ("preempted", remote))}  # fmt: skip
+    print(
+        f"preemption: signalled at step ~{step}, stopped after step {stopped[0]}, resumed after "
+        f"step {resumed[0]}: {redone} step(s) redone; SHA-256 uninterrupted {sha['uninterrupted']}"
+        f", preempted {sha['preempted']}"
+    )
+    assert 0 <= redone <= 1
+    assert sha["preempted"] == sha["uninterrupted"]
+    assert not (remote / "results" / "micro" / "models" / "learned" / "s1" / "resume").exists()

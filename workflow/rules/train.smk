@@ -29,8 +29,10 @@ rule train:
         **STUDY.resources("train", mem_mb=4000, runtime=120),
     conda:
         "../../envs/headgeom.yaml"
+    # exec: the job's process is train.py itself, so the signal Slurm sends a job step
+    # (--signal=TERM@120, a time limit) reaches it with no shell in between to die first
     shell:
-        "python src/train.py --config-json {params.cfg:q} --threads {threads} "
+        "exec python src/train.py --config-json {params.cfg:q} --threads {threads} "
         "--train-tokens {input.train} --val-tokens {input.val} --vocab {input.vocab} "
         "--corpus-manifest {input.corpus_manifest} "
         "--checkpoint {output.checkpoint} --log {output.log} "
