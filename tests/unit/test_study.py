@@ -159,6 +159,8 @@ def test_paper_resources():
         "runtime": 720,
         "gpu": 1,
         "cpus_per_gpu": 8,
+        # the step is signalled ahead of Slurm's kill so training saves its state (docs §2.4)
+        "slurm_extra": "--signal=TERM@120",
     }
     assert study.threads("tokenize_corpus") == 16
     # a rule the config does not name: resources.default, then the rule's own fallbacks
