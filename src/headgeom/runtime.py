@@ -19,6 +19,7 @@ import torch
 TRACKED_PACKAGES = ("torch", "numpy", "pyarrow", "pandas", "safetensors", "tokenizers", "scipy")
 #: Environment variables that choose CPU kernels or thread pools (recorded when set).
 KERNEL_VARIABLES = (
+    "HEADGEOM_KERNELS",  # headgeom.kernels: the pin that sets the next three
     "ATEN_CPU_CAPABILITY",
     "MKL_CBWR",
     "MKL_ENABLE_INSTRUCTIONS",

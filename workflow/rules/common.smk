@@ -13,6 +13,7 @@ shell.prefix(f"set -euo pipefail; export PYTHONPATH={SRC}${{{{PYTHONPATH:+:$PYTH
 # The workflow reads the study with the same library (this checkout's, first).
 sys.path.insert(0, str(SRC))
 from headgeom import config_layers  # noqa: E402
+from headgeom.kernels import pin_kernels  # noqa: E402
 from headgeom.paths import TEMPLATES  # noqa: E402
 from headgeom.paper.outputs import FIGURES, TABLE_JOBS, record  # noqa: E402
 from headgeom.paper.plan import PaperPlan  # noqa: E402
@@ -34,6 +35,14 @@ def extended(config):
         return config_layers.resolve(config)
     except (ValueError, OSError) as err:
         sys.exit(f"Invalid study config:\n{err}")
+
+
+# One set of CPU kernel paths on every x86-64 machine with AVX2 (headgeom.kernels, docs §2.7):
+# set here, before any job starts, so every job inherits it (locally and through Slurm).
+try:
+    pin_kernels()
+except ValueError as err:
+    sys.exit(f"Invalid environment: {err}")
 
 
 # Schema: headgeom.validation.SCHEMA; the Snakefile checks `resources` keys against the rules.

@@ -1,0 +1,109 @@
+"""The fingerprint list: what it covers, that coreutils' ``sha256sum -c`` reads it, and
+that a comparison names each difference and the machine fields that could explain it."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from headgeom import fingerprints
+from headgeom.io import write_manifest
+from headgeom.runtime import environment
+
+MACHINE = {"cpu": "Test CPU", "cpu_capability": "AVX2", "mkl": "2024.2", "intra_op_threads": 2}
+
+
+def results_folder(root, machine=MACHINE):
+    for model in ("learned", "write-common-axis"):
+        run = root / "models" / model / "s42"
+        run.mkdir(parents=True)
+        save_file({"w": torch.arange(6.0).reshape(2, 3)}, run / "model.safetensors")
+        record = {"environment": {"torch": "2.13.0", "machine": machine}}
+        write_manifest(run / "manifest.json", record)
+    (root / "tables").mkdir()
+    (root / "tables" / "table3.csv").write_text("model,n_eff\nlearned,9.9\n")
+    (root / "tables" / "table3.md").write_text("| model | n_eff |\n")  # not data: not covered
+    (root / "figures").mkdir()
+    (root / "figures" / "figure5.csv").write_text("layer,head,e\n0,0,0.5\n")
+    (root / "logs").mkdir()
+    (root / "logs" / "train.log").write_text("not an artifact\n")
+    return root
+
+
+def test_collect_covers_checkpoints_tables_and_figure_data(tmp_path):
+    prints = fingerprints.collect(results_folder(tmp_path / "demo"))
+    assert sorted(prints.sha256) == [
+        "figures/figure5.csv",
+        "models/learned/s42/model.safetensors",
+        "models/write-common-axis/s42/model.safetensors",
+        "tables/table3.csv",
+    ]
+    expected = hashlib.sha256(b"model,n_eff\nlearned,9.9\n").hexdigest()
+    assert prints.sha256["tables/table3.csv"] == expected
+    assert prints.machine == {**MACHINE, "torch": "2.13.0"}
+
+
+@pytest.mark.skipif(shutil.which("sha256sum") is None, reason="needs coreutils sha256sum")
+def test_the_list_is_what_sha256sum_checks(tmp_path):
+    root = results_folder(tmp_path / "demo")
+    listing = tmp_path / "demo.sha256"
+    listing.write_text(fingerprints.collect(root).text("demo"))
+    ok = subprocess.run(["sha256sum", "-c", "--strict", str(listing)], cwd=root,
+                        capture_output=True, text=True)  # fmt: skip
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert ok.stdout.count(": OK") == 4
+    (root / "figures" / "figure5.csv").write_text("layer,head,e\n0,0,0.6\n")
+    bad = subprocess.run(["sha256sum", "-c", str(listing)], cwd=root,
+                         capture_output=True, text=True)  # fmt: skip
+    assert bad.returncode == 1 and "figure5.csv: FAILED" in bad.stdout
+
+
+def test_check_names_each_difference_and_the_machine_fields(tmp_path, capsys):
+    published = tmp_path / "demo.sha256"
+    published.write_text(fingerprints.collect(results_folder(tmp_path / "a")).text("demo"))
+    # the same bytes on another machine: reproduced, the machine difference still shown
+    other = {**MACHINE, "cpu": "Other CPU", "cpu_capability": "AVX512"}
+    run = results_folder(tmp_path / "b", machine=other)
+    assert fingerprints.main(["check", str(run), "--published", str(published)]) == 0
+    out = capsys.readouterr().out
+    assert "checkpoints    2 of   2 equal" in out and out.rstrip().endswith("reproduced")
+    assert "cpu_capability: 'AVX2' → 'AVX512'" in out
+    # a checkpoint changed, a table missing
+    save_file({"w": torch.ones(2, 3)}, run / "models" / "learned" / "s42" / "model.safetensors")
+    (run / "tables" / "table3.csv").unlink()
+    assert fingerprints.main(["check", str(run), "--published", str(published)]) == 1
+    out = capsys.readouterr().out
+    assert "checkpoints    1 of   2 equal" in out
+    assert "differs: models/learned/s42/model.safetensors" in out
+    assert "missing: tables/table3.csv" in out
+    assert "different kernels give different bytes" in out and "NOT reproduced" in out
+
+
+def test_a_difference_on_the_same_machine_is_not_blamed_on_kernels(tmp_path, capsys):
+    published = tmp_path / "demo.sha256"
+    published.write_text(fingerprints.collect(results_folder(tmp_path / "a")).text("demo"))
+    run = results_folder(tmp_path / "b")
+    (run / "tables" / "table3.csv").write_text("model,n_eff\nlearned,9.8\n")
+    assert fingerprints.main(["check", str(run), "--published", str(published)]) == 1
+    assert "not a kernel difference" in capsys.readouterr().out
+
+
+def test_bad_input_is_named(tmp_path, capsys):
+    run = results_folder(tmp_path / "demo")
+    bad = tmp_path / "bad.sha256"
+    bad.write_text("# header\nnot-a-digest  tables/table3.csv\n")
+    assert fingerprints.main(["check", str(run), "--published", str(bad)]) == 2
+    assert f"{bad}:2: expected '<sha256>  <path>'" in capsys.readouterr().err
+    assert fingerprints.main(["check", str(tmp_path / "nowhere")]) == 2
+    assert "not a results folder" in capsys.readouterr().err
+
+
+def test_the_machine_record_has_every_field_a_comparison_reads():
+    machine = environment()["machine"]
+    missing = [f for f in fingerprints.MACHINE_FIELDS if f not in machine]
+    assert not missing
