@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import platform
 
 import pyarrow.parquet as pq
 import pytest
 
 from headgeom.hashing import content_hash, sha256_file
 from headgeom.io import read_parquet_metadata
+from headgeom.kernels import AVX2_PIN, CHOICE, cpu_flags, kernel_pin
 from tests.e2e.conftest import make_workdir, planned_jobs, snakemake
 
 TASKS = ("sva", "quote", "plural")
@@ -77,6 +80,21 @@ def test_checkpoints_and_results_match_their_manifests(finished_run):
                 assert meta["checkpoint_sha256"] == checkpoint_sha, parquet
                 unsealed = {k: v for k, v in record.items() if k != "record_sha256"}
                 assert meta["manifest_content_hash"] == content_hash(unsealed), parquet
+
+
+def test_the_kernel_pin_reaches_the_training_jobs(finished_run):
+    """The workflow pins the kernels before any job starts (headgeom.kernels): every
+    training job ran under the pin and torch took it (an AVX-512 CPU reports AVX2)."""
+    pin = kernel_pin(os.environ.get(CHOICE, "avx2"), cpu_flags(), platform.machine())
+    if not pin or any(k in os.environ for k in AVX2_PIN):
+        pytest.skip("no pin on this machine, or the caller chose the kernels")
+    work, cfg = finished_run
+    manifests = list((work / "results" / cfg["study"] / "models").rglob("manifest.json"))
+    assert manifests
+    for manifest in manifests:
+        machine = json.loads(manifest.read_text())["environment"]["machine"]
+        assert machine["kernel_variables"] == AVX2_PIN, manifest
+        assert machine["cpu_capability"] == "AVX2", manifest
 
 
 def test_patching_covers_every_head_and_example(finished_run):

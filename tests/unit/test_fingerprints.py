@@ -107,3 +107,24 @@ def test_the_machine_record_has_every_field_a_comparison_reads():
     machine = environment()["machine"]
     missing = [f for f in fingerprints.MACHINE_FIELDS if f not in machine]
     assert not missing
+
+
+def test_the_published_list_is_the_default_study_as_it_is_now():
+    """docs/reproducibility/demo.sha256 names every checkpoint, table and figure the default
+    study makes (regenerate it with ``write`` when the study gains or loses one)."""
+    import yaml
+
+    from headgeom.paper.plan import PaperPlan
+    from headgeom.study import Study
+
+    config = yaml.safe_load(
+        (fingerprints.PUBLISHED.parents[2] / "config" / "config.yaml").read_text()
+    )
+    study = Study.from_config(config)
+    plan = PaperPlan(study)
+    expected = {f"models/{m}/s{s}/model.safetensors" for m, s in study.runs}
+    expected |= {f"tables/{t}.csv" for t in (*plan.tables, *plan.document_tables)}
+    expected |= {f"figures/{f}.csv" for f in plan.figures}
+    published = fingerprints.parse(fingerprints.PUBLISHED.read_text(), "demo.sha256")
+    assert set(published.sha256) == expected
+    assert published.machine["kernel_variables"]["ATEN_CPU_CAPABILITY"] == "avx2"
