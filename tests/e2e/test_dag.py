@@ -93,7 +93,8 @@ def test_the_kernel_pin_reaches_the_training_jobs(finished_run):
     assert manifests
     for manifest in manifests:
         machine = json.loads(manifest.read_text())["environment"]["machine"]
-        assert machine["kernel_variables"] == AVX2_PIN, manifest
+        pinned = {k: machine["kernel_variables"].get(k) for k in AVX2_PIN}
+        assert pinned == AVX2_PIN, manifest  # beside Snakemake's OMP/MKL_NUM_THREADS
         assert machine["cpu_capability"] == "AVX2", manifest
 
 
