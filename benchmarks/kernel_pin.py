@@ -29,7 +29,7 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src"
 sys.path.insert(0, str(SRC))
 
-from headgeom.kernels import AVX2_PIN, CHOICE  # noqa: E402
+from headgeom.kernels import AVX2_PIN, CHOICE, cpuinfo_value  # noqa: E402
 
 SETTINGS = {
     "native": {CHOICE: "native"},
@@ -90,8 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             )  # fmt: skip
             runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-        cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "?")
+    cpu = cpuinfo_value("model name") or "?"
     print(f"CPU {cpu}; demo shape {DEMO_SHAPE}; {args.steps} steps × {args.rounds} rounds, "
           "1 thread")  # fmt: skip
     native = statistics.median(r["step_s"] for r in runs["native"])

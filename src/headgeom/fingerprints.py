@@ -80,10 +80,8 @@ def run_machine(results: Path) -> dict:
     for checkpoint in sorted(results.glob(KINDS["checkpoint"])):
         manifest = checkpoint.with_name("manifest.json")
         if manifest.is_file():
-            record = load_manifest(manifest)
-            return record.get("environment", {}).get("machine", {}) | {
-                "torch": record.get("environment", {}).get("torch")
-            }
+            environment = load_manifest(manifest).get("environment", {})
+            return environment.get("machine", {}) | {"torch": environment.get("torch")}
     raise FingerprintError(f"{results}: no trained checkpoint with a manifest")
 
 

@@ -29,16 +29,22 @@ AVX2_PIN = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_I
 AVX2_FLAGS = frozenset({"avx2", "fma"})
 
 
-def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
-    """The instruction-set flags of the first CPU in ``cpuinfo`` (empty off Linux)."""
+def cpuinfo_value(key: str, cpuinfo: str = "/proc/cpuinfo") -> str | None:
+    """The value of ``key`` for the first CPU in ``cpuinfo`` (None off Linux)."""
     try:
         with open(cpuinfo, encoding="utf-8") as f:
             for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
+                name, sep, value = line.partition(":")
+                if sep and name.strip() == key:
+                    return value.strip()
     except OSError:
         pass
-    return frozenset()
+    return None
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The instruction-set flags of the first CPU in ``cpuinfo`` (empty off Linux)."""
+    return frozenset((cpuinfo_value("flags", cpuinfo) or "").split())
 
 
 def kernel_pin(choice: str, flags: frozenset[str], arch: str) -> dict[str, str]:

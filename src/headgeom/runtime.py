@@ -15,6 +15,8 @@ from importlib import metadata as importlib_metadata
 
 import torch
 
+from headgeom.kernels import cpuinfo_value
+
 #: Packages whose versions can change a result; recorded in every manifest.
 TRACKED_PACKAGES = ("torch", "numpy", "pyarrow", "pandas", "safetensors", "tokenizers", "scipy")
 #: Environment variables that choose CPU kernels or thread pools (recorded when set).
@@ -70,14 +72,7 @@ def pick_device(name: str) -> torch.device:
 
 def _cpu_model() -> str:
     """The CPU's model name (/proc/cpuinfo on Linux, else what platform says)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return cpuinfo_value("model name") or platform.processor() or platform.machine()
 
 
 def _build_line(config: str, pattern: str) -> str | None:

@@ -5,14 +5,13 @@ from __future__ import annotations
 import copy
 import json
 import os
-import platform
 
 import pyarrow.parquet as pq
 import pytest
 
 from headgeom.hashing import content_hash, sha256_file
 from headgeom.io import read_parquet_metadata
-from headgeom.kernels import AVX2_PIN, CHOICE, cpu_flags, kernel_pin
+from headgeom.kernels import AVX2_PIN, pin_kernels
 from tests.e2e.conftest import make_workdir, planned_jobs, snakemake
 
 TASKS = ("sva", "quote", "plural")
@@ -85,8 +84,7 @@ def test_checkpoints_and_results_match_their_manifests(finished_run):
 def test_the_kernel_pin_reaches_the_training_jobs(finished_run):
     """The workflow pins the kernels before any job starts (headgeom.kernels): every
     training job ran under the pin and torch took it (an AVX-512 CPU reports AVX2)."""
-    pin = kernel_pin(os.environ.get(CHOICE, "avx2"), cpu_flags(), platform.machine())
-    if not pin or any(k in os.environ for k in AVX2_PIN):
+    if pin_kernels(dict(os.environ)) != AVX2_PIN:
         pytest.skip("no pin on this machine, or the caller chose the kernels")
     work, cfg = finished_run
     manifests = list((work / "results" / cfg["study"] / "models").rglob("manifest.json"))

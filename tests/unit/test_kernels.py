@@ -61,3 +61,12 @@ def test_pin_sets_only_what_the_user_left_unset(tmp_path, monkeypatch):
     assert env == {**AVX2_PIN, "MKL_CBWR": "COMPATIBLE"}
     native = {"HEADGEOM_KERNELS": "native"}
     assert pin_kernels(native, str(info)) == {} and native == {"HEADGEOM_KERNELS": "native"}
+
+
+def test_cpuinfo_values_are_those_of_the_first_cpu(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: AMD EPYC 7B13\nflags\t: avx2\n\n"
+                    "processor\t: 1\nmodel name\t: Other\n")  # fmt: skip
+    assert kernels.cpuinfo_value("model name", str(info)) == "AMD EPYC 7B13"
+    assert kernels.cpuinfo_value("bogomips", str(info)) is None
+    assert kernels.cpuinfo_value("model name", str(tmp_path / "absent")) is None
