@@ -36,6 +36,7 @@ include: "workflow/rules/edges.smk"  # docs §15.1, §15.4
 include: "workflow/rules/coordinates.smk"  # docs §15.2
 include: "workflow/rules/tables.smk"
 include: "workflow/rules/document.smk"  # docs §17
+include: "workflow/rules/explorer.smk"  # docs §19
 include: "workflow/rules/ablation.smk"  # docs §10.6
 include: "workflow/rules/checks.smk"  # docs §5.7, §18
 

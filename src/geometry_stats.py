@@ -2,12 +2,13 @@
 
     python src/geometry_stats.py --checkpoint CKPT --manifest MANIFEST \\
         --model-name learned --seed 42 --threads 1 --out-pk pk.parquet \\
-        --out-summary summary.parquet
+        --out-summary summary.parquet --out-heads heads.parquet
 
 Writes ``--out-pk`` (one row per (kind, source head, target head, read type): the projection
 kernel between a source head's write space and a later head's write space or weight-space
 read space) and ``--out-summary`` (one row per (model, seed): V self-alignment, scaled
-idempotence, check C14 and inter-layer PK on the same versus other head index); see
+idempotence, check C14 and inter-layer PK on the same versus other head index) and
+``--out-heads`` (one row per head: the own-best test, ρ_self and P(T_h) it aggregates); see
 headgeom.analysis.geometry_summary. If C14 applies and fails, nothing is written; the
 designed-PK check of §9.4 (frozen head blocks: d / 0 / the family's cross-member PK) does
 the same at the paper's size and is only reported below it. The checkpoint is verified
@@ -38,6 +39,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--out-pk", required=True, help="pairwise PK Parquet")
     parser.add_argument("--out-summary", required=True, help="one-row summary Parquet")
+    parser.add_argument("--out-heads", required=True, help="per-head own-best/ρ_self/P(T_h)")
     return parser.parse_args(argv)
 
 
@@ -73,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     results.GEOMETRY_PK.write(args.out_pk, geo.pk, metadata)
     results.GEOMETRY_SUMMARY.write(args.out_summary, pd.DataFrame([geo.summary]), metadata)
+    results.GEOMETRY_HEADS.write(args.out_heads, geo.heads, metadata)
     print(f"wrote {len(geo.pk)} PK rows to {args.out_pk} and {args.out_summary}", file=sys.stderr)
     return 0
 

@@ -19,6 +19,7 @@ from pathlib import Path
 RUN_TEMPLATES = {
     "pk": "geometry/{model}/s{seed}/pk.parquet",
     "geometry_summary": "geometry/{model}/s{seed}/summary.parquet",
+    "geometry_heads": "geometry/{model}/s{seed}/heads.parquet",
     # one run and task
     "eval": "eval/{model}/s{seed}/{task}.parquet",
     "effects": "patching/{model}/s{seed}/{task}.parquet",
@@ -32,7 +33,7 @@ RUN_TEMPLATES = {
 }
 #: Stages rerun on every intermediate checkpoint (rule dynamics; wildcard {step}).
 STEP_STAGES = ("eval", "effects", "summary", "heads", "robustness", "conditions", "logo", "lanes",
-               "pk", "geometry_summary")  # fmt: skip
+               "pk", "geometry_summary", "geometry_heads")  # fmt: skip
 #: Stages rerun in every extra ablation mode (wildcard {mode}; docs §10.6).
 MODE_STAGES = ("effects", "summary", "heads", "robustness", "conditions", "logo", "lanes")
 
@@ -113,8 +114,9 @@ TEMPLATES = {
     "figure_svg": "figures/{figure}.svg",
     "figure_csv": "figures/{figure}.csv",
     "figure_sources": "figures/{figure}.sources.json",
-    # the results catalog
+    # the results catalog, and the explorer page drawn from the Parquets it lists (docs §19)
     "catalog": "catalog.parquet",
+    "explorer": "explorer.html",
     # docs §5.7, §18: the basis family record and the study's checks table
     "basis_family": "geometry/basis_family.json",
     "checks": "checks.parquet",
@@ -134,6 +136,7 @@ PRODUCERS = {
     "hf": "export_hf",
     "pk": "geometry_stats",
     "geometry_summary": "geometry_stats",
+    "geometry_heads": "geometry_stats",
     "eval": "evaluate_clean",
     "effects": "patch_heads",
     "summary": "concentration",
@@ -171,6 +174,7 @@ PRODUCERS = {
     "step_lanes": "lanes_step",
     "step_pk": "geometry_step",
     "step_geometry_summary": "geometry_step",
+    "step_geometry_heads": "geometry_step",
     "timeline": "dynamics",
     "tau": "dynamics",
     "value_gradients": "dynamics",
@@ -196,6 +200,7 @@ PRODUCERS = {
     "figure_csv": "make_figure",
     "figure_sources": "make_figure",
     "catalog": "catalog",
+    "explorer": "explorer",
     "basis_family": "basis_family",
     "checks": "checks",
 }

@@ -447,6 +447,32 @@ GEOMETRY_SUMMARY = ResultTable(
     {name: text for name, _, text in _GEOMETRY_SUMMARY_COLUMNS},
     "(model, seed)",
 )
+GEOMETRY_HEADS = ResultTable(
+    "geometry_heads",
+    _schema(
+        _RUN,
+        [
+            ("layer", pa.int32()),
+            ("head", pa.int32()),
+            ("pk_self", pa.float64()),
+            ("pk_best_other", pa.float64()),
+            ("own_best", pa.bool_()),
+            ("rho_self", pa.float64()),
+            ("idempotence", pa.float64()),
+        ],
+    ),
+    {
+        "pk_self": "PK(R_{V,0}^{l,h}, U^{l,h}): the head's V read space against its own write "
+        "space (docs §14.1)",
+        "pk_best_other": "the largest PK(R_{V,0}^{l,h}, U^{l,h'}) over the other heads h' of "
+        "layer l; null with one head per layer",
+        "own_best": "pk_self beats every other head's PK by more than 1e-9 (docs §14.1; the "
+        "summary's own-best fraction counts these over layers ≥ 1)",
+        "rho_self": "ρ_self = pk_self / min(dim R_{V,0}, dim U)",
+        "idempotence": "scaled idempotence P(T_h), T_h = O_h V_hᵀ (docs §14.3); null when T_h² = 0",
+    },
+    "(layer, head) of one checkpoint: the per-head values the summary aggregates",
+)
 
 # --- clean evaluation (src/evaluate_clean.py) ---------------------------------------------
 EVAL = ResultTable(

@@ -148,10 +148,35 @@ def final_outputs(catalog=True):
     ]
     # docs §18: every logged acceptance check in one table (also read by the document)
     checks = [PATHS["checks"]]
+    # docs §19: the explorer reads the catalog, so the catalog waits for the explorer's inputs
+    explorer = [p for paths in explorer_inputs(None).values() for p in paths]
     return (
         tables + figures + [PATHS["param_counts"]] + per_run_task + pairs + cross_model
-        + exclusivity + ablation + document + checks + ([PATHS["catalog"]] if catalog else [])
+        + exclusivity + ablation + document + checks + explorer
+        + ([PATHS["catalog"], PATHS["explorer"]] if catalog else [])
     )
+
+
+def explorer_inputs(wildcards):
+    """The Parquets of the explorer (docs §19), by headgeom.explorer.data kind: every run's
+    head effects and per-head geometry, and each run set's leakage, clamps, edges, atlas
+    and timeline."""
+    return {
+        "heads": per_run("heads", STUDY.runs),
+        "effects": per_run("effects", STUDY.runs),
+        "geometry": per_run("geometry_heads", STUDY.runs),
+        "leakage": per_run("leakage", STUDY.run_set("leakage")),
+        "clamps": per_run("clamp_paths", STUDY.run_set("clamps")),
+        "edges": per_run("edges", STUDY.run_set("edges")),
+        "atlas": per_run("ablation_atlas", STUDY.run_set("ablation_atlas")),
+        "timeline": per_run("timeline", STUDY.run_set("dynamics_timeline")),
+    }
+
+
+def explorer_input_args(wildcards, input):
+    """`--<kind> PATH...` for every non-empty explorer input kind."""
+    kinds = explorer_inputs(wildcards)
+    return " ".join(f"--{k} " + " ".join(input[k]) for k in kinds if len(input[k]))
 
 
 # ------------------------------------------------------------------ imported models
@@ -351,6 +376,8 @@ def catalog_templates(wildcards):
 
     found = {}
     for producer in workflow.rules:
+        if producer.name == "explorer":  # it reads the catalog, so it is not in it
+            continue
         for template in producer.output:
             template = strip_wildcard_constraints(str(template))
             if template.startswith(R + "/") and template not in found:

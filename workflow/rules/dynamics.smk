@@ -89,6 +89,7 @@ use rule geometry_stats as geometry_step with:
     output:
         pk=PATHS["step_pk"],
         summary=PATHS["step_geometry_summary"],
+        heads=PATHS["step_geometry_heads"],
     log:
         log_of("geometry_step", "{model}-s{seed}-step{step}"),
     benchmark:

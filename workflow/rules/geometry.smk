@@ -9,6 +9,7 @@ rule geometry_stats:
     output:
         pk=PATHS["pk"],
         summary=PATHS["geometry_summary"],
+        heads=PATHS["geometry_heads"],
     log:
         log_of("geometry_stats", "{model}-s{seed}"),
     benchmark:
@@ -21,4 +22,4 @@ rule geometry_stats:
     shell:
         "python src/geometry_stats.py --checkpoint {input.checkpoint} "
         "--manifest {input.manifest} --model-name {wildcards.model} --seed {wildcards.seed} "
-        "--threads {threads} --out-pk {output.pk} --out-summary {output.summary} 2> {log}"
+        "--threads {threads} --out-pk {output.pk} --out-summary {output.summary} --out-heads {output.heads} 2> {log}"

@@ -45,6 +45,7 @@ def designed_pk_tolerance(d_model: int, d_head: int) -> float:
 class Geometry:
     pk: pd.DataFrame  # results.GEOMETRY_PK rows
     summary: dict  # the one results.GEOMETRY_SUMMARY row
+    heads: pd.DataFrame  # results.GEOMETRY_HEADS rows: what the summary aggregates
     prop1_applies: bool
     prop1_max_residual: float
     decomposition_residual: float
@@ -80,7 +81,13 @@ def geometry_tables(model, model_name: str, seed: int, checkpoint: str) -> Geome
         )
     selfal = self_alignment(spaces)
     later, first = selfal[selfal["layer"] >= 1], selfal[selfal["layer"] == 0]
-    idem = idempotence(maps)["idempotence"]
+    idem_heads = idempotence(maps)
+    idem = idem_heads["idempotence"]
+    heads = selfal[["layer", "head", "pk_self", "pk_best_other", "own_best", "rho_self"]].merge(
+        idem_heads, on=["layer", "head"], how="left", validate="one_to_one"
+    )
+    heads.insert(0, "seed", seed)
+    heads.insert(0, "model", model_name)
     dims = [U.shape[1] for layer in spaces.write for U in layer]
     summary = {
         "model": model_name,
@@ -108,6 +115,7 @@ def geometry_tables(model, model_name: str, seed: int, checkpoint: str) -> Geome
     return Geometry(
         pk,
         summary,
+        heads,
         prop1.applies,
         prop1.max_residual,
         prop1.decomposition_residual,
