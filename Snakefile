@@ -56,6 +56,7 @@ localrules:
     make_figure,
     make_document,
     catalog,
+    explorer,
     checks,
 
 

@@ -173,7 +173,7 @@ ROWS: dict[str, Callable[[Study], float]] = {
 #: Rules whose jobs load no model (their memory has no model part).
 NO_MODEL = {"tokenize_corpus", "make_tasks", "concentration", "concentration_step",
             "compare_concentration", "lanes", "lanes_step", "exclusivity", "make_table",
-            "make_figure", "make_document", "catalog", "checks", "concentration_loss",
+            "make_figure", "make_document", "catalog", "explorer", "checks", "concentration_loss",
             "param_counts", "basis_family", "compare_modes"}  # fmt: skip
 
 
@@ -283,6 +283,7 @@ JOBS: dict[str, Callable[[Study], list[Job]]] = {
     "make_figure": lambda s: [{"figure": f} for f in PaperPlan(s).figures],
     "make_document": lambda s: _once(bool(PaperPlan(s).document_tables)),
     "catalog": lambda s: _once(),
+    "explorer": lambda s: _once(),
     "checks": lambda s: _once(),
     "export_hf": lambda s: [],  # asked for by name only
 }  # fmt: skip

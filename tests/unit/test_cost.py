@@ -117,7 +117,7 @@ def test_every_rule_has_units_or_is_fixed_work():
     rules |= set(re.findall(r"^use rule \w+ as (\w+)", text, re.M))
     fixed = {"hash_checkpoint", "make_tasks", "param_counts", "basis_family", "geometry_stats",
              "geometry_step", "exclusivity", "concentration_loss", "make_table", "make_figure",
-             "make_document", "catalog", "checks", "compare_modes", "export_hf",
+             "make_document", "catalog", "explorer", "checks", "compare_modes", "export_hf",
              "import_model"}  # fmt: skip
     assert "train_timeline" in rules and "patch_heads" in rules  # the parse found them
     assert not fixed & set(cost.UNITS)

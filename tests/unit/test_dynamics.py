@@ -303,7 +303,8 @@ def test_a_step_target_refuses_a_checkpoint_its_manifest_does_not_match(tmp_path
         script.main(["--checkpoint", str(tmp_path / "step000008.safetensors"),
                      "--manifest", str(tmp_path / "step000032.manifest.json"),
                      "--model-name", "m", "--seed", "0", "--out-pk", str(tmp_path / "pk.parquet"),
-                     "--out-summary", str(tmp_path / "s.parquet")])  # fmt: skip
+                     "--out-summary", str(tmp_path / "s.parquet"),
+                     "--out-heads", str(tmp_path / "h.parquet")])  # fmt: skip
     dynamics = load_script("dynamics")
     with pytest.raises(ValueError, match="not step 8"):
         # a manifest of the right bytes but another step is refused too

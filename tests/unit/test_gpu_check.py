@@ -162,6 +162,7 @@ REHEARSAL_JOB_STATS = {
     "compare_concentration": 3, "concentration": 63, "lanes_step": 2, "leakage": 3,
     "make_figure": 10, "clamps": 3, "concentration_loss": 1, "coordinates": 4,
     "exclusivity": 1, "lanes": 63, "checks": 1, "dynamics": 2, "make_document": 1, "catalog": 1,
+    "explorer": 1,
 }  # fmt: skip
 GPU_RULES = {"train", "train_timeline", "patch_heads", "patch_step", "edges", "coordinates"}
 

@@ -319,6 +319,8 @@ def run_geometry_stats(paths, out: Path, model: str, seed: int = 42) -> int:
             str(out / "pk.parquet"),
             "--out-summary",
             str(out / "summary.parquet"),
+            "--out-heads",
+            str(out / "heads.parquet"),
         ]
     )
 
@@ -352,7 +354,21 @@ def test_geometry_stats_end_to_end(tmp_path, geometry):
     else:
         assert not row["prop1_applies"] and np.isnan(row["prop1_max_residual"])
         assert 0 < row["write_write_pk_other_index_mean"] < D_HEAD
-    for name in ("pk.parquet", "summary.parquet"):
+    # the per-head rows are what the summary aggregates: one row per head, and the summary's
+    # fraction, mean and median recomputed from them (layers ≥ 1 for the reader set)
+    heads = pq.read_table(out / "heads.parquet").to_pandas()
+    assert len(heads) == N_LAYER * N_HEAD
+    assert not heads.duplicated(["layer", "head"]).any()
+    later = heads[heads["layer"] >= 1]
+    assert row["own_best_fraction"] == pytest.approx(later["own_best"].mean(), abs=1e-15)
+    assert row["own_best_fraction_layer0"] == pytest.approx(
+        heads.loc[heads["layer"] == 0, "own_best"].mean(), abs=1e-15
+    )
+    assert row["rho_self_mean"] == pytest.approx(later["rho_self"].mean(), rel=1e-12)
+    assert row["idempotence_median"] == pytest.approx(heads["idempotence"].median(), rel=1e-12)
+    # own-best is the strict comparison of the two PKs the row carries
+    assert (heads["own_best"] == (heads["pk_self"] > heads["pk_best_other"] + 1e-9)).all()
+    for name in ("pk.parquet", "summary.parquet", "heads.parquet"):
         meta = read_parquet_metadata(out / name)
         assert meta["checkpoint_sha256"] == sha256_file(paths["checkpoint"])
         record = read_json(paths["manifest"])
