@@ -143,3 +143,25 @@ def test_one_target_plans_only_what_it_needs(tmp_path, micro_config):
         "make_table",
     }, jobs
     assert jobs["make_table"] == 1
+
+
+def test_the_explorer_shows_every_run_and_cites_the_catalog(finished_run):
+    # docs §17.3: one page, a JSON block per run, every cited SHA-256 the catalog's
+    import re
+
+    import pandas as pd
+
+    work, cfg = finished_run
+    results = work / "results" / cfg["study"]
+    html = (results / "explorer.html").read_text()
+    models = [(m, s) for m, spec in cfg["models"].items() for s in spec["seeds"]]
+    assert len(re.findall(r'<script type="application/json" id="run-\d+">', html)) == len(models)
+    meta = json.loads(
+        re.search(r'id="explorer-meta">(.*?)</script>', html, re.S).group(1).replace("<\\/", "</")
+    )
+    assert {(r["model"], r["seed"]) for r in meta["runs"]} == set(models)
+    catalog = pd.read_parquet(results / "catalog.parquet").set_index("path")["sha256"]
+    assert meta["sources"] and all(catalog[s["path"]] == s["sha256"] for s in meta["sources"])
+    # nothing fetched: no src or href attribute outside the inlined scripts' code
+    markup = re.sub(r"(<script[^>]*>).*?</script>", r"\1", html, flags=re.S)
+    assert not re.search(r"\s(src|href)\s*=", markup)
