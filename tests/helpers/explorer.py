@@ -1,8 +1,11 @@
-"""A small synthetic study for the explorer's tests: every Parquet the explorer reads, for
-two runs of 3 layers × 4 heads, written with the real result schemas, plus its catalog."""
+"""A synthetic study for the explorer's tests and its size benchmark: every Parquet the
+explorer reads, written with the real result schemas (values random, of each column's
+type), plus its catalog. :data:`SMALL` is the tests' two runs of 3 layers × 4 heads;
+benchmarks/explorer_scale.py builds the paper's shape."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -12,10 +15,28 @@ import pyarrow as pa
 from headgeom import results
 from headgeom.hashing import sha256_file
 
-N_LAYER, N_HEAD = 3, 4
-RUNS = [("learned", 42), ("write-common-axis", 43)]
-TASKS = ["sva", "quote"]
-SPLITS = ["discovery", "evaluation"]
+
+@dataclass(frozen=True)
+class Shape:
+    runs: tuple[tuple[str, int], ...]
+    n_layer: int
+    n_head: int
+    tasks: tuple[str, ...]
+    splits: tuple[str, ...]
+    examples: int  # per split, in the effects
+    leakage: int  # the first this many runs have leakage, ...
+    clamps: int
+    edges: int
+    atlas: int
+    timeline: int
+
+
+SMALL = Shape(
+    runs=(("learned", 42), ("write-common-axis", 43)), n_layer=3, n_head=4,
+    tasks=("sva", "quote"), splits=("discovery", "evaluation"), examples=5,
+    leakage=2, clamps=1, edges=1, atlas=1, timeline=1,
+)  # fmt: skip
+RUNS, N_LAYER, N_HEAD = SMALL.runs, SMALL.n_layer, SMALL.n_head
 
 
 def _fill(table: results.ResultTable, keys: pd.DataFrame, rng: np.random.Generator) -> pd.DataFrame:
@@ -42,67 +63,74 @@ def _fill(table: results.ResultTable, keys: pd.DataFrame, rng: np.random.Generat
     return frame[table.names]
 
 
-def _grid(**extra) -> list[dict]:
-    return [
-        {"layer": layer, "head": head, **extra}
-        for layer in range(N_LAYER)
-        for head in range(N_HEAD)
-    ]
+def _pairs(shape: Shape, a: str, b: str) -> pd.DataFrame:
+    """Every (head a in layer l, head b in a later layer, read type) of the shape."""
+    L, H = shape.n_layer, shape.n_head
+    rows = [
+        (sl, sh, rl, rh, x)
+        for sl in range(L) for sh in range(H)
+        for rl in range(sl + 1, L) for rh in range(H) for x in "QKV"
+    ]  # fmt: skip
+    return pd.DataFrame(rows, columns=[f"{a}_layer", f"{a}_head", f"{b}_layer", f"{b}_head",
+                                       "read_type"])  # fmt: skip
 
 
-def write_study(root: Path, seed: int = 0) -> tuple[dict[str, list[str]], str]:
+def write_study(
+    root: Path, seed: int = 0, shape: Shape = SMALL
+) -> tuple[dict[str, list[str]], str]:
     """Write the synthetic study under ``root``; (explorer inputs by kind, catalog path)."""
     rng = np.random.default_rng(seed)
     inputs: dict[str, list[str]] = {}
+    L, H = shape.n_layer, shape.n_head
+    grid = pd.DataFrame([(la, h) for la in range(L) for h in range(H)], columns=["layer", "head"])
 
-    def put(kind, table, name, keys):
+    def put(kind, table, name, keys: pd.DataFrame, **constant):
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        table.write(path, _fill(table, pd.DataFrame(keys), rng))
+        table.write(path, _fill(table, keys.assign(**constant), rng))
         inputs.setdefault(kind, []).append(str(path))
 
-    for model, seed_ in RUNS:
+    for i, (model, seed_) in enumerate(shape.runs):
         run = {"model": model, "seed": seed_}
-        for task in TASKS:
-            cells = [{**run, "task": task, "split": s, **c} for s in SPLITS for c in _grid()]
-            put("heads", results.HEADS, f"heads/{model}-{seed_}-{task}.parquet", cells)
-            effects = [{**c, "example_id": x} for c in cells for x in range(5)]
-            put("effects", results.EFFECTS, f"effects/{model}-{seed_}-{task}.parquet", effects)
-            pairs = [
-                {**run, "task": task, "split": "evaluation", "source_layer": sl,
-                 "source_head": sh, "reader_layer": rl, "reader_head": rh, "read_type": x}
-                for sl in range(N_LAYER) for sh in range(N_HEAD)
-                for rl in range(sl + 1, N_LAYER) for rh in range(N_HEAD) for x in "QKV"
-            ]  # fmt: skip
-            put("leakage", results.LEAKAGE, f"leakage/{model}-{seed_}-{task}.parquet", pairs)
-        put("geometry", results.GEOMETRY_HEADS, f"geometry/{model}-{seed_}.parquet",
-            [{**run, **c} for c in _grid()])  # fmt: skip
-        if model == "learned":
-            clamps = [
-                {**run, "task": t, "split": "evaluation", "rank": r, "layer": r % N_LAYER,
-                 "head": r}
-                for t in TASKS for r in range(N_HEAD)
-            ]  # fmt: skip
-            put("clamps", results.CLAMP_PATHS, f"clamps/{model}-{seed_}.parquet", clamps)
-            edges = [
-                {**run, "task": "sva", "split": "validation", "writer_layer": wl,
-                 "writer_head": wh, "reader_layer": rl, "reader_head": rh, "read_type": x}
-                for wl in range(N_LAYER) for wh in range(N_HEAD)
-                for rl in range(wl + 1, N_LAYER) for rh in range(N_HEAD) for x in "QKV"
-            ]  # fmt: skip
-            put("edges", results.EDGES, f"edges/{model}-{seed_}.parquet", edges)
-            blocks = [
-                {**run, "block": b, "layer": layer, "head": h, "ablation": a,
-                 "label": f"L{layer}.{b}" if h is None else f"L{layer}.H{h}"}
-                for a in ("zero", "mean") for layer in range(N_LAYER)
-                for b, h in [("attn", None), ("mlp", None)] + [("head", h) for h in range(N_HEAD)]
-            ]  # fmt: skip
-            put("atlas", results.ABLATION_ATLAS, f"atlas/{model}-{seed_}.parquet", blocks)
-            steps = [{**run, "step": s, "is_final": s == 64} for s in (1, 4, 16, 64)]
-            put("timeline", results.TIMELINE, f"timeline/{model}-{seed_}.parquet", steps)
+        for task in shape.tasks:
+            cells = pd.concat([grid.assign(split=s) for s in shape.splits], ignore_index=True)
+            put("heads", results.HEADS, f"heads/{model}-{seed_}-{task}.parquet", cells, **run,
+                task=task)  # fmt: skip
+            examples = cells.loc[cells.index.repeat(shape.examples)].reset_index(drop=True)
+            examples["example_id"] = np.tile(np.arange(shape.examples), len(cells))
+            put("effects", results.EFFECTS, f"effects/{model}-{seed_}-{task}.parquet", examples,
+                **run, task=task)  # fmt: skip
+            if i < shape.leakage:
+                put("leakage", results.LEAKAGE, f"leakage/{model}-{seed_}-{task}.parquet",
+                    _pairs(shape, "source", "reader"), **run, task=task,
+                    split="evaluation")  # fmt: skip
+        put("geometry", results.GEOMETRY_HEADS, f"geometry/{model}-{seed_}.parquet", grid, **run)
+        if i < shape.clamps:
+            ranks = pd.DataFrame(
+                [(t, r, r % L, r % H) for t in shape.tasks for r in range(5)],
+                columns=["task", "rank", "layer", "head"],
+            )
+            put("clamps", results.CLAMP_PATHS, f"clamps/{model}-{seed_}.parquet", ranks, **run,
+                split="evaluation")  # fmt: skip
+        if i < shape.edges:
+            put("edges", results.EDGES, f"edges/{model}-{seed_}.parquet",
+                _pairs(shape, "writer", "reader"), **run, task="sva",
+                split="validation")  # fmt: skip
+        if i < shape.atlas:
+            blocks = pd.DataFrame(
+                [
+                    (a, b, la, h, f"L{la}.{b}" if h is None else f"L{la}.H{h}")
+                    for a in ("zero", "mean") for la in range(L)
+                    for b, h in [("attn", None), ("mlp", None)] + [("head", h) for h in range(H)]
+                ],
+                columns=["ablation", "block", "layer", "head", "label"],
+            )  # fmt: skip
+            put("atlas", results.ABLATION_ATLAS, f"atlas/{model}-{seed_}.parquet", blocks, **run)
+        if i < shape.timeline:
+            steps = pd.DataFrame({"step": [1, 4, 16, 64], "is_final": [False] * 3 + [True]})
+            put("timeline", results.TIMELINE, f"timeline/{model}-{seed_}.parquet", steps, **run)
     catalog = root / "catalog.parquet"
     paths = [p for ps in inputs.values() for p in ps]
     rows = pd.DataFrame({"path": paths, "sha256": [sha256_file(p) for p in paths]})
-    frame = _fill(results.CATALOG, rows, rng)
-    results.CATALOG.write(catalog, frame)
+    results.CATALOG.write(catalog, _fill(results.CATALOG, rows, rng))
     return inputs, str(catalog)

@@ -60,7 +60,11 @@ def study(tmp_path_factory):
 
 
 def _as_rows(columns: dict) -> pd.DataFrame:
-    return pd.DataFrame(columns)
+    decoded = {
+        name: c if isinstance(c, list) else [c["levels"][i] for i in c["codes"]]
+        for name, c in columns.items()
+    }
+    return pd.DataFrame(decoded)
 
 
 def _same(a, b) -> bool:

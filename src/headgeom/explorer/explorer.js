@@ -26,8 +26,12 @@ function runTables(i) {
   return runCache.get(i);
 }
 
-// {column: [values]} -> [{column: value}]
-function toRows(columns) {
+// {column: [values] | {levels, codes}} -> [{column: value}]
+function toRows(encoded) {
+  const columns = {};
+  for (const [name, c] of Object.entries(encoded)) {
+    columns[name] = Array.isArray(c) ? c : c.codes.map((i) => c.levels[i]);
+  }
   const names = Object.keys(columns);
   const n = names.length ? columns[names[0]].length : 0;
   const rows = new Array(n);
@@ -165,7 +169,10 @@ async function renderLeakage() {
   const tables = runTables(state.run);
   const key = META.runs[state.run].key;
   const [task, split] = ofTask(tables.leakage || []);
-  const rows = task.filter((r) => r.source_layer === state.layer && r.source_head === state.head);
+  const rows = task.filter((r) => r.source_layer === state.layer && r.source_head === state.head)
+    .map((r) => ({ ...r, label_rank: null }));
+  rows.filter((r) => r.top_pair).sort((a, b) => b.leakage - a.leakage)
+    .forEach((r, i) => { r.label_rank = i; });
   await show("leakage", { leakage: rows });
   note("leakage-note", !tables.leakage ? "Leakage is not computed for this run (config leakage.models)."
     : !rows.length ? `No leakage rows for this head, task and split (the last layer has no later readers).`
@@ -208,12 +215,14 @@ async function renderEdges() {
 async function renderAtlas() {
   const tables = runTables(state.run);
   const key = META.runs[state.run].key;
-  const rows = (tables.atlas || []).filter((r) => r.ablation === state.ablation).map((r) => ({
+  const all = tables.atlas || [];
+  const klMax = Math.max(1e-12, ...all.map((r) => r.kl).filter(Number.isFinite));
+  const rows = all.filter((r) => r.ablation === state.ablation).map((r) => ({
     ...r, row: r.block === "head" ? `H${r.head}` : r.block,
     row_order: r.block === "attn" ? -2 : r.block === "mlp" ? -1 : r.head,
   }));
   if (state.block === null && rows.length) state.block = rows[0].label;
-  await show("atlas", { atlas: rows }, { sel_block: state.block || "" });
+  await show("atlas", { atlas: rows }, { sel_block: state.block || "", kl_max: klMax });
   const b = rows.find((r) => r.label === state.block) || {};
   fillTable("block-details", [
     ["label", "block", b.label], ["ablation", "ablation", state.ablation],

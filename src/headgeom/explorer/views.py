@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import altair as alt
 
+from headgeom.explorer.data import TOP_PAIRS
 from headgeom.paper.lanes import ASINH_WIDTH
 
 #: Figure 8's parts of a head's patching effect, in the order the bars are drawn
@@ -93,20 +94,23 @@ def leakage_scatter() -> dict:
             alt.Tooltip("leakage_over_rho:Q", format=".4g", title="L/ρ"),
         ],
     )
-    labels = (
-        base.transform_filter("datum.top_pair")
+    # the strongest pairs' labels, stacked so nearby points stay readable (label_rank:
+    # 0 for the largest L, set by the page)
+    labels = [
+        base.transform_filter(f"datum.top_pair && datum.label_rank === {i}")
         .transform_calculate(
             pair="'L' + datum.reader_layer + '.H' + datum.reader_head + ' ' + datum.read_type"
         )
-        .mark_text(align="left", dx=7, fontSize=10)
+        .mark_text(align="left", dx=9, dy=12 * i - 12, fontSize=10)
         .encode(x="rho:Q", y="leakage:Q", text="pair:N")
-    )
+        for i in range(TOP_PAIRS)
+    ]
     diagonal = (
         alt.Chart(alt.Data(values=[{"v": 0.0}, {"v": 1.0}]))
         .mark_line(strokeDash=[4, 3], color="#888")
         .encode(x="v:Q", y="v:Q")
     )
-    return alt.layer(diagonal, points, labels, width=300, height=240).to_dict()
+    return alt.layer(diagonal, points, *labels, width=300, height=240).to_dict()
 
 
 def clamp_parts() -> dict:
@@ -154,8 +158,12 @@ def atlas() -> dict:
             x=alt.X("layer:O", title="layer"),
             y=alt.Y("row:N", title=None, sort=alt.EncodingSortField("row_order")),
             size=alt.Size("size:Q", title="size (RMS ratio)", scale=alt.Scale(range=[15, 420])),
+            # one scale for both ablations of the run (kl_max: set by the page), so the
+            # switch changes colours only where the KL changes
             color=alt.Color(
-                "kl:Q", title="KL (nats)", scale=alt.Scale(type="sqrt", scheme="viridis")
+                "kl:Q",
+                title="KL (nats)",
+                scale=alt.Scale(type="sqrt", scheme="viridis", domain=alt.ExprRef("[0, kl_max]")),
             ),
             stroke=alt.condition(selected, alt.value("red"), alt.value(None)),
             strokeWidth=alt.condition(selected, alt.value(2.5), alt.value(0)),
@@ -170,7 +178,7 @@ def atlas() -> dict:
                 alt.Tooltip("constant_part:Q", format=".4g", title="constant part"),
             ],
         )
-        .add_params(_param("sel_block", ""))
+        .add_params(_param("sel_block", ""), _param("kl_max", 1.0))
     )
     return chart.to_dict()
 
