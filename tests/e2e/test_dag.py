@@ -165,3 +165,40 @@ def test_the_explorer_shows_every_run_and_cites_the_catalog(finished_run):
     # nothing fetched: no src or href attribute outside the inlined scripts' code
     markup = re.sub(r"(<script[^>]*>).*?</script>", r"\1", html, flags=re.S)
     assert not re.search(r"\s(src|href)\s*=", markup)
+
+
+def test_the_explorer_in_a_browser_shows_a_clicked_heads_parquet_values(finished_run):
+    # the micro study's own page: click the cell of one head, read its e back (docs §17.3)
+    import shutil
+
+    import pandas as pd
+
+    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed")
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no Chromium on PATH (Debian: chromium)")
+    work, cfg = finished_run
+    results = work / "results" / cfg["study"]
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        tab = browser.new_context(offline=True).new_page()
+        errors = []
+        tab.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        tab.on("pageerror", lambda e: errors.append(str(e)))
+        tab.goto((results / "explorer.html").as_uri())
+        tab.wait_for_selector("body[data-ready='true']")
+        run = tab.evaluate("META.runs[META.default_run]")
+        task, split = tab.input_value("#task"), tab.input_value("#split")
+        tab.locator(
+            '#grid path[aria-roledescription="rect mark"][aria-label*="layer: 1;"]'
+            '[aria-label*="head: 0;"]'
+        ).click()
+        tab.wait_for_function("document.getElementById('selected-head').textContent === 'L1.H0'")
+        shown = float(tab.get_attribute("#head-details td[data-key='e']", "data-value"))
+        browser.close()
+    heads = pd.read_parquet(
+        results / "concentration" / run["model"] / f"s{run['seed']}" / f"{task}.heads.parquet"
+    )
+    row = heads[(heads["split"] == split) & (heads["layer"] == 1) & (heads["head"] == 0)]
+    assert shown == float(row["e"].iloc[0])
+    assert errors == []
