@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from headgeom.samoe import checks
 from headgeom.samoe.model import SAMoE, site, top_k
 
 #: Explicit axes of each ``Capture`` field.
@@ -105,3 +106,28 @@ def capture(model: SAMoE, ids: torch.Tensor, dtype: torch.dtype = torch.float32)
         state=state,
         write_proposal=proposal,
     )
+
+
+# --------------------------------------------------------------------------- K1, K2
+def check_step0(latest: Capture, persistent: Capture) -> dict:
+    """K1 (SAMOE §5.4): at step 0 every realised write of both state variants is exactly 0
+    and their router logits are bitwise equal (captures of the same ids)."""
+    nonzero = sum(int(torch.count_nonzero(c.delta)) for c in (latest, persistent))
+    differ = int((latest.logits != persistent.logits).sum())
+    return {
+        **checks.enforce("K1.writes", nonzero, 0, "count", what="nonzero step-0 writes"),
+        **checks.enforce("K1.logits", differ, 0, "count",
+                         what="step-0 router logits differing between P and LWO"),
+    }  # fmt: skip
+
+
+#: The bound on |s| of each state variant: P's clamp; LWO's tanh.
+def state_bound(variant: str, clamp: float) -> float:
+    return {"persistent": float(clamp), "latest": 1.0}[variant]
+
+
+def check_state_bounds(cap: Capture, variant: str, clamp: float) -> dict:
+    """K2 (SAMOE §5.4): |s| ≤ c (P) and |s| ≤ 1 (LWO) at every capture; the residual is
+    the largest excess over the bound (0 when inside)."""
+    excess = max(float(cap.state.abs().max()) - state_bound(variant, clamp), 0.0)
+    return checks.enforce("K2", excess, 0.0, what=f"{variant} state beyond its bound")

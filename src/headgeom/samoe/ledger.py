@@ -209,3 +209,10 @@ def replay_residual(led: Ledger, rep: Replay) -> float:
     if not ok.any():
         return 0.0
     return float((rep.margin_change + led.contributions)[ok].abs().max())
+
+
+def check_replay(led: Ledger, rep: Replay, tol: float = 1e-5) -> dict:
+    """K8 (SAMOE §10.4): state-only replay changes the margin by −c within ``tol`` wherever
+    no clamp is touched."""
+    return checks.enforce("K8", replay_residual(led, rep), tol,
+                          what="state-only replay |Δm + c| where no clamp is touched")  # fmt: skip

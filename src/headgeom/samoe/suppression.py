@@ -109,6 +109,17 @@ def suppressed_forward(
     return torch.stack([z[layer] for layer in range(N)]), out
 
 
+def check_hook_no_op(model: SAMoE, ids: torch.Tensor, rows: Rows, alpha: float = 1.0) -> dict:
+    """K11 (SAMOE §14.2): the engine returns bitwise the logits of the plain forward of the
+    same rows — at α = 1 on any model, and at α = 0 on one whose writes are all zero (step 0).
+    The residual is the number of differing logits."""
+    _, out = suppressed_forward(model, ids, rows, alpha=alpha)
+    with torch.no_grad():
+        plain = model(ids[rows.batch])
+    what = f"logits changed by the suppression hook at α = {alpha}"
+    return checks.enforce("K11", int((out != plain).sum()), 0, "count", what=what)
+
+
 def jaccard_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """1 − |A ∩ B| / |A ∪ B| of index sets a, b (..., k) without repeats -> (...)."""
     inter = (a[..., :, None] == b[..., None, :]).sum((-1, -2)).to(torch.float32)

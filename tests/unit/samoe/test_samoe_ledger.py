@@ -12,6 +12,7 @@ from headgeom.samoe.capture import capture
 from headgeom.samoe.ledger import (
     Targets,
     check_ledger,
+    check_replay,
     history_metrics,
     ledger,
     logit_reconstruction_residual,
@@ -125,6 +126,7 @@ def test_state_only_replay_without_clamps_is_minus_c():
     print(f"\nK8 replay residual {k8:.3g}")
     assert k8 <= 1e-5
     assert rep.margin_change.abs().max() > 0.1
+    check_replay(led, rep)
 
 
 def test_state_only_replay_with_clamps():

@@ -6,7 +6,8 @@ import math
 import pytest
 import torch
 
-from headgeom.samoe.capture import capture
+from headgeom.checks import CheckFailed
+from headgeom.samoe.capture import capture, check_state_bounds, check_step0
 from headgeom.samoe.config import VARIANTS, MoEConfig
 from headgeom.samoe.model import (
     SITE_AXES,
@@ -68,6 +69,11 @@ def test_step0_writes_are_zero_and_state_variants_agree_bitwise():
         assert torch.count_nonzero(cap.state) == 0 and torch.count_nonzero(cap.delta) == 0
     assert torch.equal(caps["latest"].logits, caps["persistent"].logits)
     assert torch.equal(caps["latest"].output_logits, caps["persistent"].output_logits)
+    record = check_step0(caps["latest"], caps["persistent"])
+    assert record["check_K1.writes_mismatches"] == record["check_K1.logits_mismatches"] == 0
+    moving = capture(random_model("persistent", seed=1), ids)
+    with pytest.raises(CheckFailed, match="K1.writes"):
+        check_step0(caps["latest"], moving)
 
 
 def test_step0_ordinary_is_bitwise_the_state_variants_with_a_shared_w_x():
@@ -98,12 +104,13 @@ def test_step0_ordinary_logits_are_rescaled_with_their_own_fan_in():
 @pytest.mark.parametrize("variant, bound", [("latest", 1.0), ("persistent", 5.0)])
 def test_state_bounds(variant, bound):
     """K2: |s| ≤ 5 (P, the clamp reached by drifting writes) and |s| ≤ 1 (LWO)."""
-    model = random_model(variant, seed=2, write_std=1.0, drift=4.0)
-    cap = capture(model, token_ids(3, 24))
+    cap = capture(random_model(variant, seed=2, write_std=1.0, drift=4.0), token_ids(3, 24))
     assert cap.state.abs().max() <= bound
+    assert check_state_bounds(cap, variant, 5.0)["check_K2_max_abs_residual"] == 0.0
     if variant == "persistent":
-        assert (cap.state.abs() == bound).any()  # the clamp is active
-        assert (cap.state.abs() == 5.0).float().mean() > 0.05
+        assert (cap.state.abs() == bound).float().mean() > 0.05  # the clamp is active
+        with pytest.raises(CheckFailed, match="K2"):  # a P state read as LWO's breaks |s| ≤ 1
+            check_state_bounds(cap, "latest", 5.0)
 
 
 def test_named_sites_and_axes():

@@ -5,12 +5,14 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+from headgeom.checks import CheckFailed
 from headgeom.samoe.capture import capture
 from headgeom.samoe.ledger import Targets, boundary_pair
 from headgeom.samoe.model import site
 from headgeom.samoe.suppression import (
     Rows,
     attenuated_logits,
+    check_hook_no_op,
     check_unit_lambda,
     jaccard_distance,
     set_change,
@@ -48,6 +50,9 @@ def test_alpha_one_is_bitwise_the_clean_forward(variant):
         plain = model(ids[rows.batch])
     assert torch.equal(out, plain)
     assert torch.count_nonzero(z) > 0
+    assert check_hook_no_op(model, ids, rows)["check_K11_mismatches"] == 0
+    with pytest.raises(CheckFailed, match="K11"):  # real writes: α = 0 changes the logits
+        check_hook_no_op(model, ids, rows, alpha=0.0)
 
 
 @pytest.mark.parametrize("variant", ["latest", "persistent"])
@@ -58,6 +63,7 @@ def test_suppressing_a_zero_write_is_a_no_op(variant):
     _, out = suppressed_forward(model, ids, rows, alpha=0.0)
     with torch.no_grad():
         assert torch.equal(out, model(ids[rows.batch]))
+    check_hook_no_op(model, ids, rows, alpha=0.0)
     res = suppression_outcomes(model, ids, capture(model, ids), TARGETS)
     assert res.margin_change.abs().max() <= 1e-6
     assert res.output_kl.abs().max() <= 1e-6
