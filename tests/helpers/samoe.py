@@ -4,12 +4,14 @@ shares no routing, state or hook code with ``headgeom.samoe.model``."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch.nn import functional as F
 
 from headgeom.model.gpt import GPT
 from headgeom.samoe.config import DenseConfig, MoEConfig
-from headgeom.samoe.model import SAMoE, random_init
+from headgeom.samoe.model import SAMoE
 
 N_VOCAB = 37
 DENSE = DenseConfig(n_layer=6, d_model=32, n_head=2, d_head=16, d_mlp=48, n_ctx=24, steps=10,
@@ -25,6 +27,26 @@ def dense_gpt(seed: int = 0) -> GPT:
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         return GPT(CFG)
+
+
+def random_init(model: SAMoE, generator: torch.Generator, write_std: float = 0.0) -> SAMoE:
+    """Fill every parameter with small Gaussian draws (tests and toy checks): weights
+    N(0, 0.02²) (routers ~ N(0, 1/d) so the routing is not degenerate), LayerNorm at (1, 0)
+    plus small noise, and write heads N(0, write_std²) — nonzero writes when write_std > 0.
+    Not the study's initialisation: that is ``headgeom.samoe.upcycle``."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=generator, dtype=p.dtype)
+            if ".write." in name:
+                p.copy_(noise * write_std)
+            elif ".router." in name:
+                p.copy_(noise / math.sqrt(model.cfg.d_model))
+            elif "ln" in name.split(".")[-2]:
+                base = 1.0 if name.endswith("weight") else 0.0
+                p.copy_(base + 0.05 * noise)
+            else:
+                p.copy_(0.02 * noise if p.dim() >= 2 else 0.01 * noise)
+    return model
 
 
 def random_model(

@@ -32,7 +32,6 @@ mechanism, ``model.hooks({site: fn})`` (``fn(activation) -> activation | None``)
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -300,23 +299,3 @@ def param_kind(name: str) -> str:
         if parts[2] == "write":
             return "write"
     return "other"
-
-
-def random_init(model: SAMoE, generator: torch.Generator, write_std: float = 0.0) -> SAMoE:
-    """Fill every parameter with small Gaussian draws (tests and toy checks): weights
-    N(0, 0.02²) (routers ~ N(0, 1/d) so the routing is not degenerate), LayerNorm at (1, 0)
-    plus small noise, and write heads N(0, write_std²) — nonzero writes when write_std > 0.
-    Not the study's initialisation: that is ``headgeom.samoe.upcycle``."""
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=generator, dtype=p.dtype)
-            if ".write." in name:
-                p.copy_(noise * write_std)
-            elif ".router." in name:
-                p.copy_(noise / math.sqrt(model.cfg.d_model))
-            elif "ln" in name.split(".")[-2]:
-                base = 1.0 if name.endswith("weight") else 0.0
-                p.copy_(base + 0.05 * noise)
-            else:
-                p.copy_(0.02 * noise if p.dim() >= 2 else 0.01 * noise)
-    return model
