@@ -53,7 +53,7 @@ class _Deck:
         return self._stack.pop()
 
 
-class _DemoText:
+class DemoText:
     """Seeded source of demo documents; one instance per document stream."""
 
     def __init__(self, rng: random.Random):
@@ -126,20 +126,30 @@ class _DemoText:
         # Closed by the quote that opened it: the answer the Quote task asks for.
         return quote_open_line(var, q, [self.words.draw() for _ in range(n_words)]) + q
 
-    def document(self) -> str:
+    def code_document(self) -> str:
+        """2–8 assignment lines, the Quote task's pattern."""
+        return "\n".join(self.code_line(i) for i in range(self.rng.randint(2, 8)))
+
+    def prose_document(self) -> str:
+        """4–12 lines of SVA, Plural and filler sentences."""
         r = self.rng
-        if r.random() < 0.3:
-            return "\n".join(self.code_line(i) for i in range(r.randint(2, 8)))
         kinds = (self.sva_line, self.plural_line, self.filler_line)
         lines = [r.choices(kinds, weights=(0.4, 0.35, 0.25))[0]() for _ in range(r.randint(4, 12))]
         return "\n".join(lines)
+
+    def document(self) -> str:
+        # the same draws in the same order as before the two kinds were named: the demo
+        # corpus's bytes do not change
+        if self.rng.random() < 0.3:
+            return self.code_document()
+        return self.prose_document()
 
 
 def iter_demo_texts(seed: int, stream: str = "train") -> Iterator[str]:
     """Endless, deterministic document texts for (seed, stream); streams are independent."""
     # a fixed stream name (the module's name before headgeom.data existed), not a path:
     # renaming it would change every dataset drawn from it
-    source = _DemoText(random.Random(f"headgeom.corpus.demo:{seed}:{stream}"))
+    source = DemoText(random.Random(f"headgeom.corpus.demo:{seed}:{stream}"))
     while True:
         yield source.document()
 
