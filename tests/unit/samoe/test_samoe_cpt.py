@@ -1,0 +1,90 @@
+"""SAMOE §7: the continued-pretraining loop on a tiny upcycled model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from headgeom.samoe.config import AuxConfig, CPTConfig
+from headgeom.samoe.cpt import continued_pretraining, objective
+from headgeom.samoe.recipe import LR_GROUPS, peak_lr
+from headgeom.samoe.upcycle import upcycle
+from headgeom.training.data import sample_batch
+from tests.helpers import samoe as h
+
+CPT = CPTConfig(steps=12, batch_size=4, lr=3e-3, shared_freeze_steps=5, warmup_steps=2)
+
+
+def _tokens(n=4000, seed=0):
+    # a repeating pattern the model can learn quickly, with some noise
+    rng = np.random.default_rng(seed)
+    base = np.tile(np.arange(h.N_VOCAB - 1), n // (h.N_VOCAB - 1) + 1)[:n]
+    noise = rng.random(n) < 0.05
+    return np.where(noise, rng.integers(0, h.N_VOCAB, n), base).astype(np.int64)
+
+
+def _model(variant="persistent", seed=42):
+    return upcycle(h.dense_gpt().state_dict(), h.CFG, h.MOE, variant, seed)
+
+
+def test_the_loss_falls_and_the_log_has_one_row_per_update():
+    model, tokens = _model(), _tokens()
+    log = continued_pretraining(model, tokens, CPT, data_seed=1729)
+    assert list(log["step"]) == list(range(1, CPT.steps + 1))
+    assert log["loss"].iloc[-3:].mean() < log["loss"].iloc[:3].mean()
+    assert np.isfinite(log[["load_balance", "z_loss", "grad_norm"]].to_numpy()).all()
+    # each group's logged LR follows the recipe: shared 0 through the freeze, then rising
+    assert (log.loc[log["step"] <= CPT.shared_freeze_steps, "lr_shared"] == 0).all()
+    assert log.loc[log["step"] == CPT.shared_freeze_steps + 1, "lr_shared"].item() > 0
+    for group in LR_GROUPS:
+        assert log[f"lr_{group}"].max() <= peak_lr(group, CPT) * (1 + 1e-12)
+
+
+def test_the_frozen_shared_expert_is_unchanged_until_the_freeze_ends():
+    model = _model()
+
+    def shared():
+        return {k: v.clone() for k, v in model.state_dict().items() if ".moe.shared." in k}
+
+    before, seen = shared(), {}
+    cpt = CPTConfig(**{**CPT.to_dict(), "steps": 8, "shared_freeze_steps": 6, "aux": AuxConfig()})
+    continued_pretraining(model, _tokens(), cpt, data_seed=1729,
+                          on_step=lambda step, row: seen.__setitem__(step, shared()))  # fmt: skip
+    for step in range(1, 7):  # updates 1..6 have shared LR 0: not one byte moves
+        assert all(torch.equal(before[k], seen[step][k]) for k in before), step
+    assert any(not torch.equal(before[k], seen[8][k]) for k in before)  # and then it trains
+
+
+def test_the_loss_is_cross_entropy_plus_the_weighted_aux_losses():
+    model, tokens = _model(), _tokens()
+    x, y = sample_batch(tokens, 1, 2, h.CFG.n_ctx, 1729)
+    _, parts = objective(model, x, y, CPT)
+    want = parts["loss"] + 0.01 * parts["load_balance"] + 1e-3 * parts["z_loss"]
+    assert parts["total_loss"] == pytest.approx(want, rel=1e-6)
+    # by hand: the cross-entropy of the logits
+    logits = model(x)
+    logp = torch.log_softmax(logits.double(), -1)
+    ce = -logp.gather(-1, y[..., None]).mean().item()
+    assert parts["loss"] == pytest.approx(ce, rel=1e-5)
+    off = CPTConfig(**{**CPT.to_dict(), "aux": AuxConfig(load_balance=0.0, z_loss=0.0)})
+    _, parts_off = objective(model, x, y, off)
+    assert parts_off["total_loss"] == pytest.approx(parts_off["loss"], rel=1e-7)
+
+
+def test_training_is_deterministic_and_the_variants_share_the_batches():
+    a, b = _model(), _model()
+    log_a = continued_pretraining(a, _tokens(), CPT, data_seed=1729)
+    log_b = continued_pretraining(b, _tokens(), CPT, data_seed=1729)
+    assert log_a.equals(log_b)
+    assert all(torch.equal(p, q) for p, q in zip(a.state_dict().values(), b.state_dict().values(),
+                                                 strict=True))  # fmt: skip
+
+
+def test_the_state_variants_learn_to_write():
+    # the write head starts at exactly zero and the router's state columns give it gradient
+    model = _model("latest")
+    continued_pretraining(model, _tokens(), CPT, data_seed=1729)
+    written = [b.write.proj.weight.abs().max().item() for b in model.blocks[:-1]]
+    assert max(written) > 0
+    assert model.blocks[-1].write.proj.weight.abs().max().item() == 0  # no router reads it
