@@ -212,3 +212,46 @@ def ranking_metrics(
         if spearman and np.ptp(s) > 0 and np.ptp(e) > 0:
             rho[i] = stats.spearmanr(s, e).statistic
     return RankingMetrics(acc, rho, regret, sel.astype(np.int64))
+
+
+# --------------------------------------------------------------------------- controls
+@dataclass
+class Controls:
+    """Per target (n,): the source each matched control suppresses (SAMOE §14.4), -1 where a
+    control has no candidate; every control excludes the selected source."""
+
+    random: np.ndarray
+    norm: np.ndarray
+    distance: np.ndarray
+
+
+def matched_controls(
+    family: str, targets: pd.DataFrame, selected: np.ndarray, write_norm: np.ndarray
+) -> Controls:
+    """Random (first in SHA-256 order of family, sample id, position, target layer,
+    candidate), norm-matched (the ‖Δ_l‖ closest to the selected write's; ties to the lower
+    layer) and distance-matched (the same depth tercile ⌊3l/L⌋, first in that SHA-256 order)
+    controls of each target's ``selected`` source (for LWO: its native L − 1)."""
+    n = len(targets)
+    out = {k: np.full(n, -1, dtype=np.int64) for k in ("random", "norm", "distance")}
+    for i, row in enumerate(targets.itertuples()):
+        L, sel = int(row.layer), int(selected[i])
+        candidates = [src for src in range(L) if src != sel]
+        if not candidates:
+            continue
+        stem = f"{family}|{row.seq_id}|{row.position}|{row.layer}"
+        by_hash = sorted(candidates, key=lambda src, s=stem: _sha(f"{s}|{src}"))
+        out["random"][i] = by_hash[0]
+        gaps = [abs(write_norm[i, src] - write_norm[i, sel]) for src in candidates]
+        out["norm"][i] = candidates[int(np.argmin(gaps))]
+        tercile = [src for src in by_hash if 3 * src // L == 3 * sel // L]
+        out["distance"][i] = tercile[0] if tercile else -1
+    return Controls(**out)
+
+
+def ledger_control_advantage(
+    selected: np.ndarray, random: np.ndarray, norm: np.ndarray, distance: np.ndarray
+) -> np.ndarray:
+    """SAMOE Eq. 47 [RECONSTRUCTED, CHOICE equal weights]: |Δm| of the selected source minus
+    the mean of the three controls' |Δm| (per target; NaN where a control is missing)."""
+    return selected - (random + norm + distance) / 3

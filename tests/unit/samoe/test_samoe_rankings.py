@@ -103,3 +103,21 @@ def test_recency_and_random_orders():
     ]
     assert int(np.nanargmax(scores[0])) == int(np.argmin(keys))
     assert np.isnan(scores[0, 4:]).all()
+
+
+def test_matched_controls_on_a_hand_built_case():
+    from headgeom.samoe.rankings import ledger_control_advantage, matched_controls
+
+    targets = select_targets("toy", ["s"], np.ones((1, 32), dtype=np.int64), [6], 0)
+    norms = np.array([[0.1, 0.5, 0.9, 0.48, 0.2, 0.3, 0.0]])
+    c = matched_controls("toy", targets, np.array([1]), norms)
+    row = targets.iloc[0]
+    cands = [0, 2, 3, 4, 5]  # every source but the selected one
+    keys = {s: hashlib.sha256(f"toy|s|{row.position}|6|{s}".encode()).hexdigest() for s in cands}
+    assert c.random[0] == min(cands, key=keys.get)
+    assert c.norm[0] == 3  # |0.48 − 0.5| is the smallest gap
+    # depth tercile ⌊3·1/6⌋ = 0 holds sources 0 and 1; 1 is selected, so 0
+    assert c.distance[0] == 0
+    adv = ledger_control_advantage(np.array([0.9]), np.array([0.3]), np.array([0.6]),
+                                   np.array([0.0]))  # fmt: skip
+    assert adv[0] == pytest.approx(0.9 - 0.3)
