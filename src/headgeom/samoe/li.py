@@ -1,0 +1,216 @@
+"""Post-hoc attribution on the Ordinary MoE (SAMOE §15, after Li et al.): residual
+components as the audit objects.
+
+[RECONSTRUCTED] With the router-input LayerNorm's statistics frozen at their clean values,
+the norm is affine, so the router input splits over the residual's parts:
+x_L = Σ_j φ(v_j) + β with φ(v) = γ ⊙ (v − mean(v)) / σ (σ the clean √(var + ε) of m_L),
+and component j contributes α_j = W^x_L φ(v_j) ∈ R^E to the logits. [CHOICE] The
+components are each earlier layer's attention output, shared-expert output and gated routed
+output (3 per layer, the paper's pilot counts); the embedding, the target layer's own
+attention and β form an unranked remainder. K14 checks that the parts rebuild x_L and z_L.
+
+Scores per component: Li variance (of α_j over the experts, the reference criterion), the
+Top-2 boundary |α_j[e2] − α_j[e3]|, its norm ‖v_j‖, recency (within a layer attention <
+shared < routed), random (SHA-256), gradient×component |∇_{v_j} m · v_j|. The oracle
+subtracts v_j at the selected token and reruns the full forward: |Δm| on the clean pair.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from headgeom.samoe import checks
+from headgeom.samoe.capture import Capture
+from headgeom.samoe.ledger import Targets
+from headgeom.samoe.model import SAMoE, site
+
+#: The components of one layer, in recency order (later = more recent).
+KINDS = ("attention", "shared", "routed")
+_SITES = {"attention": "hook_attn_out", "shared": "hook_shared_out", "routed": "hook_routed_out"}
+#: SAMOE §15 [CHECK] K14: router input and logits rebuilt from the parts (fp32 toy).
+RECONSTRUCTION_TOL = 1e-5
+
+
+def component_index(layer: int, kind: str) -> int:
+    """Position of (layer, kind) in a target's component vector: 3·layer + kind order."""
+    return len(KINDS) * layer + KINDS.index(kind)
+
+
+@dataclass
+class Attribution:
+    """Per target i: the parts of x_L and z_L (component j = 3·l + kind, l < L; NaN or 0
+    beyond), their scores, and the reconstruction residuals."""
+
+    alpha: torch.Tensor  # (n, 3N, E) α_j, 0 where l ≥ L
+    norm: torch.Tensor  # (n, 3N) ‖v_j‖, NaN where l ≥ L
+    variance: torch.Tensor  # (n, 3N) population variance of α_j over the experts
+    boundary: torch.Tensor  # (n, 3N) |α_j[e2] − α_j[e3]|
+    input_residual: float  # max |Σ_j φ(v_j) + φ(rest) + β − x_L|
+    logit_residual: float  # max |Σ_j α_j + α_rest − z_L|
+
+
+def attribute(
+    model: SAMoE, ids: torch.Tensor, cap: Capture, targets: Targets, e2: torch.Tensor,
+    e3: torch.Tensor,
+) -> Attribution:  # fmt: skip
+    """Component attributions of each target's router logits (SAMOE §15)."""
+    if model.has_state:
+        raise ValueError("post-hoc attribution audits the ordinary MoE (variant 'ordinary')")
+    N, dtype = cap.n_layer, cap.logits.dtype
+    T = ids.shape[1]
+    with torch.no_grad():
+        emb = (model.wte(ids) + model.wpe(torch.arange(T))).to(dtype)  # (B, T, d)
+    n, E = len(targets), cap.logits.shape[-1]
+    alpha = torch.zeros(n, len(KINDS) * N, E, dtype=dtype)
+    norm = torch.full((n, len(KINDS) * N), float("nan"), dtype=dtype)
+    in_res = logit_res = 0.0
+    parts_of = {"attention": cap.attn_out, "shared": cap.shared_out, "routed": cap.routed_out}
+    for i in range(n):
+        b, t, L = int(targets.batch[i]), int(targets.position[i]), int(targets.layer[i])
+        ln = model.blocks[L].ln_2
+        gamma, beta = ln.weight.detach().to(dtype), ln.bias.detach().to(dtype)
+        w_x = model.blocks[L].moe.router.W_x.detach().to(dtype)  # (E, d)
+        parts = [parts_of[k][layer, b, t] for layer in range(L) for k in KINDS]  # v_j (d,)
+        rest = emb[b, t] + cap.attn_out[L, b, t]
+        m = rest + sum(parts)
+        sigma = torch.sqrt(m.var(unbiased=False) + ln.eps)
+
+        def phi(v, g=gamma, s=sigma):
+            return g * (v - v.mean()) / s
+
+        mapped = torch.stack([phi(v) for v in parts]) if parts else emb.new_zeros(0, emb.shape[-1])
+        x_rebuilt = mapped.sum(0) + phi(rest) + beta
+        in_res = max(in_res, (x_rebuilt - cap.router_in[L, b, t]).abs().max().item())
+        a = mapped @ w_x.T  # (3L, E)
+        z_rebuilt = a.sum(0) + (phi(rest) + beta) @ w_x.T
+        logit_res = max(logit_res, (z_rebuilt - cap.logits[L, b, t]).abs().max().item())
+        alpha[i, : len(parts)] = a
+        if parts:
+            norm[i, : len(parts)] = torch.stack(parts).norm(dim=-1)
+    eligible = ~torch.isnan(norm)
+    variance = torch.where(eligible, alpha.var(-1, unbiased=False), torch.nan)
+    ar = torch.arange(n)
+    boundary = torch.where(eligible, (alpha[ar, :, e2] - alpha[ar, :, e3]).abs(), torch.nan)
+    return Attribution(alpha, norm, variance, boundary, in_res, logit_res)
+
+
+def check_reconstruction(att: Attribution) -> dict:
+    """K14: the router input and logits rebuilt from the parts within 1e-5."""
+    return {
+        **checks.enforce("K14.input", att.input_residual, RECONSTRUCTION_TOL,
+                         what="router input from frozen-norm components"),
+        **checks.enforce("K14.logits", att.logit_residual, RECONSTRUCTION_TOL,
+                         what="router logits from component contributions"),
+    }  # fmt: skip
+
+
+def recency_scores(layer: np.ndarray, N: int) -> np.ndarray:
+    """Later first, and within a layer attention < shared < routed (NaN where l ≥ L)."""
+    out = np.tile(np.arange(len(KINDS) * N, dtype=np.float64), (len(layer), 1))
+    out[np.arange(len(KINDS) * N)[None, :] >= len(KINDS) * np.asarray(layer)[:, None]] = np.nan
+    return out
+
+
+def random_scores(family: str, seq_ids, positions, layers, N: int) -> np.ndarray:
+    """Higher = earlier in SHA-256 order of (family, sample id, position, layer, component)."""
+    out = np.full((len(layers), len(KINDS) * N), np.nan)
+    for i, (sid, pos, L) in enumerate(zip(seq_ids, positions, layers, strict=True)):
+        n = len(KINDS) * int(L)
+        keys = [hashlib.sha256(f"{family}|{sid}|{pos}|{L}|{j}".encode()).hexdigest()
+                for j in range(n)]  # fmt: skip
+        out[i, np.argsort(keys)] = np.arange(n, 0, -1)
+    return out
+
+
+def _scaled(scale: torch.Tensor, rows: list[tuple[int, int, int]]) -> dict[str, Callable]:
+    """Hooks multiplying component j of row r at its position by scale[r] (rows: (r, j, t))."""
+    fns: dict[str, Callable] = {}
+    by_site: dict[str, list[tuple[int, int]]] = {}
+    for r, j, t in rows:
+        layer, kind = divmod(j, len(KINDS))
+        by_site.setdefault(site(layer, _SITES[KINDS[kind]]), []).append((r, t))
+    for name, hits in by_site.items():
+
+        def fn(a, hits=hits):
+            out = a.clone()
+            for r, t in hits:
+                out[r, t] = a[r, t] * scale[r]
+            return out
+
+        fns[name] = fn
+    return fns
+
+
+def gradient_x_component(
+    model: SAMoE, ids: torch.Tensor, targets: Targets, e2: torch.Tensor, e3: torch.Tensor
+) -> torch.Tensor:
+    """|∇_{v_j} m · v_j| = |∂m/∂κ_j| at κ = 1 (n, 3N), v_j scaled by κ_j at the target
+    token: one backward per target (NaN where l ≥ L)."""
+    N = len(model.blocks)
+    out = torch.full((len(targets), len(KINDS) * N), float("nan"), dtype=torch.float64)
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        for i in range(len(targets)):
+            b, t, L = int(targets.batch[i]), int(targets.position[i]), int(targets.layer[i])
+            n = len(KINDS) * L
+            kappa = torch.ones(n, dtype=model.wte.weight.dtype, requires_grad=True)
+            z: dict[str, torch.Tensor] = {}
+            fns = {}
+            for j in range(n):
+                layer, kind = divmod(j, len(KINDS))
+
+                def fn(a, j=j, t=t, kappa=kappa):
+                    return torch.cat([a[:, :t], (a[:, t] * kappa[j])[:, None], a[:, t + 1 :]], 1)
+
+                fns[site(layer, _SITES[KINDS[kind]])] = fn
+            fns[site(L, "hook_router_logits")] = lambda a, z=z: z.__setitem__("z", a)
+            with torch.enable_grad(), model.hooks(fns):
+                model(ids[b : b + 1])
+                m = z["z"][0, t, e2[i]] - z["z"][0, t, e3[i]]
+                (grad,) = torch.autograd.grad(m, kappa)
+            out[i, :n] = grad.abs().double()
+    finally:
+        for p in params:
+            p.requires_grad_(True)
+    return out
+
+
+@torch.no_grad()
+def oracle_effects(
+    model: SAMoE, ids: torch.Tensor, targets: Targets, e2: torch.Tensor, e3: torch.Tensor
+) -> torch.Tensor:
+    """|Δm| (n, 3N) of removing each component at the target token and rerunning the full
+    forward, one component per batch row (NaN where l ≥ L)."""
+    N = len(model.blocks)
+    pairs = [(i, j) for i in range(len(targets)) for j in range(len(KINDS) * int(targets.layer[i]))]
+    rows = [(r, j, int(targets.position[i])) for r, (i, j) in enumerate(pairs)]
+    scale = torch.ones(len(pairs), dtype=model.wte.weight.dtype)
+    scale[:] = 0.0  # remove the component: v_j ← 0 at the selected token
+    z: dict[int, torch.Tensor] = {}
+    fns = _scaled(scale, rows)
+    for layer in range(N):
+        fns[site(layer, "hook_router_logits")] = lambda a, k=layer: z.__setitem__(k, a)
+    batch = torch.as_tensor([int(targets.batch[i]) for i, _ in pairs], dtype=torch.long)
+    with model.hooks(fns):
+        model(ids[batch])
+    clean: dict[int, torch.Tensor] = {}
+    keep = {
+        site(layer, "hook_router_logits"): (lambda a, k=layer: clean.__setitem__(k, a))
+        for layer in range(N)
+    }
+    with model.hooks(keep):
+        model(ids)
+    out = torch.full((len(targets), len(KINDS) * N), float("nan"), dtype=torch.float64)
+    for r, (i, j) in enumerate(pairs):
+        b, t, L = int(targets.batch[i]), int(targets.position[i]), int(targets.layer[i])
+        m0 = clean[L][b, t, e2[i]] - clean[L][b, t, e3[i]]
+        m1 = z[L][r, t, e2[i]] - z[L][r, t, e3[i]]
+        out[i, j] = float((m1 - m0).abs())
+    return out
