@@ -1,0 +1,160 @@
+"""Future-routing accessibility probes (SAMOE §13): predict a later router's clean Top-1
+expert from what an earlier router sees at the same position.
+
+* **Fitting** [CHOICE §13.3]: L2 multinomial logistic regression, full-batch L-BFGS in
+  float64 on float32 features (1,000 iterations, gradient tolerance 1e-6), the penalty
+  ‖W‖²/(2C) on the weights (not the bias), C chosen on calibration data only
+  (:func:`fit_selected`); a fit that does not converge stops the stage (K10).
+* **Preprocessing** (normative): a scaler fit on the training examples only, applied to
+  calibration and final data; projected features get a second scaler.
+* **Representations**: the native state, the full hidden stream, and r-dimensional
+  projections of it: PCA (randomized SVD, fixed seed), random Gaussian projections / √r,
+  and the supervised subspace (the row space of a fitted full-hidden classifier, from an
+  SVD in float64, completed to r directions by QR with seeded Gaussian columns).
+* **Scoring**: accuracy only where the Top-2 sets of source and target differ (the
+  transition mask E6), per sequence then an equal-weight mean over sequences (the
+  "source-cluster" accuracy [CHOICE §13.2]); pooled accuracy is kept too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from headgeom.samoe import checks
+
+#: [CHOICE §13.3] the C grid, L-BFGS iterations and gradient tolerance.
+C_GRID = (0.01, 0.1, 1.0, 10.0)
+MAX_ITER, TOL = 1000, 1e-6
+#: K10: a fit whose largest |gradient| is still above this at the end did not converge.
+CONVERGED_GRAD = 1e-5
+
+
+@dataclass
+class Scaler:
+    """Per-feature mean and standard deviation of the training examples."""
+
+    mean: np.ndarray
+    std: np.ndarray
+
+    @classmethod
+    def fit(cls, x: np.ndarray) -> Scaler:
+        x = np.asarray(x, dtype=np.float32)
+        std = x.std(0)
+        return cls(x.mean(0), np.where(std > 0, std, 1.0).astype(np.float32))
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        return ((np.asarray(x, dtype=np.float32) - self.mean) / self.std).astype(np.float32)
+
+
+@dataclass
+class Probe:
+    weight: np.ndarray  # (classes, d)
+    bias: np.ndarray  # (classes,)
+    C: float
+    converged: bool
+    iterations: int
+    grad_norm: float
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        return np.argmax(np.asarray(x, dtype=np.float64) @ self.weight.T + self.bias, axis=1)
+
+
+def fit_logistic(x: np.ndarray, y: np.ndarray, n_classes: int, C: float) -> Probe:
+    """Minimise mean cross-entropy + ‖W‖²/(2 C n) by L-BFGS (sklearn's
+    ``LogisticRegression(C=C)`` objective divided by n), stopping when the largest |gradient|
+    is below ``TOL``; converged when it ends below ``CONVERGED_GRAD``."""
+    X = torch.as_tensor(np.asarray(x, dtype=np.float32), dtype=torch.float64)
+    Y = torch.as_tensor(np.asarray(y), dtype=torch.long)
+    n, d = X.shape
+    W = torch.zeros(n_classes, d, dtype=torch.float64, requires_grad=True)
+    b = torch.zeros(n_classes, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([W, b], max_iter=MAX_ITER, tolerance_grad=TOL, tolerance_change=0,
+                            history_size=20, line_search_fn="strong_wolfe")  # fmt: skip
+
+    def loss_fn():
+        return torch.nn.functional.cross_entropy(X @ W.T + b, Y) + (W**2).sum() / (2 * C * n)
+
+    def closure():
+        opt.zero_grad()
+        loss = loss_fn()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    opt.zero_grad()
+    loss_fn().backward()
+    grad = max(W.grad.abs().max().item(), b.grad.abs().max().item())
+    iterations = opt.state[opt._params[0]]["n_iter"]
+    return Probe(W.detach().numpy(), b.detach().numpy(), C, grad <= CONVERGED_GRAD, iterations,
+                 grad)  # fmt: skip
+
+
+def check_converged(probes: Sequence[Probe]) -> dict:
+    """K10: every fit converged (the count of those that did not, which must be 0)."""
+    bad = sum(not p.converged for p in probes)
+    return checks.enforce("K10", float(bad), 0.0, "count", what="probe fits that did not converge")
+
+
+def fit_selected(
+    train: tuple[np.ndarray, np.ndarray], calibration: tuple[np.ndarray, np.ndarray],
+    n_classes: int, grid: Sequence[float] = C_GRID,
+) -> Probe:  # fmt: skip
+    """The probe of the C in ``grid`` with the best calibration accuracy (ties: smaller C)."""
+    best = None
+    for C in grid:
+        probe = fit_logistic(*train, n_classes, C)
+        acc = float((probe.predict(calibration[0]) == calibration[1]).mean())
+        if best is None or acc > best[0]:
+            best = (acc, probe)
+    return best[1]
+
+
+def transition_mask(source_sets: np.ndarray, target_sets: np.ndarray) -> np.ndarray:
+    """E6: the numeric Top-2 index sets of source and target differ (n, k) each -> (n,)."""
+    return (np.sort(source_sets, -1) != np.sort(target_sets, -1)).any(-1)
+
+
+def clustered_accuracy(
+    pred: np.ndarray, y: np.ndarray, sequence: np.ndarray, mask: np.ndarray
+) -> tuple[float, float]:
+    """(equal-weight mean over sequences of the within-sequence accuracy, pooled accuracy)
+    over the examples where ``mask`` holds; sequences without one are left out."""
+    hit = (np.asarray(pred) == np.asarray(y))[mask]
+    seq = np.asarray(sequence)[mask]
+    if not hit.size:
+        return float("nan"), float("nan")
+    per = [hit[seq == s].mean() for s in np.unique(seq)]
+    return float(np.mean(per)), float(hit.mean())
+
+
+def pca_basis(x: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
+    """The top-k principal directions (d, k) of standardised ``x`` (randomized SVD)."""
+    X = torch.as_tensor(np.asarray(x, dtype=np.float64))
+    X = X - X.mean(0)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        _, _, V = torch.svd_lowrank(X, q=min(k + 10, min(X.shape)), niter=4)
+    return V[:, :k].numpy()
+
+
+def random_projection(d: int, k: int, seed: int) -> np.ndarray:
+    """A Gaussian (d, k) projection divided by √k (seeds 0–4 in the study)."""
+    return np.random.default_rng(seed).standard_normal((d, k)) / np.sqrt(k)
+
+
+def supervised_subspace(coef: np.ndarray, k: int, seed: int) -> np.ndarray:
+    """An orthonormal (d, k) basis whose first directions span the row space of a fitted
+    classifier's (classes, d) coefficients (SVD in float64), completed by QR of
+    [V_row | G] with G seeded Gaussian columns."""
+    coef = np.asarray(coef, dtype=np.float64)
+    _, s, vt = np.linalg.svd(coef, full_matrices=False)
+    rank = int((s > s.max() * 1e-10).sum()) if s.size else 0
+    rows = vt[:rank].T[:, :k]
+    d = coef.shape[1]
+    fill = np.random.default_rng(seed).standard_normal((d, max(k - rows.shape[1], 0)))
+    q, _ = np.linalg.qr(np.concatenate([rows, fill], axis=1))
+    return q[:, :k]
