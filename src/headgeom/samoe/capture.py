@@ -131,3 +131,20 @@ def check_state_bounds(cap: Capture, variant: str, clamp: float) -> dict:
     the largest excess over the bound (0 when inside)."""
     excess = max(float(cap.state.abs().max()) - state_bound(variant, clamp), 0.0)
     return checks.enforce("K2", excess, 0.0, what=f"{variant} state beyond its bound")
+
+
+# --------------------------------------------------------------------------- state geometry
+def state_geometry(cap: Capture, clamp: float) -> list[dict]:
+    """Per layer l (the state s_l a router reads, l = 0…N−1): mean ‖s_l‖₂ over tokens and
+    the fraction of its coordinates at the clamp (|s| = c; SAMOE §18, paper App. C.5)."""
+    if cap.state is None:
+        raise ValueError("state geometry needs a state variant (latest or persistent)")
+    rows = []
+    for layer in range(cap.n_layer):
+        s = cap.state[layer]
+        rows.append({
+            "layer": layer,
+            "mean_norm": float(s.norm(dim=-1).mean()),
+            "clamp_fraction": float((s.abs() >= clamp).double().mean()),
+        })  # fmt: skip
+    return rows

@@ -159,3 +159,19 @@ def test_forward_returns_layer_mean_aux_losses():
     zl = sum(z_loss(cap.logits[i]) for i in range(CFG.n_layer)) / CFG.n_layer
     assert aux.z_loss.item() == pytest.approx(zl.item(), rel=1e-6)
     assert aux.load_balance.item() > 0
+
+
+def test_state_geometry_by_hand():
+    from headgeom.samoe.capture import Capture, state_geometry
+
+    state = torch.zeros(3, 1, 2, 2)  # (N + 1, B, T, r) with N = 2
+    state[1, 0, 0] = torch.tensor([3.0, 4.0])  # norm 5, one coordinate below the clamp
+    state[1, 0, 1] = torch.tensor([5.0, -5.0])  # both at the clamp
+    empty = torch.zeros(2, 1, 2, 4)
+    cap = Capture(router_in=empty, logits=empty, top_ids=empty.long(), top_logits=empty,
+                  attn_out=empty, shared_out=empty, routed_out=empty, resid_final=empty[0],
+                  output_logits=empty[0], state=state)  # fmt: skip
+    rows = state_geometry(cap, clamp=5.0)
+    assert rows[0] == {"layer": 0, "mean_norm": 0.0, "clamp_fraction": 0.0}
+    assert rows[1]["mean_norm"] == pytest.approx((5.0 + 50**0.5) / 2)
+    assert rows[1]["clamp_fraction"] == pytest.approx(2 / 4)
