@@ -142,6 +142,12 @@ class Source:
     task: str | None = None
 
 
+def run_key(model: str, seed: int) -> str:
+    """How the page names a run ("learned s42"): its selectors, and the key that ties each
+    cited source to its run, must spell it the same way."""
+    return f"{model} s{int(seed)}"
+
+
 @dataclass
 class Run:
     """One (model, seed) and its per-view tables (absent views: not computed for it)."""
@@ -152,7 +158,7 @@ class Run:
 
     @property
     def key(self) -> str:
-        return f"{self.model} s{self.seed}"
+        return run_key(self.model, self.seed)
 
 
 @dataclass
@@ -181,7 +187,7 @@ def head_intervals(effects: pd.DataFrame, level: float = INTERVAL_LEVEL) -> pd.D
     bounds for one example."""
     keys = ["task", "split", "layer", "head"]
     grouped = effects.groupby(keys, sort=False)["effect"]
-    out = grouped.agg(n="size", mean="mean", sd=lambda x: x.std(ddof=1)).reset_index()
+    out = grouped.agg(n="size", mean="mean", sd="std").reset_index()  # pandas std: ddof = 1
     n = out["n"].to_numpy(dtype=np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         half = stats.t.ppf(0.5 + level / 2, n - 1) * out["sd"].to_numpy() / np.sqrt(n)

@@ -20,7 +20,7 @@ import pandas as pd
 import vl_convert
 
 from headgeom.explorer import views
-from headgeom.explorer.data import TOP_EDGES, TOP_PAIRS, ExplorerData
+from headgeom.explorer.data import TOP_EDGES, TOP_PAIRS, ExplorerData, run_key
 from headgeom.io import write_text
 
 #: [CHOICE] The split the grid opens on (the paper's analysis split), when the study has it.
@@ -96,13 +96,13 @@ def meta(data: ExplorerData) -> dict:
                 "view": s.view,
                 "path": s.path,
                 "sha256": s.sha256,
-                "run": None if s.model is None else f"{s.model} s{s.seed}",
+                "run": None if s.model is None else run_key(s.model, s.seed),
                 "task": s.task,
             }
             for s in data.sources
         ],
         "timeline_runs": [
-            {"model": r["model"], "seed": int(r["seed"]), "key": f"{r['model']} s{r['seed']}"}
+            {"model": r["model"], "seed": int(r["seed"]), "key": run_key(r["model"], r["seed"])}
             for r in timeline_runs
         ],
         "timeline": [
