@@ -433,10 +433,11 @@ def planned_requests(
 
 
 def local_rules(root: str | Path = ".") -> set[str]:
-    """The Snakefile's ``localrules`` (run on the submit host, never submitted) and ``all``."""
+    """The head-geometry workflow's ``localrules`` (workflow/headgeom.smk: run on the submit
+    host, never submitted) and ``all``."""
     import re
 
-    text = (Path(root) / "Snakefile").read_text()
+    text = (Path(root) / "workflow" / "headgeom.smk").read_text()
     block = re.search(r"^localrules:\n((?:    \w+,\n)+)", text, re.M)
     return (set(re.findall(r"(\w+),", block.group(1))) if block else set()) | {"all"}
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from functools import cached_property, partial
 from pathlib import Path
 
-from headgeom import run_sets, selections
+from headgeom import run_sets, samoe_study, selections
 from headgeom.model import facts
 from headgeom.resources import ResourceRequests
 from headgeom.validation import (
@@ -44,6 +44,8 @@ IMPORTED_GEOMETRY = "learned"
 class Study(ResourceRequests):
     """A checked study config. Build it with :meth:`from_config`."""
 
+    kind = "headgeom"
+
     def __init__(self, config: dict):
         self.config = config
         self.name: str = config["study"]
@@ -55,9 +57,14 @@ class Study(ResourceRequests):
                 spec.setdefault("geometry", IMPORTED_GEOMETRY)
 
     @classmethod
-    def from_config(cls, config: Mapping, schema: str | Path | Mapping = SCHEMA) -> Study:
+    def from_config(
+        cls, config: Mapping, schema: str | Path | Mapping = SCHEMA
+    ) -> Study | samoe_study.SAMoEStudy:
         """Validate ``config`` (a copy, defaults filled), run every cross-key check and return
-        the study; raise :class:`StudyConfigError` listing every problem found."""
+        the study; raise :class:`StudyConfigError` listing every problem found. A ``kind:
+        samoe`` config is the SA-MoE study's (:mod:`headgeom.samoe_study`, its own schema)."""
+        if samoe_study.is_samoe(config):
+            return samoe_study.SAMoEStudy.from_config(config)
         original, config = config, copy.deepcopy(dict(config))
         schema = schema if isinstance(schema, Mapping) else load_schema(schema)
         problems = validate(config, schema) + import_problems(config)  # recipe or import

@@ -4,7 +4,7 @@ Run with `python -m pytest -m slurm tests/slurm -x` (root; installs Debian's slu
 munge when missing). It runs the micro study twice, once locally with `--cores 2` and once
 through sbatch from a submit host limited to `--cores 1`, and asserts that
 
-* every job of the DAG except the Snakefile's localrules went through sbatch, the profile's
+* every job of the DAG except the workflow's localrules went through sbatch, the profile's
   groups as one submission per connected component (a Slurm job id per submission in
   snakemake's log, a Slurm log file per id, the job COMPLETED in slurmctld);
 * each job got exactly what config asked for, not what `--cores 1` would allow (train:

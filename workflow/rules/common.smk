@@ -116,6 +116,11 @@ def paper_inputs(wildcards):
     return {kind: per_run(result, runs) for kind, (result, runs) in wanted.items()}
 
 
+def study_outputs():
+    """The default target's inputs (the Snakefile): every table, figure and record."""
+    return final_outputs()
+
+
 def final_outputs(catalog=True):
     """The paper tables and figures the study can make (PAPER.tables, PAPER.figures), the
     parameter counts and the §12 outputs (per run and task, paired, loss vs N_eff)."""

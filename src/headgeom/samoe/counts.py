@@ -77,6 +77,9 @@ GEMMA = FamilyShape(name="gemma", n_layer=18, d_model=640, n_head=4, n_kv_head=1
                     # 5 of every 6 layers slide; layers 5, 11, 17 attend fully
                     sliding_layers=tuple(i for i in range(18) if i % 6 != 5))  # fmt: skip
 
+#: The paper's dense sources by Hub repository (SAMOE §4, §19.2).
+PAPER_SHAPES = {"HuggingFaceTB/SmolLM2-135M": SMOLLM2, "google/gemma-3-270m": GEMMA}
+
 
 def toy_shape(cfg: ModelConfig, name: str = "toy") -> FamilyShape:
     """The workspace GPT's shapes: GELU MLP with biases, q/k/v/o with biases, two LayerNorms

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy import stats
 from torch.nn import functional as F
+
+from headgeom.samoe.stats import t_interval
 
 #: The paper's frozen bounds (SAMOE §11): PPL may rise by at most 1% relative, macro fall
 #: by at most 1 pp.
@@ -59,9 +60,7 @@ def paired_contrast(values: Sequence[float], reference: Sequence[float], log: bo
     if v.shape != r.shape or v.size < 2:
         raise ValueError(f"paired contrast needs ≥ 2 seeds of both, got {v.size} and {r.size}")
     d = np.log(v) - np.log(r) if log else v - r
-    half = stats.t.ppf(0.5 + level / 2, d.size - 1) * d.std(ddof=1) / math.sqrt(d.size)
-    return Contrast(tuple(d.tolist()), float(d.mean()), float(d.mean() - half),
-                    float(d.mean() + half))  # fmt: skip
+    return Contrast(tuple(d.tolist()), *t_interval(d, level))
 
 
 def relative(c: Contrast) -> Contrast:

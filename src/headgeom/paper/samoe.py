@@ -1,0 +1,341 @@
+"""The SA-MoE paper's tables and figures (SAMOE §18) and the comparison with its reference
+numbers (§22), each a pure function of the study's Parquets and config.
+
+Every table is a :class:`headgeom.paper.render.Table` (the tidy frame is the CSV; Markdown
+and LaTeX print the same cells); every figure is drawn from a tidy frame written beside it as
+CSV. The comparison follows SAMOE §22's rule: toy magnitudes are not expected to match, so
+each row says whether the **direction** agrees.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from headgeom.paper.render import Block, Table  # noqa: E402
+
+VARIANT_LABEL = {"ordinary": "Ordinary", "latest": "LWO", "persistent": "P"}
+COLOURS = {"ordinary": "#7f7f7f", "latest": "#1f77b4", "persistent": "#d62728"}
+
+
+def fmt(v, spec: str = "{:.3f}") -> str:
+    return "—" if v is None or (isinstance(v, float) and math.isnan(v)) else spec.format(v)
+
+
+def interval(mean, low, high, spec: str = "{:+.3f}") -> str:
+    if mean is None or (isinstance(mean, float) and math.isnan(mean)):
+        return "—"
+    if low is None or (isinstance(low, float) and math.isnan(low)):
+        return spec.format(mean)
+    return f"{spec.format(mean)} [{spec.format(low)}, {spec.format(high)}]"
+
+
+def _table(name: str, frame: pd.DataFrame, cells: pd.DataFrame, caption: str) -> Table:
+    return Table(name=name, frame=frame, blocks=[Block(cells=cells)], caption=caption)
+
+
+@dataclass
+class Inputs:
+    """What the tables and figures read."""
+
+    config: Mapping
+    counts: pd.DataFrame
+    seed_means: pd.DataFrame
+    contrasts: pd.DataFrame
+    history: pd.DataFrame  # every state run's targets
+    checks: pd.DataFrame  # per run: check, residual, tolerance
+
+    def mean(self, family, variant, quantity, key="") -> pd.Series | None:
+        m = self.seed_means
+        row = m[(m.family == family) & (m.variant == variant) & (m.quantity == quantity)
+                & (m.key == key)]  # fmt: skip
+        return None if row.empty else row.iloc[0]
+
+    def contrast(self, family, quantity, variant, reference, key="") -> pd.Series | None:
+        c = self.contrasts
+        if c.empty:
+            return None
+        row = c[(c.family == family) & (c.quantity == quantity) & (c.variant == variant)
+                & (c.reference == reference) & (c.key == key)]  # fmt: skip
+        return None if row.empty else row.iloc[0]
+
+
+# --------------------------------------------------------------------------- tables
+def table1(x: Inputs) -> Table:
+    """Params, active params, FLOPs, ΔPPL %, Δmacro pp, verdict (paper Table 1)."""
+    rows = []
+    for r in x.counts.itertuples(index=False):
+        ppl = x.contrast(r.family, "ppl", r.variant, "ordinary")
+        macro = x.contrast(r.family, "macro", r.variant, "ordinary")
+        verdict = None
+        if ppl is not None and macro is not None:
+            verdict = ("supported" if ppl.decision == macro.decision == "supported" else
+                       "not supported" if "not supported" in (ppl.decision, macro.decision)
+                       else "inconclusive")  # fmt: skip
+        rows.append({
+            "family": r.family, "variant": r.variant, "total_params": r.total_params,
+            "active_params": r.active_params, "flops_per_token": r.flops_per_token,
+            "active_rel": r.active_rel, "flops_rel": r.flops_rel,
+            **{f"ppl_rel_{k}": (None if ppl is None else ppl[k]) for k in ("mean", "low", "high")},
+            **{f"macro_pp_{k}": (None if macro is None else macro[k])
+               for k in ("mean", "low", "high")},
+            "ppl_decision": None if ppl is None else ppl.decision,
+            "macro_decision": None if macro is None else macro.decision,
+            "verdict": verdict,
+        })  # fmt: skip
+    frame = pd.DataFrame(rows)
+    cells = pd.DataFrame({
+        "Family": frame.family, "Variant": frame.variant.map(VARIANT_LABEL),
+        "Params": frame.total_params.map("{:,}".format),
+        "Active": frame.active_params.map("{:,}".format),
+        "Active Δ": frame.active_rel.map(lambda v: f"{100 * v:+.2f}%"),
+        "FLOPs/token": frame.flops_per_token.map("{:,}".format),
+        "FLOPs Δ": frame.flops_rel.map(lambda v: f"{100 * v:+.2f}%"),
+        "ΔPPL %": [interval(*(None if pd.isna(r.ppl_rel_mean) else 100 * r[f"ppl_rel_{k}"]
+                              for k in ("mean", "low", "high")), spec="{:+.2f}")
+                   for _, r in frame.iterrows()],
+        "Δmacro pp": [interval(r.macro_pp_mean, r.macro_pp_low, r.macro_pp_high, "{:+.2f}")
+                      for _, r in frame.iterrows()],
+        "Verdict": frame.verdict.fillna("—"),
+    })  # fmt: skip
+    return _table(
+        "table1",
+        frame,
+        cells,
+        "Table 1. Cost and quality against the matched Ordinary MoE (three-seed "
+        "means, 95% t-intervals; non-inferiority: PPL ≤ +1%, macro ≥ −1 pp).",
+    )
+
+
+def config_table(name: str, block: Mapping, caption: str) -> Table:
+    flat = pd.json_normalize(dict(block), sep=".").iloc[0]
+    frame = pd.DataFrame({"key": flat.index, "value": [str(v) for v in flat.to_numpy()]})
+    return _table(name, frame, frame.rename(columns={"key": "Key", "value": "Value"}), caption)
+
+
+def table4(x: Inputs) -> Table:
+    frame = x.counts.copy()
+    cells = pd.DataFrame({
+        "Family": frame.family, "Variant": frame.variant.map(VARIANT_LABEL),
+        "Total": frame.total_params.map("{:,}".format),
+        "Active": frame.active_params.map("{:,}".format),
+        "FLOPs/token": frame.flops_per_token.map("{:,}".format),
+        "Writes (MiB)": frame.trace_writes_mib.map("{:.3f}".format),
+        "Live state (MiB)": frame.trace_state_mib.map("{:.4f}".format),
+        "Writes + Top-3 (MiB)": frame.trace_writes_top3_mib.map("{:.3f}".format),
+    })  # fmt: skip
+    return _table("table4", frame, cells, "Table 4. Parameter counts, analytical FLOPs per "
+                  "token and trace sizes (bf16) per sequence.")  # fmt: skip
+
+
+def table7(x: Inputs) -> Table:
+    c = x.contrasts
+    frame = c[c.quantity.isin(["accuracy", "macro"]) & (c.reference == "ordinary")].copy()
+    frame["task"] = frame.key.where(frame.quantity == "accuracy", "macro")
+    cells = pd.DataFrame({
+        "Family": frame.family, "Variant": frame.variant.map(VARIANT_LABEL), "Task": frame.task,
+        "Δ pp vs Ordinary": [interval(r.mean, r.low, r.high, "{:+.2f}")
+                             for r in frame.itertuples()],
+        "Per seed": frame.per_seed.map(lambda v: ", ".join(f"{x:+.2f}" for x in v)),
+    })  # fmt: skip
+    return _table("table7", frame.drop(columns="task"), cells, "Table 7. Task-level accuracy "
+                  "differences to the matched Ordinary MoE (percentage points).")  # fmt: skip
+
+
+def table10(x: Inputs) -> Table:
+    frame = x.checks[x.checks.check.isin(["K6", "K7", "K8"])].copy()
+    cells = pd.DataFrame({
+        "Family": frame.family, "Variant": frame.variant.map(VARIANT_LABEL),
+        "Seed": frame.seed.astype(str), "Check": frame.check,
+        "Max |residual|": frame.residual.map("{:.3g}".format),
+        "Tolerance": frame.tolerance.map("{:.0e}".format),
+    })  # fmt: skip
+    return _table("table10", frame, cells, "Table 10. Ledger reconstruction (float32): K6 "
+                  "Σ c − ωᵀs_L, K7 router logits, K8 state-only replay.")  # fmt: skip
+
+
+def table16(x: Inputs) -> Table:
+    m = x.seed_means
+    frame = m[m.quantity == "set_change_rate"].copy()
+    cells = pd.DataFrame({
+        "Family": frame.family, "Variant": frame.variant.map(VARIANT_LABEL), "λ": frame.key,
+        "Set-change rate": [interval(100 * r.mean, 100 * r.low, 100 * r.high, "{:.1f}")
+                            for r in frame.itertuples()],
+        "Per seed (%)": frame.per_seed.map(lambda v: " / ".join(f"{100 * x:.2f}" for x in v)),
+    })  # fmt: skip
+    return _table("table16", frame, cells, "Table 16. Local state suppression: Top-2 "
+                  "set-change rate (%) at each λ, layer 0 excluded.")  # fmt: skip
+
+
+def table_history(x: Inputs) -> Table:
+    m = x.seed_means
+    quantities = {"non_recent": ("Non-recent share", 100), "ess": ("ESS (writes)", 1),
+                  "max_share": ("Largest-source share", 100),
+                  "signed_state_term": ("Signed state term", 1)}  # fmt: skip
+    frame = m[m.quantity.isin(list(quantities))].copy()
+    cells = pd.DataFrame({
+        "Family": frame.family, "Variant": frame.variant.map(VARIANT_LABEL),
+        "Quantity": frame.quantity.map(lambda q: quantities[q][0]),
+        "Mean [95% CI]": [
+            interval(*(quantities[r.quantity][1] * v for v in (r.mean, r.low, r.high)), "{:.3f}")
+            for r in frame.itertuples()
+        ],
+    })  # fmt: skip
+    return _table("table_history", frame, cells, "Distributed history of the audited targets "
+                  "(paper §5.3, App. C.2): shares in %, sequence means first.")  # fmt: skip
+
+
+def table_state_geometry(x: Inputs) -> Table:
+    m = x.seed_means
+    frame = m[m.quantity.isin(["state_norm", "clamp_fraction"])].copy()
+    wide = frame.pivot_table(index=["family", "key"], columns=["quantity", "variant"],
+                             values="mean", aggfunc="first")  # fmt: skip
+    wide = wide.reset_index().sort_values(["family", "key"], key=lambda s: s.map(
+        lambda v: int(v) if str(v).isdigit() else v))  # fmt: skip
+    cols = {"Family": wide["family"], "Layer": wide["key"]}
+    for variant in ("latest", "persistent"):
+        if ("state_norm", variant) in wide:
+            cols[f"‖s‖ {VARIANT_LABEL[variant]}"] = wide[("state_norm", variant)].map(fmt)
+    if ("clamp_fraction", "persistent") in wide:
+        cols["At clamp P (%)"] = wide[("clamp_fraction", "persistent")].map(
+            lambda v: fmt(100 * v, "{:.2f}")
+        )
+    return _table("table_state_geometry", frame, pd.DataFrame(cols), "State geometry: mean "
+                  "‖s_l‖₂ per layer and the share of P coordinates at the clamp (three-seed "
+                  "means).")  # fmt: skip
+
+
+TABLES: dict[str, Callable[[Inputs], Table]] = {
+    "table1": table1,
+    "table2": lambda x: config_table("table2", x.config["moe"], "Table 2. MoE configuration."),
+    "table3": lambda x: config_table(
+        "table3", x.config["cpt"], "Table 3. Continued-pretraining configuration."
+    ),  # fmt: skip
+    "table4": table4,
+    "table7": table7,
+    "table10": table10,
+    "table16": table16,
+    "table_history": table_history,
+    "table_state_geometry": table_state_geometry,
+}
+
+
+# --------------------------------------------------------------------------- figures
+def figure1(x: Inputs):
+    """Toy Figure 1: the waterfall of c_{l→L} of one target (P, first seed, first target)."""
+    h = x.history[x.history.variant == "persistent"]
+    if h.empty:
+        h = x.history
+    seed = sorted(h.seed.unique())[0]
+    target = h[h.seed == seed].iloc[0]
+    c = list(target.contributions)
+    frame = pd.DataFrame({"source_layer": range(len(c)), "contribution": c,
+                          "cumulative": pd.Series(c).cumsum()})  # fmt: skip
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    bottom = frame.cumulative - frame.contribution
+    ax.bar(frame.source_layer, frame.contribution, bottom=bottom,
+           color=["#d62728" if v >= 0 else "#1f77b4" for v in frame.contribution])  # fmt: skip
+    ax.axhline(target.state_term, color="k", ls="--", lw=1, label=r"$\omega^\top s_L$ (state term)")
+    ax.set_xlabel("source layer l")
+    ax.set_ylabel(r"cumulative $c_{\ell \to L}$")
+    ax.set_title(f"Routing ledger of {target.seq_id} t={target.position}, L={target.layer} "
+                 f"({VARIANT_LABEL[target.variant]}, seed {seed})", fontsize=9)  # fmt: skip
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig, frame.assign(
+        seq_id=target.seq_id,
+        position=int(target.position),
+        layer=int(target.layer),
+        variant=target.variant,
+        seed=int(seed),
+    )
+
+
+def figure2a(x: Inputs):
+    """Set-change rate against λ, P and LWO (paper Fig. 2a)."""
+    m = x.seed_means
+    frame = m[m.quantity == "set_change_rate"].assign(lam=lambda d: d.key.astype(float))
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for variant, g in frame.groupby("variant"):
+        g = g.sort_values("lam")
+        ax.errorbar(g.lam, 100 * g["mean"], yerr=[100 * (g["mean"] - g.low),
+                    100 * (g.high - g["mean"])], marker="o", capsize=3,
+                    color=COLOURS[variant], label=VARIANT_LABEL[variant])  # fmt: skip
+    ax.set_xlabel("λ (state term scale at one router)")
+    ax.set_ylabel("Top-2 set-change rate (%)")
+    ax.invert_xaxis()
+    ax.legend()
+    fig.tight_layout()
+    return fig, frame.drop(columns="per_seed")
+
+
+FIGURES = {"figure1": figure1, "figure2a": figure2a}
+
+
+# --------------------------------------------------------------------------- comparison
+#: Why a compared row can differ at toy scale (printed where the direction does not agree).
+NOTES = {
+    "active_params_overhead": "the toy's state is r/d = 0.25 of a tiny model (d = 64, FFN 128): "
+    "the router's state block and the write head weigh more than at d = 576/640",
+}
+
+
+def comparison(x: Inputs, references: Mapping) -> pd.DataFrame:
+    """SAMOE §22 beside this run, one row per compared quantity and family: the paper's
+    numbers (SmolLM2, Gemma), ours, and whether the direction agrees."""
+    rows = []
+
+    def row(family, name, ours, expected, agrees, note=""):
+        rows.append({"family": family, "quantity": name,
+                     "paper_smollm2": references[name]["smollm2"],
+                     "paper_gemma": references[name]["gemma"], "ours": ours,
+                     "expected_direction": expected, "agrees": agrees,
+                     "note": NOTES.get(name, "") if agrees is False else note})  # fmt: skip
+
+    bounds = x.config["noninferiority"]
+    for family in x.counts.family.unique():
+        counts = x.counts[x.counts.family == family].set_index("variant")
+        if "persistent" in counts.index:
+            rel = counts.loc["persistent", "active_rel"]
+            row(family, "active_params_overhead", f"{100 * rel:+.2f}%",
+                "< 1% extra active parameters", bool(rel < 0.01))  # fmt: skip
+        ppl = x.contrast(family, "ppl", "persistent", "ordinary")
+        if ppl is not None:
+            text = interval(*(100 * ppl[k] for k in ("mean", "low", "high")), spec="{:+.2f}")
+            row(family, "ppl_rel_persistent", f"{text} %", "PPL ratio inside the +1% bound",
+                bool(ppl.high < bounds["ppl_rel"]))  # fmt: skip
+        macro = x.contrast(family, "macro", "persistent", "ordinary")
+        if macro is not None:
+            text = interval(macro["mean"], macro.low, macro.high, "{:+.2f}")
+            row(family, "macro_pp_persistent", f"{text} pp", "Δmacro above −1 pp",
+                bool(macro.low > -bounds["macro_pp"]))  # fmt: skip
+        p0, l0 = (x.mean(family, v, "set_change_rate", "0") for v in ("persistent", "latest"))
+        if p0 is not None and l0 is not None:
+            row(family, "state_use_lambda0",
+                f"P {100 * p0['mean']:.1f}%, LWO {100 * l0['mean']:.1f}%", "P set-change > LWO",
+                bool(p0["mean"] > l0["mean"]))  # fmt: skip
+        nr = x.mean(family, "persistent", "non_recent")
+        if nr is not None:
+            text = interval(*(100 * nr[k] for k in ("mean", "low", "high")), spec="{:.1f}")
+            row(family, "non_recent_share", f"{text}%", "> 50%", bool(nr["mean"] > 0.5))
+        described = (("ess", "ess", 1, "{:.2f}"),
+                     ("largest_source_share", "max_share", 100, "{:.1f}"),
+                     ("signed_state_term", "signed_state_term", 1, "{:.3f}"))  # fmt: skip
+        for name, quantity, scale, spec in described:
+            m = x.mean(family, "persistent", quantity)
+            if m is not None:
+                text = interval(*(scale * m[k] for k in ("mean", "low", "high")), spec=spec)
+                row(family, name, text + ("%" if scale == 100 else ""), "descriptive", None)
+        k6 = x.checks[(x.checks.family == family) & (x.checks.check == "K6")]
+        if not k6.empty:
+            worst = k6.residual.max()
+            row(family, "ledger_reconstruction", f"max {worst:.2e}", "< 1e-5 (tolerance 1e-4)",
+                bool(worst < 1e-5))  # fmt: skip
+    return pd.DataFrame(rows)

@@ -1,0 +1,269 @@
+"""The SA-MoE study a ``kind: samoe`` config describes (docs/samoe.md, SAMOE §19):
+:meth:`SAMoEStudy.from_config` checks it against ``workflow/schemas/samoe.schema.yaml`` and
+across keys, and answers the SA-MoE workflow's questions: its runs (family, variant, seed),
+the stage configs each job hashes, the probe pairs and target layers of a family, and per-rule
+resources (:mod:`headgeom.resources`, as for the head-geometry study).
+
+:meth:`headgeom.study.Study.from_config` hands a ``kind: samoe`` config to this class, so one
+entry point knows both study kinds. A config it cannot run raises ``StudyConfigError``, one
+short line per problem.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from typing import TYPE_CHECKING
+
+from headgeom.resources import ResourceRequests
+from headgeom.validation import StudyConfigError, load_schema, validate
+
+if TYPE_CHECKING:  # the workflow reads the study without importing torch (SA-MoE configs do)
+    from headgeom.samoe.config import CPTConfig, DenseConfig, MoEConfig
+
+KIND = "samoe"
+SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "samoe.schema.yaml"
+#: The CPT keys the toy CPU loop does not take (paper scale: accumulation and precision).
+_PAPER_CPT_KEYS = ("precision", "global_batch_seqs", "microbatch")
+
+
+def is_samoe(config: Mapping) -> bool:
+    return config.get("kind") == KIND
+
+
+class SAMoEStudy(ResourceRequests):
+    """A checked SA-MoE config. Build it with :meth:`from_config`."""
+
+    kind = KIND
+
+    def __init__(self, config: dict):
+        self.config = config
+        self.name: str = config["study"]
+        self.families: dict[str, dict] = config["families"]
+        self.variants: list[str] = list(config["variants"])
+        self.seeds: list[int] = [int(s) for s in config["seeds"]]
+
+    @classmethod
+    def from_config(cls, config: Mapping, schema: str | Path | Mapping = SCHEMA) -> SAMoEStudy:
+        config = copy.deepcopy(dict(config))
+        schema = schema if isinstance(schema, Mapping) else load_schema(schema)
+        problems = validate(config, schema)
+        if problems:
+            raise StudyConfigError(problems)
+        study = cls(config)
+        problems = []
+        for check in study._checks():
+            try:
+                check()
+            except ValueError as err:
+                problems.append(str(err))
+        if problems:
+            raise StudyConfigError(problems)
+        return study
+
+    # ------------------------------------------------------------------ checks
+    def _checks(self):
+        yield self.moe_config
+        yield self.cpt_config
+        yield self._check_sampling
+        yield self._check_pools
+        yield self._check_resources
+        for family in self.families:
+            if self.is_toy(family):
+                yield lambda f=family: self.dense_config(f)
+            yield lambda f=family: self._check_layers(f)
+
+    def _check_sampling(self) -> None:
+        sampling = self.config["data"]["sampling"]
+        if abs(sum(sampling.values()) - 1.0) > 1e-9:
+            raise ValueError(
+                f"config data.sampling: probabilities sum to {sum(sampling.values()):g}, not 1"
+            )
+
+    def _check_pools(self) -> None:
+        pools, n = self.config["data"]["pools"], self.config["interventions"]["n_sequences"]
+        if n != pools["intervention"]:
+            raise ValueError(
+                f"config interventions.n_sequences={n} differs from data.pools.intervention="
+                f"{pools['intervention']}: the intervention subset is one set of sequences"
+            )
+        if n > pools["final"]:
+            raise ValueError(
+                f"config data.pools.intervention={n} exceeds data.pools.final="
+                f"{pools['final']}: the subset is cut from the final pool"
+            )
+        n_ctx = min(self.n_ctx(f) for f in self.families)  # a Hub family without a shape: below
+        positions = pools["construction"] * n_ctx
+        top = max(self.config["probes"]["budgets"])
+        if top > positions:
+            raise ValueError(
+                f"config probes.budgets: the top budget {top} exceeds the construction pool's "
+                f"{positions} positions ({pools['construction']} × {n_ctx})"
+            )
+
+    def _check_layers(self, family: str) -> None:
+        n = self.n_layer(family)
+        where = f"config families.{family}"
+        for src, tgt in self.probe_pairs(family):
+            if not 0 <= src < tgt < n:
+                raise ValueError(f"{where}: probe pair [{src}, {tgt}] needs 0 ≤ source < target < "
+                                 f"{n} (the family's MoE layers)")  # fmt: skip
+        missing = [p for p in self.long_horizon_pairs(family) if p not in self.probe_pairs(family)]
+        if missing:
+            raise ValueError(f"config probes.long_horizon: {missing} are not probe pairs of "
+                             f"family {family}")  # fmt: skip
+        for layer in self.target_layers(family):
+            if not 1 <= layer < n:
+                raise ValueError(f"{where}: target layer {layer} needs 1 ≤ layer < {n}")
+        for h in self.config["interventions"]["persistence_horizons"]:
+            if h > min(self.target_layers(family)):
+                raise ValueError(
+                    f"config interventions.persistence_horizons: {h} layers back from target "
+                    f"layer {min(self.target_layers(family))} of family {family} is before layer 0"
+                )
+
+    # ------------------------------------------------------------------ families
+    def is_toy(self, family: str) -> bool:
+        return "dense" in self.families[family]
+
+    @cached_property
+    def toy_families(self) -> list[str]:
+        return [f for f in self.families if self.is_toy(f)]
+
+    def dense_config(self, family: str) -> DenseConfig:
+        from headgeom.samoe.config import DenseConfig
+
+        if not self.is_toy(family):
+            raise ValueError(f"family {family} is imported from the Hub ({self.hf(family)}), "
+                             "not trained")  # fmt: skip
+        try:
+            return DenseConfig.from_dict(self.families[family]["dense"])
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"config families.{family}.dense: {err}") from None
+
+    def hf(self, family: str) -> dict:
+        return self.families[family]["hf"]
+
+    def n_layer(self, family: str) -> int:
+        if self.is_toy(family):
+            return self.dense_config(family).n_layer
+        return self.paper_shape(family).n_layer
+
+    def paper_shape(self, family: str):
+        """The shapes of a Hub family (``headgeom.samoe.counts.PAPER_SHAPES``)."""
+        from headgeom.samoe.counts import PAPER_SHAPES
+
+        repo = self.hf(family)["repo_id"]
+        if repo not in PAPER_SHAPES:
+            raise ValueError(f"config families.{family}.hf.repo_id: {repo!r} has no known "
+                             f"shape; known: {sorted(PAPER_SHAPES)}")  # fmt: skip
+        return PAPER_SHAPES[repo]
+
+    def n_ctx(self, family: str) -> int:
+        if self.is_toy(family):
+            return self.dense_config(family).n_ctx
+        return self.paper_shape(family).seq_len
+
+    def probe_pairs(self, family: str) -> list[tuple[int, int]]:
+        pairs = self.families[family].get("probe_pairs", self.config["probes"]["pairs"])
+        return [(int(a), int(b)) for a, b in pairs]
+
+    def long_horizon_pairs(self, family: str) -> list[tuple[int, int]]:
+        return [(int(a), int(b)) for a, b in self.config["probes"]["long_horizon"]]
+
+    def target_layers(self, family: str) -> list[int]:
+        layers = self.families[family].get(
+            "target_layers", self.config["interventions"]["target_layers"]
+        )
+        return [int(x) for x in layers]
+
+    # ------------------------------------------------------------------ stage configs
+    def moe_config(self) -> MoEConfig:
+        from headgeom.samoe.config import MoEConfig
+
+        try:
+            return MoEConfig.from_dict(self.config["moe"])
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"config moe: {err}") from None
+
+    def cpt_config(self) -> CPTConfig:
+        from headgeom.samoe.config import CPTConfig
+
+        cpt = {k: v for k, v in self.config["cpt"].items() if k not in _PAPER_CPT_KEYS}
+        try:
+            return CPTConfig.from_dict(cpt)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"config cpt: {err}") from None
+
+    def stage(self, name: str) -> dict:
+        return self.config[name]
+
+    def corpus_config(self) -> dict:
+        """What rule samoe_corpus hashes: the data block, the toy families' context lengths
+        (pool sequence length) and the downstream suite."""
+        return {
+            "data": self.config["data"],
+            "seq_len": min(self.n_ctx(f) for f in self.toy_families),
+            "downstream": self.config["downstream"],
+        }
+
+    def dense_run_config(self, family: str) -> dict:
+        return {"family": family, "dense": self.dense_config(family).to_dict(),
+                "data_seed": self.config["data"]["seed"]}  # fmt: skip
+
+    def run_config(self, family: str, variant: str, seed: int | str) -> dict:
+        """What upcycling and continued pretraining of one run hash."""
+        return {
+            "family": family,
+            "variant": variant,
+            "seed": int(seed),
+            "data_seed": self.config["data"]["seed"],
+            "moe": self.moe_config().to_dict(),
+            "cpt": self.cpt_config().to_dict(),
+        }
+
+    def analysis_config(self, family: str) -> dict:
+        """What every per-run analysis of ``family`` hashes."""
+        return {
+            "family": family,
+            "n_layer": self.n_layer(family),
+            "local_suppression": self.config["local_suppression"],
+            "probes": {
+                **self.config["probes"],
+                "pairs": self.probe_pairs(family),
+                "long_horizon": self.long_horizon_pairs(family),
+            },  # fmt: skip
+            "interventions": {
+                **self.config["interventions"],
+                "target_layers": self.target_layers(family),
+            },  # fmt: skip
+            "downstream": self.config["downstream"],
+            "noninferiority": self.config["noninferiority"],
+        }
+
+    # ------------------------------------------------------------------ runs
+    @cached_property
+    def runs(self) -> list[tuple[str, str, int]]:
+        """(family, variant, seed) of every run, family by family, seed by seed."""
+        return [(f, v, s) for f in self.families for s in self.seeds for v in self.variants]
+
+    @cached_property
+    def state_runs(self) -> list[tuple[str, str, int]]:
+        return [r for r in self.runs if r[1] != "ordinary"]  # latest, persistent
+
+    @cached_property
+    def ordinary_runs(self) -> list[tuple[str, str, int]]:
+        return [r for r in self.runs if r[1] == "ordinary"]
+
+    def pattern(self, values) -> str:
+        import re
+
+        return "|".join(re.escape(str(v)) for v in values) or "(?!)"
+
+    def summary(self) -> dict[str, Any]:
+        return {"families": list(self.families), "variants": self.variants, "seeds": self.seeds,
+                "runs": len(self.runs)}  # fmt: skip

@@ -1,0 +1,127 @@
+"""One clean capture of a state run (SAMOE §9) and what is read straight from it: the state
+geometry per layer (§18), the local set-change rates (§12, E5), and the routing ledger of
+every audited target with its distributed-history metrics (§10, E3, E4). For LWO the
+attribution is the structural one (all of ωᵀ s_L to source L − 1, §10.2): replacement does
+not telescope into causal terms, so its history metrics are 0 / 1 / 1 by construction. The checks K2
+(state bounds), K6 (ledger), K7 (logits), K8 (state-only replay; Persistent only, where
+writes add) and K9 (λ = 1) run first:
+a failure stops the job before any output is written, and the residuals are recorded in the
+metadata of the files they guard.
+
+    python src/samoe_capture.py --run-json '{"family":"toy","variant":"persistent","seed":42}' \\
+        --config-json '{...analysis config...}' --checkpoint model.safetensors \\
+        --manifest manifest.json --pools pools.parquet --targets targets.parquet \\
+        --corpus-manifest manifest.json --state-geometry g.parquet \\
+        --local-suppression l.parquet --history h.parquet
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from headgeom.data.corpus_sources import all_or_nothing
+from headgeom.hashing import content_hash
+from headgeom.io import read_table
+from headgeom.runtime import set_threads
+from headgeom.samoe import results
+from headgeom.samoe.capture import capture, check_state_bounds, state_geometry
+from headgeom.samoe.checkpoint import load_verified_moe
+from headgeom.samoe.ledger import (
+    check_ledger,
+    check_replay,
+    history_metrics,
+    ledger,
+    state_only_replay,
+    structural_attribution,
+)
+from headgeom.samoe.manifest import verified_inputs
+from headgeom.samoe.pools import pool, read_pools
+from headgeom.samoe.rankings import as_targets
+from headgeom.samoe.suppression import check_unit_lambda, set_change_rates
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run-json", required=True)
+    parser.add_argument("--config-json", required=True)
+    for name in ("checkpoint", "manifest", "pools", "targets", "corpus-manifest",
+                 "state-geometry", "local-suppression", "history"):  # fmt: skip
+        parser.add_argument(f"--{name}", required=True, type=Path)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    run, cfg = json.loads(args.run_json), json.loads(args.config_json)
+    set_threads(args.threads)
+    verified_inputs(args.corpus_manifest, {"pools": args.pools})
+    model, vocab, manifest = load_verified_moe(args.checkpoint, args.manifest)
+    clamp = model.moe_cfg.clamp
+    frame = read_pools(args.pools)
+    final = pool(frame, "final", vocab)
+    cap = capture(model, final.ids)
+    k2 = check_state_bounds(cap, model.variant, clamp)
+    k9 = check_unit_lambda(model, cap)
+    lambdas = cfg["local_suppression"]["lambdas"]
+    local = [
+        {"lam": lam, "layer0": layer0, "set_change_rate": rate,
+         "n_decisions": (cap.n_layer - (not layer0)) * final.ids.numel()}
+        for layer0 in (False, True)
+        for lam, rate in set_change_rates(model, cap, lambdas, skip_layer0=not layer0).items()
+    ]  # fmt: skip
+
+    # the ledger of the audited targets, on the intervention subset
+    sub = pool(frame, "final", vocab, intervention=True)
+    targets_frame = read_table(args.targets, results.TARGETS.names).to_pandas()
+    if targets_frame["seq_id"].tolist()[:: len(set(targets_frame["slot"]))] != sub.seq_ids:
+        raise ValueError(f"{args.targets}: its sequences are not the pools' intervention subset "
+                         f"in order (rerun samoe_targets)")  # fmt: skip
+    targets = as_targets(targets_frame)
+    sub_cap = capture(model, sub.ids)
+    led = ledger(model, sub_cap, targets)
+    k67 = check_ledger(model, sub_cap, led)
+    if model.variant == "persistent":
+        k8 = check_replay(led, state_only_replay(model, sub_cap, targets, led))
+        attribution = led.contributions
+    else:  # replacement does not telescope: LWO's audit object is structural (SAMOE §10.2)
+        k8 = {}
+        attribution = structural_attribution(led, targets)
+    hist = history_metrics(attribution, targets.layer)
+    kept = hist.kept.numpy()
+
+    def at_kept(values: torch.Tensor) -> np.ndarray:
+        out = np.full(len(targets), np.nan)
+        out[kept] = values.double().numpy()
+        return out
+
+    history = targets_frame[["seq_id", "slot", "layer", "position"]].assign(
+        e2=led.e2.numpy(), e3=led.e3.numpy(), margin=led.margin.double().numpy(),
+        hidden_term=led.hidden_term.double().numpy(), state_term=led.state_term.double().numpy(),
+        mass=at_kept(hist.mass), non_recent=at_kept(hist.non_recent), ess=at_kept(hist.ess),
+        max_share=at_kept(hist.max_share),
+        contributions=[row[:L].double().tolist() for row, L in
+                       zip(attribution, targets.layer.tolist(), strict=True)],
+        **run)  # fmt: skip
+    geometry = pd.DataFrame(state_geometry(cap, clamp)).assign(**run)
+    meta = {"run": run, "config_hash": content_hash(cfg),
+            "checkpoint_sha256": manifest["checkpoint_file_sha256"],
+            "manifest_content_hash": content_hash(manifest)}  # fmt: skip
+    with all_or_nothing(args.state_geometry, args.local_suppression, args.history):
+        results.STATE_GEOMETRY.write(args.state_geometry, geometry, {**meta, **k2})
+        results.LOCAL_SUPPRESSION.write(args.local_suppression, pd.DataFrame(local).assign(**run),
+                                        {**meta, **k9})  # fmt: skip
+        results.HISTORY.write(args.history, history, {**meta, **k67, **k8})
+    nr = np.nanmean(history["non_recent"])
+    print(f"capture {run}: K6 {k67['check_K6_max_abs_residual']:.2e}, K7 "
+          f"{k67['check_K7_max_abs_residual']:.2e}, set change at λ=0 "
+          f"{local[len(lambdas) - 1]['set_change_rate']:.3f}, non-recent {nr:.3f}",
+          file=sys.stderr)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

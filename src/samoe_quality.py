@@ -1,0 +1,72 @@
+"""Quality of one SA-MoE run (SAMOE §11): perplexity on the final pool (all of it and per
+domain) and the toy downstream suite (acc, acc_norm and each task's primary metric; macro =
+the unweighted mean of the primaries).
+
+    python src/samoe_quality.py --run-json '{"family":"toy","variant":"latest","seed":42}' \\
+        --checkpoint model.safetensors --manifest manifest.json --pools pools.parquet \\
+        --downstream downstream.parquet --corpus-manifest corpus/manifest.json --out quality.parquet
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from headgeom.data.corpus import compact
+from headgeom.hashing import content_hash
+from headgeom.io import read_table
+from headgeom.runtime import set_threads
+from headgeom.samoe import downstream, results
+from headgeom.samoe.checkpoint import load_verified_moe
+from headgeom.samoe.manifest import verified_inputs
+from headgeom.samoe.pools import pool, read_pools
+from headgeom.samoe.quality import perplexity
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--run-json", required=True)
+    for name in ("checkpoint", "manifest", "pools", "downstream", "corpus-manifest", "out"):
+        parser.add_argument(f"--{name}", required=True, type=Path)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    run = json.loads(args.run_json)
+    set_threads(args.threads)
+    verified_inputs(args.corpus_manifest, {"pools": args.pools, "downstream": args.downstream})
+    model, vocab, manifest = load_verified_moe(args.checkpoint, args.manifest)
+    final = pool(read_pools(args.pools), "final", vocab)
+    rows = []
+    domains = np.asarray(final.domains)
+    for subset in ("all", "prose", "code", "math"):
+        ids = final.ids if subset == "all" else final.ids[domains == subset]
+        rows.append({"metric": "ppl", "subset": subset, "value": perplexity(model, ids),
+                     "n": ids[:, 1:].numel()})  # fmt: skip
+    suite = read_table(args.downstream, results.DOWNSTREAM.names).to_pandas()
+    scored = downstream.score(model, suite, lambda ids: compact(np.asarray(ids), vocab).tolist())
+    primaries = []
+    for task, group in scored.groupby("task", sort=False):
+        for metric in ("acc", "acc_norm"):
+            rows.append({"metric": metric, "subset": task, "value": group[metric].mean(),
+                         "n": len(group)})  # fmt: skip
+        value = group[downstream.PRIMARY[task]].mean()
+        primaries.append(value)
+        rows.append({"metric": "primary", "subset": task, "value": value, "n": len(group)})
+    rows.append({"metric": "primary", "subset": "macro", "value": float(np.mean(primaries)),
+                 "n": len(scored)})  # fmt: skip
+    frame = pd.DataFrame(rows).assign(**run)
+    results.QUALITY.write(args.out, frame, {
+        "run": run, "checkpoint_sha256": manifest["checkpoint_file_sha256"],
+        "manifest_content_hash": content_hash(manifest)})  # fmt: skip
+    print(
+        f"quality {run}: ppl {rows[0]['value']:.4f}, macro {rows[-1]['value']:.4f}", file=sys.stderr
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

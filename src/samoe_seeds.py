@@ -1,0 +1,113 @@
+"""The seed registry of an SA-MoE study (SAMOE §2) and the checks across a seed's variants:
+K3 (every expert tensor hashes the same in the ordinary, latest and persistent step-0
+models) and K1 (step-0 writes exactly 0; latest and persistent router logits bitwise equal,
+and with ``router_x_init: state_block`` the ordinary logits too), on the final pool.
+
+    python src/samoe_seeds.py --runs-json '[["toy","ordinary",42],...]' --step0 a b ... \\
+        --init-manifests a b ... --manifests a b ... --dense-manifests-json '{"toy":"..."}' \\
+        --pools pools.parquet --corpus-manifest manifest.json --out seeds.json
+
+``samoe/seeds.json``: per run its init, checkpoint, dense-source and config hashes and the
+manifest content hash; per (family, seed) the logged checks; the registry's own content hash.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+from headgeom.hashing import content_hash, manifest_hash
+from headgeom.io import read_json, write_json
+from headgeom.samoe import checks
+from headgeom.samoe.capture import capture, check_step0
+from headgeom.samoe.checkpoint import load_verified_moe
+from headgeom.samoe.manifest import verified_inputs
+from headgeom.samoe.pools import pool, read_pools
+from headgeom.samoe.upcycle import check_experts_agree
+
+#: Final-pool sequences the step-0 comparison runs on (a forward of all 96 per variant would
+#: only repeat the same algebra).
+K1_SEQUENCES = 8
+
+
+def step0_checks(paths: dict[str, tuple[Path, Path]], pools_frame, inits: dict) -> dict:
+    """K3.variants and K1 for one (family, seed): ``paths`` variant -> (step0, init manifest)."""
+    out = check_experts_agree({v: inits[v]["init"] for v in paths})
+    caps, models = {}, {}
+    for variant, (step0, init) in paths.items():
+        model, vocab, _ = load_verified_moe(step0, init)
+        ids = pool(pools_frame, "final", vocab).ids[:K1_SEQUENCES]
+        caps[variant], models[variant] = capture(model, ids), model
+    if {"latest", "persistent"} <= set(caps):
+        out |= check_step0(caps["latest"], caps["persistent"])
+    state = next((v for v in ("persistent", "latest") if v in caps), None)
+    if "ordinary" in caps and state and models[state].moe_cfg.router_x_init == "state_block":
+        differ = int((caps["ordinary"].logits != caps[state].logits).sum())
+        outputs = float((caps["ordinary"].output_logits - caps[state].output_logits).abs().max())
+        out |= checks.enforce(
+            "K1.ordinary_logits",
+            differ,
+            0,
+            "count",
+            what=f"step-0 router logits differing between ordinary and {state}",
+        )
+        out |= checks.enforce("K1.ordinary_outputs", outputs, 0.0,
+                              what=f"step-0 output logits, ordinary vs {state}")  # fmt: skip
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs-json", required=True)
+    parser.add_argument("--step0", nargs="+", type=Path, required=True)
+    parser.add_argument("--init-manifests", nargs="+", type=Path, required=True)
+    parser.add_argument("--manifests", nargs="+", type=Path, required=True)
+    parser.add_argument("--dense-manifests-json", required=True)
+    parser.add_argument("--pools", required=True, type=Path)
+    parser.add_argument("--corpus-manifest", required=True, type=Path)
+    parser.add_argument("--out", required=True, type=Path)
+    args = parser.parse_args(argv)
+    runs = [tuple(r) for r in json.loads(args.runs_json)]
+    if not len(runs) == len(args.step0) == len(args.init_manifests) == len(args.manifests):
+        raise ValueError("samoe_seeds: one step-0 checkpoint, init manifest and manifest per run")
+    dense = json.loads(args.dense_manifests_json)
+    verified_inputs(args.corpus_manifest, {"pools": args.pools})
+    frame = read_pools(args.pools)
+    torch.set_num_threads(1)
+    groups: dict[tuple, dict] = defaultdict(dict)
+    inits, records = {}, []
+    for (family, variant, seed), step0, init, final in zip(
+        runs, args.step0, args.init_manifests, args.manifests, strict=True
+    ):
+        inits[(family, variant, seed)] = read_json(init)
+        groups[(family, seed)][variant] = (step0, init)
+        m = read_json(final)
+        records.append({
+            "family": family, "variant": variant, "seed": int(seed),
+            "init_content_sha256": inits[(family, variant, seed)]["init"]["content_sha256"],
+            "step0_sha256": inits[(family, variant, seed)]["checkpoint_file_sha256"],
+            "checkpoint_sha256": m["checkpoint_file_sha256"],
+            "config_hash": m["config_hash"],
+            "dense_manifest_hash": manifest_hash(dense[family]),
+            "manifest_content_hash": content_hash(m),
+        })  # fmt: skip
+    seed_checks = []
+    for (family, seed), paths in groups.items():
+        mine = {v: inits[(family, v, seed)] for v in paths}
+        seed_checks.append({"family": family, "seed": int(seed),
+                            **step0_checks(paths, frame, mine)})  # fmt: skip
+    registry = {"record_type": "samoe_seed_registry", "runs": records, "checks": seed_checks}
+    registry["content_hash"] = content_hash({k: registry[k] for k in ("runs", "checks")})
+    write_json(args.out, registry)
+    print(f"seed registry: {len(records)} runs, {len(seed_checks)} (family, seed) checks passed, "
+          f"content hash {registry['content_hash'][:12]}", file=sys.stderr)  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,109 @@
+"""The SA-MoE study kind: config/samoe.yaml validates into a SAMoEStudy through the one
+Study entry point, every cross-key problem is one line naming the key, and what each job
+hashes holds every [CHOICE] of its stage."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from headgeom.samoe_study import SAMoEStudy
+from headgeom.study import Study, StudyConfigError
+
+ROOT = Path(__file__).resolve().parents[3]
+DEMO = yaml.safe_load((ROOT / "config/samoe.yaml").read_text())
+MICRO = yaml.safe_load((ROOT / "tests/e2e/samoe-micro.yaml").read_text())
+
+
+def problems(config: dict) -> str:
+    with pytest.raises(StudyConfigError) as err:
+        Study.from_config(config)
+    return str(err.value)
+
+
+def test_one_entry_point_knows_both_kinds():
+    samoe = Study.from_config(DEMO)
+    assert isinstance(samoe, SAMoEStudy) and samoe.kind == "samoe"
+    headgeom = Study.from_config(yaml.safe_load((ROOT / "config/config.yaml").read_text()))
+    assert headgeom.kind == "headgeom"
+
+
+def test_demo_runs_and_blocks():
+    s = Study.from_config(DEMO)
+    # 1 family × 3 seeds × 3 variants, seed by seed so a seed's variants sit together
+    assert s.runs[:3] == [("toy", "ordinary", 42), ("toy", "latest", 42),
+                          ("toy", "persistent", 42)]  # fmt: skip
+    assert len(s.runs) == 9 and len(s.state_runs) == 6 and len(s.ordinary_runs) == 3
+    assert s.n_layer("toy") == 8 and s.n_ctx("toy") == 128
+    assert s.target_layers("toy") == [6, 7, 6, 7]
+    assert s.probe_pairs("toy")[0] == (4, 5)
+    run = s.run_config("toy", "persistent", "43")
+    assert run["seed"] == 43 and run["moe"]["router_x_init"] == "state_block"
+    assert run["cpt"]["aux"] == {"load_balance": 0.01, "z_loss": 0.001}
+    # a seed's three variants hash different configs (the variant is part of the identity)
+    assert s.run_config("toy", "latest", 42) != s.run_config("toy", "persistent", 42)
+
+
+def test_defaults_are_filled_on_a_copy():
+    given = copy.deepcopy(MICRO)
+    s = Study.from_config(given)
+    assert given == MICRO  # not mutated
+    assert s.config["moe"]["clamp"] == 5.0 and s.config["variants"] == list(
+        ("ordinary", "latest", "persistent")
+    )
+    assert s.config["data"]["sampling"] == {"prose": 0.5, "code": 0.25, "math": 0.25}
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda c: c["moe"].update(top_k=16), "config moe: samoe moe config: top_k=16"),
+        (lambda c: c["cpt"].update(stepz=3), "unknown key 'stepz' (did you mean 'steps'?)"),
+        (lambda c: c["probes"]["pairs"].append([5, 9]), "probe pair [5, 9] needs 0 ≤ source"),
+        (lambda c: c["probes"]["long_horizon"].append([0, 1]), "[(0, 1)] are not probe pairs"),
+        (lambda c: c["interventions"].update(target_layers=[8]), "target layer 8 needs"),
+        (lambda c: c["data"]["sampling"].update(prose=0.9), "probabilities sum to 1.4, not 1"),
+        (
+            lambda c: c["interventions"].update(n_sequences=21),
+            "interventions.n_sequences=21 differs from data.pools.intervention=24",
+        ),
+        (lambda c: c["probes"].update(budgets=[20000]), "the top budget 20000 exceeds"),
+        (lambda c: c["interventions"].update(persistence_horizons=[7]), "before layer 0"),
+        (lambda c: c["families"]["toy"]["dense"].update(d_head=12), "n_head·d_head == d_model"),
+        (lambda c: c.update(variants=["ordinary", "lwo"]), "'lwo' is not allowed"),
+        (lambda c: c["resources"].update(samoe_trian={"mem_mb": 100}), None),
+    ],
+)
+def test_bad_configs_name_the_key(edit, message):
+    config = copy.deepcopy(DEMO)
+    config.setdefault("resources", {})
+    edit(config)
+    if message is None:  # a resources key that is no rule: caught against the workflow's rules
+        study = Study.from_config(config)
+        with pytest.raises(StudyConfigError, match="samoe_trian.*did you mean 'samoe_train'"):
+            study.check_rules(["samoe_train", "samoe_dense"])
+        return
+    assert message in problems(config)
+
+
+def test_every_problem_is_reported_at_once():
+    config = copy.deepcopy(DEMO)
+    config["probes"]["pairs"].append([5, 9])
+    config["data"]["sampling"]["prose"] = 0.9
+    lines = problems(config).splitlines()
+    assert len(lines) == 2
+
+
+def test_paper_family_has_the_published_shape():
+    config = copy.deepcopy(DEMO)
+    config["families"] = {"smollm2": {"hf": {"repo_id": "HuggingFaceTB/SmolLM2-135M",
+                                             "revision": "a" * 40}}}  # fmt: skip
+    config["interventions"]["target_layers"] = [12, 16, 21, 25]
+    s = Study.from_config(config)
+    assert s.n_layer("smollm2") == 30 and s.n_ctx("smollm2") == 2048
+    assert not s.is_toy("smollm2")
+    config["families"]["smollm2"]["hf"]["repo_id"] = "org/unknown"
+    assert "has no known shape" in problems(config)

@@ -1,0 +1,86 @@
+# The per-run analyses (SAMOE §10–§12): the audited targets of each family, quality of every
+# run, and one clean capture of every state run (state geometry, local suppression, ledger).
+
+
+rule samoe_targets:
+    input:
+        pools=PATHS["pools"],
+        corpus_manifest=PATHS["corpus_manifest"],
+    output:
+        targets=PATHS["targets"],
+    log:
+        log_of("samoe_targets", "{family}"),
+    benchmark:
+        benchmark_of("samoe_targets", "{family}")
+    params:
+        layers=lambda wildcards: as_json(STUDY.target_layers(wildcards.family)),
+    threads: 1
+    resources:
+        **STUDY.resources("samoe_targets", mem_mb=1000, runtime=5),
+    conda:
+        "../../envs/headgeom.yaml"
+    shell:
+        "python src/samoe_targets.py --family {wildcards.family} --layers-json {params.layers:q} "
+        "--pools {input.pools} --corpus-manifest {input.corpus_manifest} "
+        "--out {output.targets} 2> {log}"
+
+
+rule samoe_quality:
+    input:
+        checkpoint=PATHS["checkpoint"],
+        manifest=PATHS["manifest"],
+        pools=PATHS["pools"],
+        downstream=PATHS["downstream"],
+        corpus_manifest=PATHS["corpus_manifest"],
+    output:
+        quality=PATHS["quality"],
+    log:
+        log_of("samoe_quality", "{family}-{variant}-s{seed}"),
+    benchmark:
+        benchmark_of("samoe_quality", "{family}-{variant}-s{seed}")
+    params:
+        run=run_json,
+    threads: STUDY.threads("samoe_quality")
+    resources:
+        **STUDY.resources("samoe_quality", mem_mb=2000, runtime=20),
+    conda:
+        "../../envs/headgeom.yaml"
+    shell:
+        "python src/samoe_quality.py --run-json {params.run:q} --checkpoint {input.checkpoint} "
+        "--manifest {input.manifest} --pools {input.pools} --downstream {input.downstream} "
+        "--corpus-manifest {input.corpus_manifest} --out {output.quality} "
+        "--threads {threads} 2> {log}"
+
+
+rule samoe_capture:
+    wildcard_constraints:
+        variant="latest|persistent",
+    input:
+        checkpoint=PATHS["checkpoint"],
+        manifest=PATHS["manifest"],
+        pools=PATHS["pools"],
+        targets=PATHS["targets"],
+        corpus_manifest=PATHS["corpus_manifest"],
+    output:
+        state_geometry=PATHS["state_geometry"],
+        local_suppression=PATHS["local_suppression"],
+        history=PATHS["history"],
+    log:
+        log_of("samoe_capture", "{family}-{variant}-s{seed}"),
+    benchmark:
+        benchmark_of("samoe_capture", "{family}-{variant}-s{seed}")
+    params:
+        run=run_json,
+        cfg=json_param(STUDY.analysis_config, "family"),
+    threads: STUDY.threads("samoe_capture")
+    resources:
+        **STUDY.resources("samoe_capture", mem_mb=3000, runtime=20),
+    conda:
+        "../../envs/headgeom.yaml"
+    shell:
+        "python src/samoe_capture.py --run-json {params.run:q} --config-json {params.cfg:q} "
+        "--checkpoint {input.checkpoint} --manifest {input.manifest} --pools {input.pools} "
+        "--targets {input.targets} --corpus-manifest {input.corpus_manifest} "
+        "--state-geometry {output.state_geometry} "
+        "--local-suppression {output.local_suppression} --history {output.history} "
+        "--threads {threads} 2> {log}"

@@ -1,0 +1,97 @@
+# The SA-MoE study object, the one table of paths every rule uses, and the helpers of the
+# rules (workflow/samoe/*.smk). No rules here.
+import json
+import os
+import sys
+from pathlib import Path
+
+SRC = Path(workflow.basedir) / "src"
+shell.prefix(f"set -euo pipefail; export PYTHONPATH={SRC}${{{{PYTHONPATH:+:$PYTHONPATH}}}}; ")
+sys.path.insert(0, str(SRC))
+from headgeom.kernels import pin_kernels  # noqa: E402
+from headgeom.samoe.paths import TEMPLATES  # noqa: E402
+from headgeom.study import Study, StudyConfigError  # noqa: E402
+
+try:
+    pin_kernels()  # the same CPU kernel paths as the head-geometry study (docs §2.7)
+except ValueError as err:
+    sys.exit(f"Invalid environment: {err}")
+try:
+    STUDY = Study.from_config(config)  # a kind: samoe config -> headgeom.samoe_study
+except StudyConfigError as err:
+    sys.exit(f"Invalid study config:\n{err}")
+
+R = f"results/{STUDY.name}"
+PATHS = {name: f"{R}/{template}" for name, template in TEMPLATES.items()}
+
+
+wildcard_constraints:
+    family=STUDY.pattern(STUDY.families),
+    variant=STUDY.pattern(STUDY.variants),
+    seed=r"\d+",
+
+
+def log_of(*parts):
+    return f"{R}/logs/samoe/{'/'.join(parts)}.log"
+
+
+def benchmark_of(*parts):
+    return f"{R}/benchmarks/samoe/{'/'.join(parts)}.tsv"
+
+
+def as_json(obj):
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))
+
+
+def json_param(fn, *names):
+    """A params function: canonical JSON of fn(<those wildcards>)."""
+    return lambda wildcards: as_json(fn(*(wildcards[n] for n in names)))
+
+
+def per_run(result, runs):
+    return [PATHS[result].format(family=f, variant=v, seed=s) for f, v, s in runs]
+
+
+def run_json(wildcards):
+    return as_json(
+        {"family": wildcards.family, "variant": wildcards.variant, "seed": int(wildcards.seed)}
+    )
+
+
+
+
+def directory_of(key):
+    """A params function: the directory of the job's input or output file ``key``."""
+    return lambda wildcards, input, output: os.path.dirname(
+        getattr(output, key, None) or getattr(input, key)
+    )
+
+
+def paper_config():
+    c = STUDY.config
+    return {k: c[k] for k in ("moe", "cpt", "variants", "seeds", "noninferiority", "families")}
+
+
+SAMOE_TABLES = ["table1", "table2", "table3", "table4", "table7", "table10", "table16",
+                "table_history", "table_state_geometry"]  # fmt: skip
+SAMOE_FIGURES = ["figure1", "figure2a"]
+
+
+def paper_files():
+    tables = [PATHS[f"table_{x}"].format(table=t) for t in SAMOE_TABLES for x in ("md", "csv", "tex")]
+    figures = [PATHS[f"figure_{x}"].format(figure=f) for f in SAMOE_FIGURES for x in ("png", "csv")]
+    return tables, figures
+
+
+def study_outputs():
+    """The default target's inputs: every SA-MoE table, figure and record."""
+    tables, figures = paper_files()
+    return [*tables, *figures, PATHS["comparison"], PATHS["seeds"],
+            *per_run("train_log", STUDY.runs)]  # fmt: skip
+
+
+def checked_rules(names):
+    try:
+        STUDY.check_rules(names)
+    except StudyConfigError as err:
+        sys.exit(f"Invalid study config:\n{err}")

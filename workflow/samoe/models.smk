@@ -1,0 +1,135 @@
+# The toy corpus, the dense source, upcycling, continued pretraining and the seed registry
+# (SAMOE §3–§7, §2). Every job verifies its inputs against their manifests first.
+
+
+rule samoe_corpus:
+    output:
+        **{k: PATHS[f"corpus_{k}"] for k in ("dense_train", "dense_val", "cpt_train", "vocab")},
+        pools=PATHS["pools"],
+        downstream=PATHS["downstream"],
+        manifest=PATHS["corpus_manifest"],
+    log:
+        log_of("samoe_corpus"),
+    benchmark:
+        benchmark_of("samoe_corpus")
+    params:
+        cfg=lambda wildcards: as_json(STUDY.corpus_config()),
+        out_dir=directory_of("manifest"),
+    threads: STUDY.threads("samoe_corpus")
+    resources:
+        **STUDY.resources("samoe_corpus", mem_mb=2000, runtime=30),
+    conda:
+        "../../envs/headgeom.yaml"
+    shell:
+        "python src/samoe_corpus.py --config-json {params.cfg:q} --out-dir {params.out_dir} "
+        "2> {log}"
+
+
+rule samoe_dense:
+    input:
+        corpus_manifest=PATHS["corpus_manifest"],
+        train=PATHS["corpus_dense_train"],
+        val=PATHS["corpus_dense_val"],
+        vocab=PATHS["corpus_vocab"],
+    output:
+        checkpoint=PATHS["dense"],
+        log=PATHS["dense_log"],
+        manifest=PATHS["dense_manifest"],
+    log:
+        log_of("samoe_dense", "{family}"),
+    benchmark:
+        benchmark_of("samoe_dense", "{family}")
+    params:
+        cfg=json_param(STUDY.dense_run_config, "family"),
+        corpus_dir=lambda wildcards, input: os.path.dirname(input.corpus_manifest),
+    threads: STUDY.threads("samoe_dense")
+    resources:
+        **STUDY.resources("samoe_dense", mem_mb=2000, runtime=60),
+    conda:
+        "../../envs/headgeom.yaml"
+    shell:
+        "python src/samoe_dense.py --config-json {params.cfg:q} --corpus-dir {params.corpus_dir} "
+        "--checkpoint {output.checkpoint} --log {output.log} --manifest {output.manifest} "
+        "--threads {threads} 2> {log}"
+
+
+rule samoe_upcycle:
+    input:
+        dense=PATHS["dense"],
+        dense_manifest=PATHS["dense_manifest"],
+    output:
+        step0=PATHS["step0"],
+        init=PATHS["init_manifest"],
+    log:
+        log_of("samoe_upcycle", "{family}-{variant}-s{seed}"),
+    benchmark:
+        benchmark_of("samoe_upcycle", "{family}-{variant}-s{seed}")
+    params:
+        cfg=json_param(STUDY.run_config, "family", "variant", "seed"),
+    threads: STUDY.threads("samoe_upcycle")
+    resources:
+        **STUDY.resources("samoe_upcycle", mem_mb=2000, runtime=10),
+    conda:
+        "../../envs/headgeom.yaml"
+    shell:
+        "python src/samoe_upcycle.py --config-json {params.cfg:q} --dense {input.dense} "
+        "--dense-manifest {input.dense_manifest} --out {output.step0} "
+        "--init-manifest {output.init} 2> {log}"
+
+
+rule samoe_train:
+    input:
+        step0=PATHS["step0"],
+        init=PATHS["init_manifest"],
+        corpus=PATHS["corpus_cpt_train"],
+        corpus_manifest=PATHS["corpus_manifest"],
+    output:
+        checkpoint=PATHS["checkpoint"],
+        log=PATHS["train_log"],
+        manifest=PATHS["manifest"],
+    log:
+        log_of("samoe_train", "{family}-{variant}-s{seed}"),
+    benchmark:
+        benchmark_of("samoe_train", "{family}-{variant}-s{seed}")
+    params:
+        cfg=json_param(STUDY.run_config, "family", "variant", "seed"),
+        corpus_dir=lambda wildcards, input: os.path.dirname(input.corpus_manifest),
+    threads: STUDY.threads("samoe_train")
+    resources:
+        **STUDY.resources("samoe_train", mem_mb=3000, runtime=120),
+    conda:
+        "../../envs/headgeom.yaml"
+    shell:
+        "exec python src/samoe_train.py --config-json {params.cfg:q} --step0 {input.step0} "
+        "--init-manifest {input.init} --corpus-dir {params.corpus_dir} "
+        "--checkpoint {output.checkpoint} --log {output.log} --manifest {output.manifest} "
+        "--threads {threads} 2> {log}"
+
+
+rule samoe_seeds:
+    input:
+        step0=per_run("step0", STUDY.runs),
+        init=per_run("init_manifest", STUDY.runs),
+        manifests=per_run("manifest", STUDY.runs),
+        dense=[PATHS["dense_manifest"].format(family=f) for f in STUDY.families],
+        pools=PATHS["pools"],
+        corpus_manifest=PATHS["corpus_manifest"],
+    output:
+        seeds=PATHS["seeds"],
+    log:
+        log_of("samoe_seeds"),
+    benchmark:
+        benchmark_of("samoe_seeds")
+    params:
+        runs=as_json(STUDY.runs),
+        dense=as_json({f: PATHS["dense_manifest"].format(family=f) for f in STUDY.families}),
+    threads: STUDY.threads("samoe_seeds")
+    resources:
+        **STUDY.resources("samoe_seeds", mem_mb=2000, runtime=10),
+    conda:
+        "../../envs/headgeom.yaml"
+    shell:
+        "python src/samoe_seeds.py --runs-json {params.runs:q} --step0 {input.step0} "
+        "--init-manifests {input.init} --manifests {input.manifests} "
+        "--dense-manifests-json {params.dense:q} --pools {input.pools} "
+        "--corpus-manifest {input.corpus_manifest} --out {output.seeds} 2> {log}"
