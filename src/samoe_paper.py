@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("counts", "seed-means", "contrasts", "tables-dir", "figures-dir", "comparison"):
         parser.add_argument(f"--{name}", required=True, type=Path)
     parser.add_argument("--history", nargs="*", type=Path, default=[])
+    parser.add_argument("--probes", nargs="*", type=Path, default=[])
     args = parser.parse_args(argv)
     cfg = json.loads(args.config_json)
     histories = [read_table(p, results.HISTORY.names).to_pandas() for p in args.history]
@@ -68,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
         history=pd.concat(histories, ignore_index=True) if histories else
         pd.DataFrame(columns=results.HISTORY.names),
         checks=run_checks(args.history),
+        probes=pd.concat([read_table(p, results.PROBES.names).to_pandas() for p in args.probes],
+                         ignore_index=True) if args.probes else
+        pd.DataFrame(columns=results.PROBES.names),
     )  # fmt: skip
     for name, build in paper.TABLES.items():
         table = build(x)

@@ -29,7 +29,15 @@ from headgeom.samoe.quality import decide, paired_contrast, relative
 from headgeom.samoe.stats import sequence_mean, t_interval
 
 #: Quantities whose P − LWO contrast the paper reports (SAMOE §12, App. C.2).
-STATE_CONTRASTS = ("set_change_rate", "non_recent", "ess", "max_share", "signed_state_term")
+STATE_CONTRASTS = (
+    "set_change_rate",
+    "non_recent",
+    "ess",
+    "max_share",
+    "signed_state_term",
+    "probe_accuracy",
+    "long_horizon_accuracy",
+)
 
 
 def read_all(paths: list[Path], table) -> pd.DataFrame:
@@ -38,7 +46,35 @@ def read_all(paths: list[Path], table) -> pd.DataFrame:
     return pd.concat([read_table(p, table.names).to_pandas() for p in paths], ignore_index=True)
 
 
-def per_run_values(quality, local, history, geometry) -> pd.DataFrame:
+def probe_values(probes: pd.DataFrame) -> list[tuple]:
+    """Per run: the Figure-3 aggregate (equal-pair mean over every pair, per representation
+    and budget), the long-horizon endpoint (native, top budget, the long pairs) and P's
+    hidden-r minus native at the top budget (SAMOE §13.4: the two aggregates kept apart)."""
+    rows = []
+    for (f, v, s), g in probes.groupby(["family", "variant", "seed"], sort=False):
+        top = g.budget.max()
+        for (rep, budget), h in g.groupby(["representation", "budget"], sort=False):
+            rows.append((f, v, s, "probe_accuracy", f"{rep}|{budget}", h.accuracy.mean()))
+        native = g[(g.representation == "native") & (g.budget == top)]
+        rows.append(
+            (f, v, s, "long_horizon_accuracy", "", native[native.long_horizon].accuracy.mean())
+        )
+        hidden = g[(g.representation == "hidden_r") & (g.budget == top)]
+        if not hidden.empty:
+            rows.append(
+                (
+                    f,
+                    v,
+                    s,
+                    "hidden_minus_native",
+                    "",
+                    hidden.accuracy.mean() - native.accuracy.mean(),
+                )
+            )
+    return rows
+
+
+def per_run_values(quality, local, history, geometry, probes) -> pd.DataFrame:
     """One row per (family, variant, seed, quantity, key): the value of that run."""
     rows = []
     q = quality[quality["metric"].isin(["ppl", "primary"])]
@@ -58,6 +94,7 @@ def per_run_values(quality, local, history, geometry) -> pd.DataFrame:
     for r in geometry.itertuples(index=False):
         rows.append((r.family, r.variant, r.seed, "state_norm", str(r.layer), r.mean_norm))
         rows.append((r.family, r.variant, r.seed, "clamp_fraction", str(r.layer), r.clamp_fraction))
+    rows += probe_values(probes)
     return pd.DataFrame(rows, columns=["family", "variant", "seed", "quantity", "key", "value"])
 
 
@@ -108,7 +145,8 @@ def contrasts(values: pd.DataFrame, seeds: list[int], bounds: dict) -> pd.DataFr
                     scale = "percentage_points"
                 rows.append(contrast_row(f, q, k, v, "ordinary", scale, g[v], g["ordinary"],
                                          bound, worse_is_higher))  # fmt: skip
-        if q in STATE_CONTRASTS and {"persistent", "latest"} <= set(g.columns):
+        pair = ["persistent", "latest"]
+        if q in STATE_CONTRASTS and set(pair) <= set(g.columns) and g[pair].notna().all().all():
             rows.append(contrast_row(f, q, k, "persistent", "latest", "difference",
                                      g["persistent"], g["latest"]))  # fmt: skip
     return pd.DataFrame(rows)
@@ -137,7 +175,7 @@ def counts_frame(dense: dict[str, Path], moe: dict, variants: list[str]) -> pd.D
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config-json", required=True)
-    for name in ("quality", "local-suppression", "history", "state-geometry"):
+    for name in ("quality", "local-suppression", "history", "state-geometry", "probes"):
         parser.add_argument(f"--{name}", nargs="*", type=Path, default=[])
     parser.add_argument("--dense-json", required=True, help="family -> dense checkpoint")
     for name in ("seeds", "seed-means", "contrasts", "counts"):
@@ -148,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     values = per_run_values(read_all(args.quality, results.QUALITY),
                             read_all(args.local_suppression, results.LOCAL_SUPPRESSION),
                             read_all(args.history, results.HISTORY),
-                            read_all(args.state_geometry, results.STATE_GEOMETRY))  # fmt: skip
+                            read_all(args.state_geometry, results.STATE_GEOMETRY),
+                            read_all(args.probes, results.PROBES))  # fmt: skip
     seeds = [int(s) for s in cfg["seeds"]]
     means = seed_means(values, seeds)
     paired = contrasts(values, seeds, cfg["noninferiority"])

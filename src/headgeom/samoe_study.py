@@ -15,9 +15,7 @@ import copy
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from headgeom.resources import ResourceRequests
 from headgeom.validation import StudyConfigError, load_schema, validate

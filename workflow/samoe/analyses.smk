@@ -84,3 +84,34 @@ rule samoe_capture:
         "--state-geometry {output.state_geometry} "
         "--local-suppression {output.local_suppression} --history {output.history} "
         "--threads {threads} 2> {log}"
+
+
+rule samoe_probes:
+    wildcard_constraints:
+        variant="latest|persistent",
+    input:
+        checkpoint=PATHS["checkpoint"],
+        manifest=PATHS["manifest"],
+        pools=PATHS["pools"],
+        corpus_manifest=PATHS["corpus_manifest"],
+    output:
+        probes=PATHS["probes"],
+    log:
+        log_of("samoe_probes", "{family}-{variant}-s{seed}"),
+    benchmark:
+        benchmark_of("samoe_probes", "{family}-{variant}-s{seed}")
+    params:
+        run=run_json,
+        cfg=json_param(STUDY.analysis_config, "family"),
+    threads: STUDY.threads("samoe_probes")
+    resources:
+        **STUDY.resources("samoe_probes", mem_mb=3000, runtime=60),
+    conda:
+        "../../envs/headgeom.yaml"
+    # numpy's BLAS spins as many threads as cores unless told: the job's share only
+    shell:
+        "OPENBLAS_NUM_THREADS={threads} OMP_NUM_THREADS={threads} "
+        "python src/samoe_probes.py --run-json {params.run:q} --config-json {params.cfg:q} "
+        "--checkpoint {input.checkpoint} --manifest {input.manifest} --pools {input.pools} "
+        "--corpus-manifest {input.corpus_manifest} --out {output.probes} "
+        "--threads {threads} 2> {log}"

@@ -69,12 +69,13 @@ def directory_of(key):
 
 def paper_config():
     c = STUDY.config
-    return {k: c[k] for k in ("moe", "cpt", "variants", "seeds", "noninferiority", "families")}
+    keys = ("moe", "cpt", "variants", "seeds", "noninferiority", "families", "probes")
+    return {k: c[k] for k in keys}
 
 
-SAMOE_TABLES = ["table1", "table2", "table3", "table4", "table7", "table10", "table16",
-                "table_history", "table_state_geometry"]  # fmt: skip
-SAMOE_FIGURES = ["figure1", "figure2a"]
+SAMOE_TABLES = ["table1", "table2", "table3", "table4", "table7", "table8", "table9", "table10",
+                "table16", "table17", "table18", "table_history", "table_state_geometry"]  # fmt: skip
+SAMOE_FIGURES = ["figure1", "figure2a", "figure2b", "figure3"]
 
 
 def paper_files():

@@ -50,6 +50,7 @@ class Inputs:
     seed_means: pd.DataFrame
     contrasts: pd.DataFrame
     history: pd.DataFrame  # every state run's targets
+    probes: pd.DataFrame  # every state run's probes
     checks: pd.DataFrame  # per run: check, residual, tolerance
 
     def mean(self, family, variant, quantity, key="") -> pd.Series | None:
@@ -212,6 +213,119 @@ def table_state_geometry(x: Inputs) -> Table:
                   "means).")  # fmt: skip
 
 
+def table8(x: Inputs) -> Table:
+    rows = []
+    for family in x.config["families"]:
+        long = {tuple(p) for p in x.config["probes"]["long_horizon"]}
+        for src, tgt in x.config["probes"]["pairs"]:
+            rows.append({"family": family, "source": src, "target": tgt, "horizon": tgt - src,
+                         "long_horizon": (src, tgt) in long})  # fmt: skip
+    frame = pd.DataFrame(rows)
+    yes_no = {True: "yes", False: "no"}
+    cells = pd.DataFrame({
+        "Family": frame.family,
+        "Source → target": [f"{a} → {b}" for a, b in zip(frame.source, frame.target, strict=True)],
+        "Horizon": frame.horizon.astype(str),
+        "Long-horizon endpoint": frame.long_horizon.map(yes_no),
+    })  # fmt: skip
+    return _table("table8", frame, cells, "Table 8. The frozen probe pairs (toy horizons 2 "
+                  "and 4 stand for the paper's 4 and 8).")  # fmt: skip
+
+
+def _probe_means(x: Inputs) -> pd.DataFrame:
+    m = x.seed_means[x.seed_means.quantity == "probe_accuracy"].copy()
+    m[["representation", "budget"]] = m.key.str.split("|", expand=True)
+    m["budget"] = m.budget.astype(int)
+    return m
+
+
+def table9(x: Inputs) -> Table:
+    """Figure 3's numbers: six-pair mean accuracy per budget (P native, LWO native, P
+    hidden-r) and P − LWO native with its interval."""
+    m = _probe_means(x)
+    rows = []
+    for (family, budget), g in m.groupby(["family", "budget"]):
+
+        def get(variant, rep, g=g):
+            row = g[(g.variant == variant) & (g.representation == rep)]
+            return None if row.empty else row.iloc[0]
+
+        d = x.contrast(family, "probe_accuracy", "persistent", "latest", f"native|{budget}")
+        rows.append({"family": family, "budget": budget,
+                     **{f"{name}_{k}": (None if get(v, r) is None else get(v, r)[k])
+                        for name, v, r in (("p_native", "persistent", "native"),
+                                           ("lwo_native", "latest", "native"),
+                                           ("p_hidden", "persistent", "hidden_r"))
+                        for k in ("mean", "low", "high")},
+                     **{f"diff_{k}": (None if d is None else d[k])
+                        for k in ("mean", "low", "high")},
+                     "diff_all_positive": None if d is None else bool(d.all_positive)})  # fmt: skip
+    frame = pd.DataFrame(rows)
+
+    def pct(prefix):
+        return [interval(*(None if pd.isna(r[f"{prefix}_mean"]) else 100 * r[f"{prefix}_{k}"]
+                           for k in ("mean", "low", "high")), spec="{:.1f}")
+                for _, r in frame.iterrows()]  # fmt: skip
+
+    cells = pd.DataFrame({"Family": frame.family, "Budget": frame.budget.map("{:,}".format),
+                          "P native": pct("p_native"), "LWO native": pct("lwo_native"),
+                          "P hidden-r": pct("p_hidden"),
+                          "P − LWO native (pp)": pct("diff")})  # fmt: skip
+    return _table("table9", frame, cells, "Table 9. Compact access (Figure 3): transition-only, "
+                  "sequence-clustered Top-1 accuracy (%), equal-pair mean over all pairs, "
+                  "three-seed means [95% t-CI].")  # fmt: skip
+
+
+def table17(x: Inputs) -> Table:
+    """The long-horizon persistence endpoint per seed (paper Table 17)."""
+    rows = []
+    for family in x.config["families"]:
+        p, lwo = (x.mean(family, v, "long_horizon_accuracy") for v in ("persistent", "latest"))
+        d = x.contrast(family, "long_horizon_accuracy", "persistent", "latest")
+        if p is None or lwo is None:
+            continue
+        for i, seed in enumerate(x.config["seeds"]):
+            rows.append({"family": family, "seed": seed, "persistent": p.per_seed[i],
+                         "latest": lwo.per_seed[i],
+                         "difference": p.per_seed[i] - lwo.per_seed[i]})  # fmt: skip
+        if d is not None:
+            rows.append({"family": family, "seed": None, "persistent": p["mean"],
+                         "latest": lwo["mean"], "difference": d["mean"], "low": d.low,
+                         "high": d.high, "all_positive": bool(d.all_positive)})  # fmt: skip
+    frame = pd.DataFrame(rows)
+    cells = pd.DataFrame({
+        "Family": frame.family,
+        "Seed": frame.seed.map(lambda s: "mean" if pd.isna(s) else str(int(s))),
+        "P (%)": frame.persistent.map(lambda v: fmt(100 * v, "{:.2f}")),
+        "LWO (%)": frame.latest.map(lambda v: fmt(100 * v, "{:.2f}")),
+        "P − LWO (pp)": [interval(100 * r.difference, 100 * r.get("low", float("nan")),
+                                  100 * r.get("high", float("nan")), "{:+.2f}")
+                         for _, r in frame.iterrows()],
+    })  # fmt: skip
+    return _table(
+        "table17",
+        frame,
+        cells,
+        "Table 17. Long-horizon persistence endpoint: native-"
+        "state accuracy at the top budget over the long-horizon pairs, per seed.",
+    )
+
+
+def table18(x: Inputs) -> Table:
+    """Every representation at the top budget (the supplementary controls, App. B.9)."""
+    m = _probe_means(x)
+    m = m[m.budget == m.budget.max()]
+    cells = pd.DataFrame({"Family": m.family, "Variant": m.variant.map(VARIANT_LABEL),
+                          "Representation": m.representation,
+                          "Accuracy (%)": [
+                              interval(100 * r.mean, 100 * r.low, 100 * r.high, "{:.1f}")
+                              for r in m.itertuples()
+                          ]})  # fmt: skip
+    return _table("table18", m.drop(columns="per_seed"), cells, "Table 18. Every probe "
+                  "representation at the top budget (controls are not parameter-matched to the "
+                  "state pathway: they measure accessibility).")  # fmt: skip
+
+
 TABLES: dict[str, Callable[[Inputs], Table]] = {
     "table1": table1,
     "table2": lambda x: config_table("table2", x.config["moe"], "Table 2. MoE configuration."),
@@ -221,7 +335,11 @@ TABLES: dict[str, Callable[[Inputs], Table]] = {
     "table4": table4,
     "table7": table7,
     "table10": table10,
+    "table8": table8,
+    "table9": table9,
     "table16": table16,
+    "table17": table17,
+    "table18": table18,
     "table_history": table_history,
     "table_state_geometry": table_state_geometry,
 }
@@ -276,7 +394,57 @@ def figure2a(x: Inputs):
     return fig, frame.drop(columns="per_seed")
 
 
-FIGURES = {"figure1": figure1, "figure2a": figure2a}
+def figure2b(x: Inputs):
+    """P − LWO per seed: the long-horizon accessibility endpoint (pp) (paper Fig. 2b)."""
+    rows = []
+    for family in x.config["families"]:
+        d = x.contrast(family, "long_horizon_accuracy", "persistent", "latest")
+        if d is None:
+            continue
+        for seed, v in zip(x.config["seeds"], d.per_seed, strict=True):
+            rows.append({"family": family, "endpoint": "long-horizon accessibility (pp)",
+                         "seed": seed, "difference": 100 * v, "mean": 100 * d["mean"],
+                         "low": 100 * d.low, "high": 100 * d.high})  # fmt: skip
+    frame = pd.DataFrame(rows)
+    fig, ax = plt.subplots(figsize=(4.5, 3.5))
+    for i, (_, g) in enumerate(frame.groupby("endpoint", sort=False)):
+        ax.scatter([i] * len(g), g.difference, color="#d62728", zorder=3, label="seeds")
+        m = g.iloc[0]
+        ax.errorbar([i + 0.15], [m["mean"]], yerr=[[m["mean"] - m.low], [m.high - m["mean"]]],
+                    fmt="s", color="k", capsize=4, label="mean, 95% t-CI")  # fmt: skip
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_xticks(range(frame.endpoint.nunique()), frame.endpoint.unique(), fontsize=8)
+    ax.set_ylabel("P − LWO")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig, frame
+
+
+def figure3(x: Inputs):
+    """Accuracy against budget: P native, LWO native, P hidden-r (paper Fig. 3)."""
+    m = _probe_means(x)
+    lines = (("persistent", "native", "P native", "#d62728", "-"),
+             ("latest", "native", "LWO native", "#1f77b4", "-"),
+             ("persistent", "hidden_r", "P hidden-r", "#d62728", "--"))  # fmt: skip
+    keep = []
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    for variant, rep, label, colour, style in lines:
+        g = m[(m.variant == variant) & (m.representation == rep)].sort_values("budget")
+        if g.empty:
+            continue
+        keep.append(g.assign(line=label))
+        ax.errorbar(g.budget, 100 * g["mean"], yerr=[100 * (g["mean"] - g.low),
+                    100 * (g.high - g["mean"])], marker="o", capsize=3, color=colour,
+                    ls=style, label=label)  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_xlabel("training examples (budget)")
+    ax.set_ylabel("Top-1 accuracy, transition-only (%)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig, pd.concat(keep).drop(columns="per_seed")
+
+
+FIGURES = {"figure1": figure1, "figure2a": figure2a, "figure2b": figure2b, "figure3": figure3}
 
 
 # --------------------------------------------------------------------------- comparison
@@ -325,6 +493,34 @@ def comparison(x: Inputs, references: Mapping) -> pd.DataFrame:
         if nr is not None:
             text = interval(*(100 * nr[k] for k in ("mean", "low", "high")), spec="{:.1f}")
             row(family, "non_recent_share", f"{text}%", "> 50%", bool(nr["mean"] > 0.5))
+        lh = x.contrast(family, "long_horizon_accuracy", "persistent", "latest")
+        if lh is not None:
+            text = interval(*(100 * lh[k] for k in ("mean", "low", "high")), spec="{:+.1f}")
+            row(
+                family,
+                "long_horizon_p_minus_lwo",
+                f"{text} pp",
+                "P − LWO > 0",
+                bool(lh["mean"] > 0),
+                "" if lh.all_positive else "not every seed positive",
+            )
+        top = x.probes.budget.max() if not x.probes.empty else None
+        compact = x.contrast(family, "probe_accuracy", "persistent", "latest", f"native|{top}")
+        if compact is not None:
+            text = interval(*(100 * compact[k] for k in ("mean", "low", "high")), spec="{:+.1f}")
+            row(
+                family,
+                "compact_access_p_minus_lwo",
+                f"{text} pp",
+                "P − LWO > 0",
+                bool(compact["mean"] > 0),
+            )
+        hid, nat = (x.mean(family, "persistent", "probe_accuracy", f"{r}|{top}")
+                    for r in ("hidden_r", "native"))  # fmt: skip
+        if hid is not None and nat is not None:
+            row(family, "hidden_vs_native", f"P hidden-r {100 * hid['mean']:.1f}%, P native "
+                f"{100 * nat['mean']:.1f}%", "hidden-r ≥ P native at the top budget",
+                bool(hid["mean"] >= nat["mean"]))  # fmt: skip
         described = (("ess", "ess", 1, "{:.2f}"),
                      ("largest_source_share", "max_share", 100, "{:.1f}"),
                      ("signed_state_term", "signed_state_term", 1, "{:.3f}"))  # fmt: skip

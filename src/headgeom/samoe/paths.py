@@ -31,6 +31,7 @@ TEMPLATES = {
     "state_geometry": f"{RUN}/state_geometry.parquet",
     "local_suppression": f"{RUN}/local_suppression.parquet",
     "history": f"{RUN}/history.parquet",
+    "probes": f"{RUN}/probes.parquet",
     # the study
     "seeds": "samoe/seeds.json",
     "counts": "samoe/counts.parquet",

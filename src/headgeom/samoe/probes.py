@@ -63,33 +63,44 @@ class Probe:
         return np.argmax(np.asarray(x, dtype=np.float64) @ self.weight.T + self.bias, axis=1)
 
 
-def fit_logistic(x: np.ndarray, y: np.ndarray, n_classes: int, C: float) -> Probe:
+def fit_logistic(
+    x: np.ndarray, y: np.ndarray, n_classes: int, C: float, init: Probe | None = None
+) -> Probe:
     """Minimise mean cross-entropy + ‖W‖²/(2 C n) by L-BFGS (sklearn's
     ``LogisticRegression(C=C)`` objective divided by n), stopping when the largest |gradient|
-    is below ``TOL``; converged when it ends below ``CONVERGED_GRAD``."""
+    is below ``TOL``; converged when it ends below ``CONVERGED_GRAD``. ``init`` warm-starts
+    from another fit (the objective is strictly convex: the optimum does not depend on it).
+    The gradient is the closed form (p − onehot)ᵀX / n + W / (C n), no autograd graph."""
     X = torch.as_tensor(np.asarray(x, dtype=np.float32), dtype=torch.float64)
     Y = torch.as_tensor(np.asarray(y), dtype=torch.long)
     n, d = X.shape
-    W = torch.zeros(n_classes, d, dtype=torch.float64, requires_grad=True)
-    b = torch.zeros(n_classes, dtype=torch.float64, requires_grad=True)
+    onehot = torch.nn.functional.one_hot(Y, n_classes).to(torch.float64)
+    W = torch.zeros(n_classes, d, dtype=torch.float64)
+    b = torch.zeros(n_classes, dtype=torch.float64)
+    if init is not None:
+        W.copy_(torch.as_tensor(init.weight))
+        b.copy_(torch.as_tensor(init.bias))
+    W.grad, b.grad = torch.zeros_like(W), torch.zeros_like(b)
     opt = torch.optim.LBFGS([W, b], max_iter=MAX_ITER, tolerance_grad=TOL, tolerance_change=0,
                             history_size=20, line_search_fn="strong_wolfe")  # fmt: skip
 
-    def loss_fn():
-        return torch.nn.functional.cross_entropy(X @ W.T + b, Y) + (W**2).sum() / (2 * C * n)
-
     def closure():
-        opt.zero_grad()
-        loss = loss_fn()
-        loss.backward()
+        z = X @ W.T + b
+        z = z - z.amax(1, keepdim=True)
+        e = z.exp()
+        total = e.sum(1, keepdim=True)
+        # log-softmax and softmax from one exp (torch.log_softmax is 2× slower in float64)
+        loss = -((z - total.log()) * onehot).sum() / n + (W * W).sum() / (2 * C * n)
+        residual = (e / total - onehot) / n  # (n, classes)
+        W.grad.copy_(residual.T @ X + W / (C * n))
+        b.grad.copy_(residual.sum(0))
         return loss
 
     opt.step(closure)
-    opt.zero_grad()
-    loss_fn().backward()
+    closure()
     grad = max(W.grad.abs().max().item(), b.grad.abs().max().item())
     iterations = opt.state[opt._params[0]]["n_iter"]
-    return Probe(W.detach().numpy(), b.detach().numpy(), C, grad <= CONVERGED_GRAD, iterations,
+    return Probe(W.numpy().copy(), b.numpy().copy(), C, grad <= CONVERGED_GRAD, iterations,
                  grad)  # fmt: skip
 
 
@@ -103,10 +114,11 @@ def fit_selected(
     train: tuple[np.ndarray, np.ndarray], calibration: tuple[np.ndarray, np.ndarray],
     n_classes: int, grid: Sequence[float] = C_GRID,
 ) -> Probe:  # fmt: skip
-    """The probe of the C in ``grid`` with the best calibration accuracy (ties: smaller C)."""
-    best = None
-    for C in grid:
-        probe = fit_logistic(*train, n_classes, C)
+    """The probe of the C in ``grid`` with the best calibration accuracy (ties: smaller C).
+    The fits run in increasing C, each warm-started from the last (a regularisation path)."""
+    best, previous = None, None
+    for C in sorted(grid):
+        probe = previous = fit_logistic(*train, n_classes, C, init=previous)
         acc = float((probe.predict(calibration[0]) == calibration[1]).mean())
         if best is None or acc > best[0]:
             best = (acc, probe)
@@ -158,3 +170,52 @@ def supervised_subspace(coef: np.ndarray, k: int, seed: int) -> np.ndarray:
     fill = np.random.default_rng(seed).standard_normal((d, max(k - rows.shape[1], 0)))
     q, _ = np.linalg.qr(np.concatenate([rows, fill], axis=1))
     return q[:, :k]
+
+
+# --------------------------------------------------------------------------- MLP control
+#: [CHOICE §13.3] the MLP probe: Adam 1e-3, batch 1024, weight decay {0, 1e-4}, early stopping
+#: on calibration accuracy (patience in epochs), at most MLP_EPOCHS epochs.
+MLP_LR, MLP_BATCH, MLP_DECAYS, MLP_EPOCHS, MLP_PATIENCE = 1e-3, 1024, (0.0, 1e-4), 200, 10
+
+
+def fit_mlp(
+    train: tuple[np.ndarray, np.ndarray], calibration: tuple[np.ndarray, np.ndarray],
+    n_classes: int, width: int, seed: int,
+) -> torch.nn.Module:  # fmt: skip
+    """A one-bottleneck ReLU MLP (d → width → classes), the best weight decay and epoch by
+    calibration accuracy (SAMOE §13.3 [CHOICE])."""
+    X = torch.as_tensor(np.asarray(train[0], dtype=np.float32))
+    Y = torch.as_tensor(np.asarray(train[1]), dtype=torch.long)
+    Xc = torch.as_tensor(np.asarray(calibration[0], dtype=np.float32))
+    Yc = torch.as_tensor(np.asarray(calibration[1]), dtype=torch.long)
+    best = (-1.0, None)
+    for decay in MLP_DECAYS:
+        g = torch.Generator().manual_seed(seed)
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            net = torch.nn.Sequential(torch.nn.Linear(X.shape[1], width), torch.nn.ReLU(),
+                                      torch.nn.Linear(width, n_classes))  # fmt: skip
+        opt = torch.optim.Adam(net.parameters(), lr=MLP_LR, weight_decay=decay)
+        since = 0
+        for _ in range(MLP_EPOCHS):
+            order = torch.randperm(len(X), generator=g)
+            for start in range(0, len(X), MLP_BATCH):
+                idx = order[start : start + MLP_BATCH]
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(net(X[idx]), Y[idx]).backward()
+                opt.step()
+            with torch.no_grad():
+                acc = float((net(Xc).argmax(1) == Yc).float().mean())
+            if acc > best[0]:
+                best, since = (acc, copy_module(net)), 0
+            else:
+                since += 1
+                if since >= MLP_PATIENCE:
+                    break
+    return best[1]
+
+
+def copy_module(net: torch.nn.Module) -> torch.nn.Module:
+    import copy
+
+    return copy.deepcopy(net).eval()

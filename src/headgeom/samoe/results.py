@@ -215,3 +215,28 @@ COMPARISON = _table(
     "compared quantity of one family",
 )  # fmt: skip
 TABLES |= {COMPARISON.name: COMPARISON}
+PROBES = _table(
+    "samoe_probes",
+    [*_RUN, ("source", pa.int64()), ("target", pa.int64()), ("horizon", pa.int64()),
+     ("long_horizon", pa.bool_()), ("representation", pa.string()), ("budget", pa.int64()),
+     ("accuracy", pa.float64()), ("pooled_accuracy", pa.float64()), ("n_eval", pa.int64()),
+     ("transition_share", pa.float64()), ("C", pa.float64()), ("iterations", pa.int64())],
+    {"source": "source router layer (the probe reads what it sees)",
+     "target": "target router layer (the probe predicts its clean Top-1 expert)",
+     "horizon": "target − source (MoE layers)",
+     "long_horizon": "one of the long-horizon pairs (the persistence endpoint, SAMOE §13.4)",
+     "representation": "native (the state s_src), full_linear (x_src, d dims), hidden_r "
+                       "(supervised r-dim subspace of x_src), pca_r, random_r (mean over the "
+                       "random projections), mlp_r (one r-unit ReLU bottleneck)",
+     "budget": "training examples (nested subsets of the construction pool's positions)",
+     "accuracy": "transition-only accuracy on the final pool, per sequence then an equal-"
+                 "weight mean over sequences (source-cluster accuracy)",
+     "pooled_accuracy": "transition-only accuracy pooled over every final example",
+     "n_eval": "final-pool examples that pass the transition mask",
+     "transition_share": "share of final-pool examples whose source and target Top-2 sets "
+                         "differ (the mask E6)",
+     "C": "selected inverse L2 strength (calibration accuracy); null for the MLP",
+     "iterations": "L-BFGS iterations of the final fit (MLP: 0)"},
+    "probe of one run, pair, representation and budget",
+)  # fmt: skip
+TABLES |= {PROBES.name: PROBES}
