@@ -58,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(f"--{name}", required=True, type=Path)
     parser.add_argument("--history", nargs="*", type=Path, default=[])
     parser.add_argument("--probes", nargs="*", type=Path, default=[])
+    parser.add_argument("--rankings", nargs="*", type=Path, default=[])
     args = parser.parse_args(argv)
     cfg = json.loads(args.config_json)
     histories = [read_table(p, results.HISTORY.names).to_pandas() for p in args.history]
@@ -72,6 +73,9 @@ def main(argv: list[str] | None = None) -> int:
         probes=pd.concat([read_table(p, results.PROBES.names).to_pandas() for p in args.probes],
                          ignore_index=True) if args.probes else
         pd.DataFrame(columns=results.PROBES.names),
+        rankings=pd.concat([read_table(p, results.RANKINGS.names).to_pandas()
+                            for p in args.rankings], ignore_index=True) if args.rankings else
+        pd.DataFrame(columns=results.RANKINGS.names),
     )  # fmt: skip
     for name, build in paper.TABLES.items():
         table = build(x)

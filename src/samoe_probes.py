@@ -132,8 +132,9 @@ def main(argv: list[str] | None = None) -> int:
             train_idx = order[:budget]
             y = data["construction"].top2[tgt][train_idx, 0]
             calibration = (scaler(hidden["calibration"]), data["calibration"].top2[tgt][:, 0])
-            net = probes.fit_mlp((scaler(hidden["construction"][train_idx]), y), calibration,
-                                 E, r, seed=seeded(*run.values(), src, tgt, "mlp") % 2**31)  # fmt: skip
+            mlp_seed = seeded(*run.values(), src, tgt, "mlp") % 2**31
+            train = (scaler(hidden["construction"][train_idx]), y)
+            net = probes.fit_mlp(train, calibration, E, r, seed=mlp_seed)
 
             def predict_mlp(x, net=net, scaler=scaler):
                 with torch.no_grad():

@@ -37,6 +37,11 @@ STATE_CONTRASTS = (
     "signed_state_term",
     "probe_accuracy",
     "long_horizon_accuracy",
+    "selected_abs_margin_change",
+    "selected_jaccard_downstream",
+    "selected_output_kl",
+    "ledger_advantage",
+    "persistence_margin_change",
 )
 
 
@@ -74,7 +79,41 @@ def probe_values(probes: pd.DataFrame) -> list[tuple]:
     return rows
 
 
-def per_run_values(quality, local, history, geometry, probes) -> pd.DataFrame:
+def intervention_values(interventions: pd.DataFrame, horizons: list[int]) -> list[tuple]:
+    """Per run, sequence means first (SAMOE §14.3): the three outcomes of the selected source
+    (Figure 4), Eq. 47's ledger-control advantage with each control's own difference, and
+    the persistence endpoints (suppressing exactly h layers back)."""
+    rows = []
+    for (f, v, s), g in interventions.groupby(["family", "variant", "seed"], sort=False):
+        sel = g[g.role == "selected"]
+        for column in ("abs_margin_change", "jaccard_downstream", "output_kl"):
+            rows.append((f, v, s, f"selected_{column}", "", sequence_mean(sel[column], sel.seq_id)))
+        per_target = g[g.role != ""].pivot_table(
+            index=["seq_id", "slot"], columns="role", values="abs_margin_change", aggfunc="first"
+        )
+        controls = [c for c in ("random", "norm", "distance") if c in per_target]
+        if "selected" in per_target and len(controls) == 3:
+            seqs = per_target.index.get_level_values(0)
+            adv = per_target["selected"] - per_target[controls].mean(axis=1, skipna=False)
+            rows.append((f, v, s, "ledger_advantage", "", sequence_mean(adv.to_numpy(), seqs)))
+            for c in controls:
+                diff = (per_target["selected"] - per_target[c]).to_numpy()
+                rows.append((f, v, s, "ledger_minus_control", c, sequence_mean(diff, seqs)))
+        for h in horizons:
+            back = g[g.source == g.layer - h]
+            rows.append((f, v, s, "persistence_margin_change", str(h),
+                         sequence_mean(back.abs_margin_change, back.seq_id)))  # fmt: skip
+    return rows
+
+
+def ranking_values(rankings: pd.DataFrame) -> list[tuple]:
+    """Per run: each method's ranking metrics (their three-seed means are Table 12's kind)."""
+    return [(r.family, r.variant, r.seed, f"ranking_{r.metric}", r.method, r.value)
+            for r in rankings.itertuples(index=False)]  # fmt: skip
+
+
+def per_run_values(quality, local, history, geometry, probes, interventions, rankings,
+                   horizons) -> pd.DataFrame:  # fmt: skip
     """One row per (family, variant, seed, quantity, key): the value of that run."""
     rows = []
     q = quality[quality["metric"].isin(["ppl", "primary"])]
@@ -95,6 +134,8 @@ def per_run_values(quality, local, history, geometry, probes) -> pd.DataFrame:
         rows.append((r.family, r.variant, r.seed, "state_norm", str(r.layer), r.mean_norm))
         rows.append((r.family, r.variant, r.seed, "clamp_fraction", str(r.layer), r.clamp_fraction))
     rows += probe_values(probes)
+    rows += intervention_values(interventions, horizons)
+    rows += ranking_values(rankings)
     return pd.DataFrame(rows, columns=["family", "variant", "seed", "quantity", "key", "value"])
 
 
@@ -175,7 +216,8 @@ def counts_frame(dense: dict[str, Path], moe: dict, variants: list[str]) -> pd.D
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config-json", required=True)
-    for name in ("quality", "local-suppression", "history", "state-geometry", "probes"):
+    for name in ("quality", "local-suppression", "history", "state-geometry", "probes",
+                 "interventions", "rankings"):  # fmt: skip
         parser.add_argument(f"--{name}", nargs="*", type=Path, default=[])
     parser.add_argument("--dense-json", required=True, help="family -> dense checkpoint")
     for name in ("seeds", "seed-means", "contrasts", "counts"):
@@ -187,7 +229,10 @@ def main(argv: list[str] | None = None) -> int:
                             read_all(args.local_suppression, results.LOCAL_SUPPRESSION),
                             read_all(args.history, results.HISTORY),
                             read_all(args.state_geometry, results.STATE_GEOMETRY),
-                            read_all(args.probes, results.PROBES))  # fmt: skip
+                            read_all(args.probes, results.PROBES),
+                            read_all(args.interventions, results.INTERVENTIONS),
+                            read_all(args.rankings, results.RANKINGS),
+                            cfg["interventions"]["persistence_horizons"])  # fmt: skip
     seeds = [int(s) for s in cfg["seeds"]]
     means = seed_means(values, seeds)
     paired = contrasts(values, seeds, cfg["noninferiority"])

@@ -115,3 +115,34 @@ rule samoe_probes:
         "--checkpoint {input.checkpoint} --manifest {input.manifest} --pools {input.pools} "
         "--corpus-manifest {input.corpus_manifest} --out {output.probes} "
         "--threads {threads} 2> {log}"
+
+
+rule samoe_interventions:
+    wildcard_constraints:
+        variant="latest|persistent",
+    input:
+        checkpoint=PATHS["checkpoint"],
+        manifest=PATHS["manifest"],
+        pools=PATHS["pools"],
+        targets=PATHS["targets"],
+        corpus_manifest=PATHS["corpus_manifest"],
+    output:
+        interventions=PATHS["interventions"],
+        rankings=PATHS["rankings"],
+    log:
+        log_of("samoe_interventions", "{family}-{variant}-s{seed}"),
+    benchmark:
+        benchmark_of("samoe_interventions", "{family}-{variant}-s{seed}")
+    params:
+        run=run_json,
+        cfg=json_param(STUDY.analysis_config, "family"),
+    threads: STUDY.threads("samoe_interventions")
+    resources:
+        **STUDY.resources("samoe_interventions", mem_mb=3000, runtime=60),
+    conda:
+        "../../envs/headgeom.yaml"
+    shell:
+        "python src/samoe_interventions.py --run-json {params.run:q} --config-json {params.cfg:q} "
+        "--checkpoint {input.checkpoint} --manifest {input.manifest} --pools {input.pools} "
+        "--targets {input.targets} --corpus-manifest {input.corpus_manifest} "
+        "--out {output.interventions} --rankings {output.rankings} --threads {threads} 2> {log}"

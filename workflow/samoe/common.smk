@@ -69,13 +69,15 @@ def directory_of(key):
 
 def paper_config():
     c = STUDY.config
-    keys = ("moe", "cpt", "variants", "seeds", "noninferiority", "families", "probes")
+    keys = ("moe", "cpt", "variants", "seeds", "noninferiority", "families", "probes",
+            "interventions")
     return {k: c[k] for k in keys}
 
 
 SAMOE_TABLES = ["table1", "table2", "table3", "table4", "table7", "table8", "table9", "table10",
-                "table16", "table17", "table18", "table_history", "table_state_geometry"]  # fmt: skip
-SAMOE_FIGURES = ["figure1", "figure2a", "figure2b", "figure3"]
+                "table11", "table14", "table16", "table17", "table18", "table_history",
+                "table_rankings_seeds", "table_state_geometry"]  # fmt: skip
+SAMOE_FIGURES = ["figure1", "figure2a", "figure2b", "figure3", "figure4"]
 
 
 def paper_files():

@@ -10,6 +10,8 @@ rule samoe_stats:
         history=per_run("history", STUDY.state_runs),
         state_geometry=per_run("state_geometry", STUDY.state_runs),
         probes=per_run("probes", STUDY.state_runs),
+        interventions=per_run("interventions", STUDY.state_runs),
+        rankings=per_run("rankings", STUDY.state_runs),
     output:
         seed_means=PATHS["seed_means"],
         contrasts=PATHS["contrasts"],
@@ -30,7 +32,8 @@ rule samoe_stats:
         "python src/samoe_stats.py --config-json {params.cfg:q} --dense-json {params.dense:q} "
         "--quality {input.quality} --local-suppression {input.local_suppression} "
         "--history {input.history} --state-geometry {input.state_geometry} "
-        "--probes {input.probes} "
+        "--probes {input.probes} --interventions {input.interventions} "
+        "--rankings {input.rankings} "
         "--seeds {input.seeds} --seed-means {output.seed_means} "
         "--contrasts {output.contrasts} --counts {output.counts} 2> {log}"
 
@@ -42,6 +45,7 @@ rule samoe_paper:
         contrasts=PATHS["contrasts"],
         history=per_run("history", STUDY.state_runs),
         probes=per_run("probes", STUDY.state_runs),
+        rankings=per_run("rankings", STUDY.state_runs),
     output:
         tables=paper_files()[0],
         figures=paper_files()[1],
@@ -63,5 +67,6 @@ rule samoe_paper:
     shell:
         "python src/samoe_paper.py --config-json {params.cfg:q} --counts {input.counts} "
         "--seed-means {input.seed_means} --contrasts {input.contrasts} "
-        "--history {input.history} --probes {input.probes} --tables-dir {params.tables_dir} "
+        "--history {input.history} --probes {input.probes} --rankings {input.rankings} "
+        "--tables-dir {params.tables_dir} "
         "--figures-dir {params.figures_dir} --comparison {output.comparison} 2> {log}"

@@ -51,6 +51,7 @@ class Inputs:
     contrasts: pd.DataFrame
     history: pd.DataFrame  # every state run's targets
     probes: pd.DataFrame  # every state run's probes
+    rankings: pd.DataFrame  # every state run's ranking metrics (bootstrap intervals)
     checks: pd.DataFrame  # per run: check, residual, tolerance
 
     def mean(self, family, variant, quantity, key="") -> pd.Series | None:
@@ -326,6 +327,90 @@ def table18(x: Inputs) -> Table:
                   "state pathway: they measure accessibility).")  # fmt: skip
 
 
+METHOD_LABEL = {"ledger": "Ledger (absolute c)", "norm": "Largest write norm", "recency": "Recency",
+                "gradient": "Gradient×write", "random": "Random"}  # fmt: skip
+
+
+def table11(x: Inputs) -> Table:
+    """Seed-42 (ranking_seed) Persistent rankings against the exhaustive effects, with
+    paired sequence-bootstrap intervals (paper Table 11: one checkpoint)."""
+    seed = x.config["interventions"]["ranking_seed"]
+    r = x.rankings[(x.rankings.variant == "persistent") & (x.rankings.seed == seed)]
+    wide = {}
+    for row in r.itertuples():
+        wide.setdefault((row.family, row.method), {})[row.metric] = interval(
+            row.value, row.low, row.high, "{:.3f}"
+        )
+    cells = pd.DataFrame([{"Family": f, "Method": METHOD_LABEL[m],
+                           "Spearman": v.get("spearman", "—"),
+                           "Top-source accuracy": v.get("top_source_accuracy", "—"),
+                           "Regret": v.get("regret", "—")}
+                          for (f, m), v in wide.items()])  # fmt: skip
+    n = int(x.rankings.n_targets.max()) if not x.rankings.empty else 0
+    return _table("table11", r, cells, f"Table 11. Source rankings of the seed-{seed} "
+                  f"Persistent checkpoint against exhaustive suppression ({n} targets; "
+                  "sequence-bootstrap 95% intervals; a single checkpoint).")  # fmt: skip
+
+
+def table12_samoe(x: Inputs) -> Table:
+    """The same ranking metrics, three-seed means with t-intervals, both state variants."""
+    m = x.seed_means[x.seed_means.quantity.str.startswith("ranking_")].copy()
+    m["metric"] = m.quantity.str.removeprefix("ranking_")
+    cells = pd.DataFrame({"Family": m.family, "Variant": m.variant.map(VARIANT_LABEL),
+                          "Method": m.key.map(METHOD_LABEL), "Metric": m.metric,
+                          "Mean [95% t-CI]": [interval(r.mean, r.low, r.high, "{:.3f}")
+                                              for r in m.itertuples()]})  # fmt: skip
+    return _table("table_rankings_seeds", m.drop(columns="per_seed"), cells, "Source rankings "
+                  "over the three seeds (SAMOE §14.5 with `ranking_all_seeds`).")  # fmt: skip
+
+
+def table14(x: Inputs) -> Table:
+    """Suppression outcomes of P's ledger-selected and LWO's native source, Eq. 47 and the
+    persistence endpoints (paper Table 14, Figure 4)."""
+    names = {
+        "selected_abs_margin_change": "Target Δm, absolute",
+        "selected_jaccard_downstream": "Downstream Top-2 divergence",
+        "selected_output_kl": "Output KL (nats)",
+        "ledger_advantage": "Ledger-control advantage (Eq. 47)",
+    }
+    for h in x.config["interventions"]["persistence_horizons"]:
+        names[f"persistence_margin_change|{h}"] = f"Δm (absolute), suppressing {h} layers back"
+    rows = []
+    for family in x.config["families"]:
+        for name, label in names.items():
+            q, _, k = name.partition("|")
+            p, lwo = (x.mean(family, v, q, k) for v in ("persistent", "latest"))
+            d = x.contrast(family, q, "persistent", "latest", k)
+            rows.append({"family": family, "quantity": name, "label": label,
+                         **{f"p_{s}": None if p is None else p[s] for s in ("mean", "low", "high")},
+                         **{f"lwo_{s}": None if lwo is None else lwo[s]
+                            for s in ("mean", "low", "high")},
+                         **{f"diff_{s}": None if d is None else d[s]
+                            for s in ("mean", "low", "high")},
+                         "diff_per_seed": None if d is None else list(d.per_seed)})  # fmt: skip
+    frame = pd.DataFrame(rows)
+
+    def col(prefix):
+        return [interval(r[f"{prefix}_mean"], r[f"{prefix}_low"], r[f"{prefix}_high"], "{:.4f}")
+                for _, r in frame.iterrows()]  # fmt: skip
+
+    cells = pd.DataFrame(
+        {
+            "Family": frame.family,
+            "Outcome": frame.label,
+            "P": col("p"),
+            "LWO": col("lwo"),
+            "P − LWO": col("diff"),
+            "P − LWO per seed": frame.diff_per_seed.map(
+                lambda v: "—" if v is None else ", ".join(f"{x:+.4f}" for x in v)
+            ),
+        }
+    )
+    return _table("table14", frame, cells, "Table 14. Full-forward suppression of the selected "
+                  "source (P: the ledger's top; LWO: its native L − 1): three-seed means, "
+                  "95% t-intervals, sequence means first.")  # fmt: skip
+
+
 TABLES: dict[str, Callable[[Inputs], Table]] = {
     "table1": table1,
     "table2": lambda x: config_table("table2", x.config["moe"], "Table 2. MoE configuration."),
@@ -337,10 +422,13 @@ TABLES: dict[str, Callable[[Inputs], Table]] = {
     "table10": table10,
     "table8": table8,
     "table9": table9,
+    "table11": table11,
+    "table14": table14,
     "table16": table16,
     "table17": table17,
     "table18": table18,
     "table_history": table_history,
+    "table_rankings_seeds": table12_samoe,
     "table_state_geometry": table_state_geometry,
 }
 
@@ -405,17 +493,30 @@ def figure2b(x: Inputs):
             rows.append({"family": family, "endpoint": "long-horizon accessibility (pp)",
                          "seed": seed, "difference": 100 * v, "mean": 100 * d["mean"],
                          "low": 100 * d.low, "high": 100 * d.high})  # fmt: skip
+        for h in x.config["interventions"]["persistence_horizons"]:
+            e = x.contrast(family, "persistence_margin_change", "persistent", "latest", str(h))
+            if e is None:
+                continue
+            for seed, v in zip(x.config["seeds"], e.per_seed, strict=True):
+                rows.append({"family": family, "endpoint": f"abs Δm, {h} layers back",
+                             "seed": seed, "difference": v, "mean": e["mean"], "low": e.low,
+                             "high": e.high})  # fmt: skip
     frame = pd.DataFrame(rows)
-    fig, ax = plt.subplots(figsize=(4.5, 3.5))
-    for i, (_, g) in enumerate(frame.groupby("endpoint", sort=False)):
-        ax.scatter([i] * len(g), g.difference, color="#d62728", zorder=3, label="seeds")
+    endpoints = list(dict.fromkeys(frame.endpoint))
+    fig, axes = plt.subplots(1, len(endpoints), figsize=(3.2 * len(endpoints), 3.5),
+                             squeeze=False)  # fmt: skip
+    for ax, endpoint in zip(axes[0], endpoints, strict=True):
+        g = frame[frame.endpoint == endpoint]
+        ax.scatter([0] * len(g), g.difference, color="#d62728", zorder=3, label="seeds")
         m = g.iloc[0]
-        ax.errorbar([i + 0.15], [m["mean"]], yerr=[[m["mean"] - m.low], [m.high - m["mean"]]],
+        ax.errorbar([0.2], [m["mean"]], yerr=[[m["mean"] - m.low], [m.high - m["mean"]]],
                     fmt="s", color="k", capsize=4, label="mean, 95% t-CI")  # fmt: skip
-    ax.axhline(0, color="grey", lw=0.8)
-    ax.set_xticks(range(frame.endpoint.nunique()), frame.endpoint.unique(), fontsize=8)
-    ax.set_ylabel("P − LWO")
-    ax.legend(fontsize=8)
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_xlim(-0.5, 0.7)
+        ax.set_xticks([])
+        ax.set_title(endpoint, fontsize=9)
+        ax.set_ylabel("P − LWO")
+    axes[0][0].legend(fontsize=8)
     fig.tight_layout()
     return fig, frame
 
@@ -444,7 +545,39 @@ def figure3(x: Inputs):
     return fig, pd.concat(keep).drop(columns="per_seed")
 
 
-FIGURES = {"figure1": figure1, "figure2a": figure2a, "figure2b": figure2b, "figure3": figure3}
+def figure4(x: Inputs):
+    """|Δm|, downstream Jaccard and output KL of the selected source, P and LWO, with the
+    per-seed P − LWO (paper Fig. 4)."""
+    outcomes = {
+        "selected_abs_margin_change": "target |Δm|",
+        "selected_jaccard_downstream": "downstream Top-2 divergence",
+        "selected_output_kl": "output KL (nats)",
+    }
+    rows = []
+    for family in x.config["families"]:
+        for q, label in outcomes.items():
+            for v in ("persistent", "latest"):
+                m = x.mean(family, v, q)
+                if m is not None:
+                    rows.append({"family": family, "outcome": label, "variant": v,
+                                 "mean": m["mean"], "low": m.low, "high": m.high,
+                                 "per_seed": list(m.per_seed)})  # fmt: skip
+    frame = pd.DataFrame(rows)
+    fig, axes = plt.subplots(1, len(outcomes), figsize=(10, 3.3))
+    for ax, label in zip(axes, outcomes.values(), strict=True):
+        g = frame[frame.outcome == label]
+        for i, r in enumerate(g.itertuples()):
+            ax.bar(i, r.mean, color=COLOURS[r.variant], yerr=[[r.mean - r.low], [r.high - r.mean]],
+                   capsize=4)  # fmt: skip
+            ax.scatter([i] * len(r.per_seed), r.per_seed, color="k", s=10, zorder=3)
+        ax.set_xticks(range(len(g)), [VARIANT_LABEL[v] for v in g.variant])
+        ax.set_title(label, fontsize=9)
+    fig.tight_layout()
+    return fig, frame
+
+
+FIGURES = {"figure1": figure1, "figure2a": figure2a, "figure2b": figure2b, "figure3": figure3,
+           "figure4": figure4}  # fmt: skip
 
 
 # --------------------------------------------------------------------------- comparison
@@ -521,6 +654,37 @@ def comparison(x: Inputs, references: Mapping) -> pd.DataFrame:
             row(family, "hidden_vs_native", f"P hidden-r {100 * hid['mean']:.1f}%, P native "
                 f"{100 * nat['mean']:.1f}%", "hidden-r ≥ P native at the top budget",
                 bool(hid["mean"] >= nat["mean"]))  # fmt: skip
+        seed = x.config["interventions"]["ranking_seed"]
+        r = x.rankings[(x.rankings.family == family) & (x.rankings.variant == "persistent")
+                       & (x.rankings.seed == seed) & (x.rankings.metric == "spearman")]  # fmt: skip
+        rho = r.set_index("method").value
+        if {"gradient", "ledger", "norm"} <= set(rho.index):
+            row(family, "ranking_spearman_seed42",
+                f"ledger {rho['ledger']:.3f}, norm {rho['norm']:.3f}, gradient×write "
+                f"{rho['gradient']:.3f}", "gradient×write > ledger > norm",
+                bool(rho["gradient"] > rho["ledger"] > rho["norm"]))  # fmt: skip
+        adv = x.mean(family, "persistent", "ledger_advantage")
+        if adv is not None:
+            row(family, "ledger_control_advantage_p",
+                interval(adv["mean"], adv.low, adv.high, "{:.3f}"), "P advantage > 0",
+                bool(adv["mean"] > 0))  # fmt: skip
+        cons = [
+            x.mean(family, "persistent", q)
+            for q in (
+                "selected_abs_margin_change",
+                "selected_jaccard_downstream",
+                "selected_output_kl",
+            )
+        ]
+        if all(c is not None for c in cons):
+            row(
+                family,
+                "consequences_p",
+                f"abs Δm {cons[0]['mean']:.3f}, Top-2 divergence "
+                f"{cons[1]['mean']:.3f}, KL {cons[2]['mean']:.4f}",
+                "descriptive",
+                None,
+            )
         described = (("ess", "ess", 1, "{:.2f}"),
                      ("largest_source_share", "max_share", 100, "{:.1f}"),
                      ("signed_state_term", "signed_state_term", 1, "{:.3f}"))  # fmt: skip

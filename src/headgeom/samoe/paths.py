@@ -32,6 +32,8 @@ TEMPLATES = {
     "local_suppression": f"{RUN}/local_suppression.parquet",
     "history": f"{RUN}/history.parquet",
     "probes": f"{RUN}/probes.parquet",
+    "interventions": f"{RUN}/interventions.parquet",
+    "rankings": f"{RUN}/rankings.parquet",
     # the study
     "seeds": "samoe/seeds.json",
     "counts": "samoe/counts.parquet",

@@ -240,3 +240,42 @@ PROBES = _table(
     "probe of one run, pair, representation and budget",
 )  # fmt: skip
 TABLES |= {PROBES.name: PROBES}
+INTERVENTIONS = _table(
+    "samoe_interventions",
+    [*_RUN, ("seq_id", pa.string()), ("slot", pa.int64()), ("layer", pa.int64()),
+     ("position", pa.int64()), ("source", pa.int64()), ("margin_change", pa.float64()),
+     ("abs_margin_change", pa.float64()), ("jaccard_downstream", pa.float64()),
+     ("jaccard_after_target", pa.float64()), ("output_kl", pa.float64()),
+     ("ledger", pa.float64()), ("norm", pa.float64()), ("gradient", pa.float64()),
+     ("role", pa.string())],
+    {"seq_id": "intervention sequence id", "slot": "target slot", "layer": "target layer L",
+     "position": "target position t (the suppressed token)",
+     "source": "source layer l < L whose write is suppressed (s_{l+1} ← s_l at t, SAMOE E7)",
+     "margin_change": "Δm: intervened − clean z_L[e2] − z_L[e3] on the clean (e2, e3)",
+     "abs_margin_change": "|Δm|: the exhaustive effect E_{il} of the rankings",
+     "jaccard_downstream": "mean Jaccard distance of clean vs intervened Top-2 sets at t over "
+                           "layers l + 1 … N − 1",
+     "jaccard_after_target": "the same over layers > L (null when L is the last layer)",
+     "output_kl": "KL(p_clean ‖ p_int) of the next-token distribution at t (nats)",
+     "ledger": "ledger score |c_{l→L}| (LWO: its structural attribution, all on L − 1)",
+     "norm": "‖Δ_l‖₂ at t (largest write norm)",
+     "gradient": "gradient×write |∂m/∂α_l| at α = 1 (one autograd call per target)",
+     "role": "how the source was chosen besides the exhaustive grid: selected (the ledger's "
+             "top for P, L − 1 for LWO), random / norm / distance (matched controls), or "
+             "empty; a source can hold one role per target"},
+    "suppressed (target, source) of one state run: every eligible source of every target",
+)  # fmt: skip
+RANKINGS = _table(
+    "samoe_rankings",
+    [*_RUN, ("method", pa.string()), ("metric", pa.string()), ("value", pa.float64()),
+     ("low", pa.float64()), ("high", pa.float64()), ("n_targets", pa.int64())],
+    {"method": "ranking: ledger, norm, recency, gradient or random (SAMOE §14.4)",
+     "metric": "spearman (within-target, omitted when constant), top_source_accuracy, regret "
+               "(normalised oracle regret; targets with max E = 0 dropped)",
+     "value": "mean over targets, each sequence's targets averaged first",
+     "low": "2.5th percentile of the paired sequence bootstrap (shared resamples)",
+     "high": "97.5th percentile of the paired sequence bootstrap",
+     "n_targets": "targets the metric is defined on"},
+    "ranking metric of one method in one run (within-checkpoint interval)",
+)  # fmt: skip
+TABLES |= {t.name: t for t in (INTERVENTIONS, RANKINGS)}
