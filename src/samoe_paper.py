@@ -30,20 +30,22 @@ from headgeom.samoe import results
 CHECKS = ("K6", "K7", "K8")
 
 
-def run_checks(paths: list[Path]) -> pd.DataFrame:
-    """K6–K8 residuals and tolerances from each history Parquet's metadata."""
+def run_checks(paths: list[Path], checks: tuple[str, ...] = CHECKS) -> pd.DataFrame:
+    """Residuals and tolerances of ``checks`` from each Parquet's metadata (K6–K8 in the
+    history files; K14's two parts, router input and logits, in the Li files)."""
     rows = []
     for path in paths:
         meta = read_parquet_metadata(path)
         run = json.loads(meta["run"])
-        for check in CHECKS:
-            if f"check_{check}_max_abs_residual" not in meta:  # K8: Persistent only
-                continue
+        for key in sorted(meta):
+            check = key.removeprefix("check_").removesuffix("_max_abs_residual")
+            if not key.endswith("_max_abs_residual") or check.split(".")[0] not in checks:
+                continue  # K8 is in Persistent files only
             rows.append(
                 {
                     **run,
                     "check": check,
-                    "residual": float(json.loads(meta[f"check_{check}_max_abs_residual"])),
+                    "residual": float(json.loads(meta[key])),
                     "tolerance": float(json.loads(meta[f"check_{check}_tolerance"])),
                 }
             )
@@ -59,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--history", nargs="*", type=Path, default=[])
     parser.add_argument("--probes", nargs="*", type=Path, default=[])
     parser.add_argument("--rankings", nargs="*", type=Path, default=[])
+    parser.add_argument("--li", nargs="*", type=Path, default=[], help="Ordinary runs' li.parquet")
     args = parser.parse_args(argv)
     cfg = json.loads(args.config_json)
     histories = [read_table(p, results.HISTORY.names).to_pandas() for p in args.history]
@@ -69,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         contrasts=read_table(args.contrasts, results.CONTRASTS.names).to_pandas(),
         history=pd.concat(histories, ignore_index=True) if histories else
         pd.DataFrame(columns=results.HISTORY.names),
-        checks=run_checks(args.history),
+        checks=pd.concat([run_checks(args.history), run_checks(args.li, ("K14",))],
+                         ignore_index=True),
         probes=pd.concat([read_table(p, results.PROBES.names).to_pandas() for p in args.probes],
                          ignore_index=True) if args.probes else
         pd.DataFrame(columns=results.PROBES.names),

@@ -146,3 +146,34 @@ rule samoe_interventions:
         "--checkpoint {input.checkpoint} --manifest {input.manifest} --pools {input.pools} "
         "--targets {input.targets} --corpus-manifest {input.corpus_manifest} "
         "--out {output.interventions} --rankings {output.rankings} --threads {threads} 2> {log}"
+
+
+rule samoe_li:
+    wildcard_constraints:
+        variant="ordinary",
+    input:
+        checkpoint=PATHS["checkpoint"],
+        manifest=PATHS["manifest"],
+        pools=PATHS["pools"],
+        targets=PATHS["targets"],
+        corpus_manifest=PATHS["corpus_manifest"],
+    output:
+        li=PATHS["li"],
+        rankings=PATHS["li_rankings"],
+    log:
+        log_of("samoe_li", "{family}-{variant}-s{seed}"),
+    benchmark:
+        benchmark_of("samoe_li", "{family}-{variant}-s{seed}")
+    params:
+        run=run_json,
+        cfg=json_param(STUDY.analysis_config, "family"),
+    threads: STUDY.threads("samoe_li")
+    resources:
+        **STUDY.resources("samoe_li", mem_mb=4000, runtime=60),
+    conda:
+        "../../envs/headgeom.yaml"
+    shell:
+        "python src/samoe_li.py --run-json {params.run:q} --config-json {params.cfg:q} "
+        "--checkpoint {input.checkpoint} --manifest {input.manifest} --pools {input.pools} "
+        "--targets {input.targets} --corpus-manifest {input.corpus_manifest} "
+        "--out {output.li} --rankings {output.rankings} --threads {threads} 2> {log}"

@@ -75,7 +75,7 @@ def paper_config():
 
 
 SAMOE_TABLES = ["table1", "table2", "table3", "table4", "table7", "table8", "table9", "table10",
-                "table11", "table14", "table16", "table17", "table18", "table_history",
+                "table11", "table12", "table14", "table16", "table17", "table18", "table_history",
                 "table_rankings_seeds", "table_state_geometry"]  # fmt: skip
 SAMOE_FIGURES = ["figure1", "figure2a", "figure2b", "figure3", "figure4"]
 

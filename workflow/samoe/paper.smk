@@ -11,7 +11,7 @@ rule samoe_stats:
         state_geometry=per_run("state_geometry", STUDY.state_runs),
         probes=per_run("probes", STUDY.state_runs),
         interventions=per_run("interventions", STUDY.state_runs),
-        rankings=per_run("rankings", STUDY.state_runs),
+        rankings=per_run("rankings", STUDY.state_runs) + per_run("li_rankings", STUDY.ordinary_runs),
     output:
         seed_means=PATHS["seed_means"],
         contrasts=PATHS["contrasts"],
@@ -45,7 +45,8 @@ rule samoe_paper:
         contrasts=PATHS["contrasts"],
         history=per_run("history", STUDY.state_runs),
         probes=per_run("probes", STUDY.state_runs),
-        rankings=per_run("rankings", STUDY.state_runs),
+        rankings=per_run("rankings", STUDY.state_runs) + per_run("li_rankings", STUDY.ordinary_runs),
+        li=per_run("li", STUDY.ordinary_runs),
     output:
         tables=paper_files()[0],
         figures=paper_files()[1],
@@ -68,5 +69,6 @@ rule samoe_paper:
         "python src/samoe_paper.py --config-json {params.cfg:q} --counts {input.counts} "
         "--seed-means {input.seed_means} --contrasts {input.contrasts} "
         "--history {input.history} --probes {input.probes} --rankings {input.rankings} "
+        "--li {input.li} "
         "--tables-dir {params.tables_dir} "
         "--figures-dir {params.figures_dir} --comparison {output.comparison} 2> {log}"

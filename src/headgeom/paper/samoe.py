@@ -156,7 +156,7 @@ def table10(x: Inputs) -> Table:
     cells = pd.DataFrame({
         "Family": frame.family, "Variant": frame.variant.map(VARIANT_LABEL),
         "Seed": frame.seed.astype(str), "Check": frame.check,
-        "Max |residual|": frame.residual.map("{:.3g}".format),
+        "Max abs. residual": frame.residual.map("{:.3g}".format),
         "Tolerance": frame.tolerance.map("{:.0e}".format),
     })  # fmt: skip
     return _table("table10", frame, cells, "Table 10. Ledger reconstruction (float32): K6 "
@@ -327,8 +327,9 @@ def table18(x: Inputs) -> Table:
                   "state pathway: they measure accessibility).")  # fmt: skip
 
 
-METHOD_LABEL = {"ledger": "Ledger (absolute c)", "norm": "Largest write norm", "recency": "Recency",
-                "gradient": "Gradient×write", "random": "Random"}  # fmt: skip
+METHOD_LABEL = {"ledger": "Ledger (absolute c)", "norm": "Largest write norm",
+                "recency": "Recency", "gradient": "Gradient×write", "random": "Random",
+                "li_variance": "Li variance", "li_boundary": "Li Top-2 boundary"}  # fmt: skip
 
 
 def table11(x: Inputs) -> Table:
@@ -352,9 +353,26 @@ def table11(x: Inputs) -> Table:
                   "sequence-bootstrap 95% intervals; a single checkpoint).")  # fmt: skip
 
 
+def table12(x: Inputs) -> Table:
+    """Ordinary-MoE post-hoc attribution (paper Table 12): every score's ranking metrics
+    against the oracle, three-seed means with t-intervals (Li's methods are not compared
+    with SA-MoE write effects: other audit objects)."""
+    m = x.seed_means[x.seed_means.quantity.str.startswith("ranking_")
+                     & (x.seed_means.variant == "ordinary")].copy()  # fmt: skip
+    m["metric"] = m.quantity.str.removeprefix("ranking_")
+    labels = {**METHOD_LABEL, "gradient": "Gradient×component", "norm": "Largest-component norm"}
+    cells = pd.DataFrame({"Family": m.family, "Method": m.key.map(labels), "Metric": m.metric,
+                          "Mean [95% t-CI]": [interval(r.mean, r.low, r.high, "{:.3f}")
+                                              for r in m.itertuples()]})  # fmt: skip
+    return _table("table12", m.drop(columns="per_seed"), cells, "Table 12. Post-hoc "
+                  "attribution on the Ordinary MoE: residual components (attention, shared, "
+                  "routed per earlier layer) against the oracle, three seeds.")  # fmt: skip
+
+
 def table12_samoe(x: Inputs) -> Table:
     """The same ranking metrics, three-seed means with t-intervals, both state variants."""
-    m = x.seed_means[x.seed_means.quantity.str.startswith("ranking_")].copy()
+    m = x.seed_means[x.seed_means.quantity.str.startswith("ranking_")
+                     & (x.seed_means.variant != "ordinary")].copy()  # fmt: skip
     m["metric"] = m.quantity.str.removeprefix("ranking_")
     cells = pd.DataFrame({"Family": m.family, "Variant": m.variant.map(VARIANT_LABEL),
                           "Method": m.key.map(METHOD_LABEL), "Metric": m.metric,
@@ -423,6 +441,7 @@ TABLES: dict[str, Callable[[Inputs], Table]] = {
     "table8": table8,
     "table9": table9,
     "table11": table11,
+    "table12": table12,
     "table14": table14,
     "table16": table16,
     "table17": table17,
@@ -663,6 +682,18 @@ def comparison(x: Inputs, references: Mapping) -> pd.DataFrame:
                 f"ledger {rho['ledger']:.3f}, norm {rho['norm']:.3f}, gradient×write "
                 f"{rho['gradient']:.3f}", "gradient×write > ledger > norm",
                 bool(rho["gradient"] > rho["ledger"] > rho["norm"]))  # fmt: skip
+        li_rho, g_rho = (x.mean(family, "ordinary", "ranking_spearman", k)
+                         for k in ("li_variance", "gradient"))  # fmt: skip
+        if li_rho is not None and g_rho is not None:
+            li_text = interval(li_rho["mean"], li_rho.low, li_rho.high, "{:.3f}")
+            g_text = interval(g_rho["mean"], g_rho.low, g_rho.high, "{:.3f}")
+            row(family, "ordinary_li_spearman", f"Li {li_text}, gradient×component {g_text}",
+                "gradient×component > Li", bool(g_rho["mean"] > li_rho["mean"]))  # fmt: skip
+        k14 = x.checks[(x.checks.family == family) & x.checks.check.str.startswith("K14")]
+        if not k14.empty:
+            worst = k14.groupby("check").residual.max()
+            text = ", ".join(f"{c.split('.')[-1]} {v:.2e}" for c, v in worst.items())
+            row(family, "li_reconstruction", text, "≤ 1e-5", bool(worst.max() <= 1e-5))
         adv = x.mean(family, "persistent", "ledger_advantage")
         if adv is not None:
             row(family, "ledger_control_advantage_p",

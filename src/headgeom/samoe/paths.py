@@ -34,6 +34,8 @@ TEMPLATES = {
     "probes": f"{RUN}/probes.parquet",
     "interventions": f"{RUN}/interventions.parquet",
     "rankings": f"{RUN}/rankings.parquet",
+    "li": f"{RUN}/li.parquet",
+    "li_rankings": f"{RUN}/li_rankings.parquet",
     # the study
     "seeds": "samoe/seeds.json",
     "counts": "samoe/counts.parquet",

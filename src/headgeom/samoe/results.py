@@ -279,3 +279,20 @@ RANKINGS = _table(
     "ranking metric of one method in one run (within-checkpoint interval)",
 )  # fmt: skip
 TABLES |= {t.name: t for t in (INTERVENTIONS, RANKINGS)}
+LI = _table(
+    "samoe_li",
+    [*_RUN, ("seq_id", pa.string()), ("slot", pa.int64()), ("layer", pa.int64()),
+     ("position", pa.int64()), ("component_layer", pa.int64()), ("component", pa.string()),
+     ("li_variance", pa.float64()), ("li_boundary", pa.float64()), ("norm", pa.float64()),
+     ("gradient", pa.float64()), ("effect", pa.float64())],
+    {"seq_id": "intervention sequence id", "slot": "target slot", "layer": "target layer L",
+     "position": "target position t",
+     "component_layer": "layer l < L of the residual component",
+     "component": "attention, shared (expert) or routed (gated routed experts) output",
+     "li_variance": "variance over the experts of α_j = W^x_L φ(v_j) (the reference criterion)",
+     "li_boundary": "|α_j[e2] − α_j[e3]|: the component's part of the Top-2 boundary margin",
+     "norm": "‖v_j‖₂ at t", "gradient": "gradient×component |∇_{v_j} m · v_j|",
+     "effect": "oracle |Δm|: v_j removed at t, the full forward rerun, on the clean (e2, e3)"},
+    "residual component of one audited target of an Ordinary MoE (SAMOE §15)",
+)  # fmt: skip
+TABLES |= {LI.name: LI}
