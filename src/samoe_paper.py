@@ -53,6 +53,11 @@ def run_checks(paths: list[Path], checks: tuple[str, ...] = CHECKS) -> pd.DataFr
                                        "tolerance"])  # fmt: skip
 
 
+def read_all(paths: list[Path], table) -> pd.DataFrame:
+    frames = [read_table(p, table.names).to_pandas() for p in paths]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=table.names)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config-json", required=True)
@@ -62,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probes", nargs="*", type=Path, default=[])
     parser.add_argument("--rankings", nargs="*", type=Path, default=[])
     parser.add_argument("--li", nargs="*", type=Path, default=[], help="Ordinary runs' li.parquet")
+    parser.add_argument("--audit-cost", nargs="*", type=Path, default=[])
+    parser.add_argument("--runtime", nargs="*", type=Path, default=[])
     args = parser.parse_args(argv)
     cfg = json.loads(args.config_json)
     histories = [read_table(p, results.HISTORY.names).to_pandas() for p in args.history]
@@ -72,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         contrasts=read_table(args.contrasts, results.CONTRASTS.names).to_pandas(),
         history=pd.concat(histories, ignore_index=True) if histories else
         pd.DataFrame(columns=results.HISTORY.names),
+        audit_cost=read_all(args.audit_cost, results.AUDIT_COST),
+        runtime=read_all(args.runtime, results.RUNTIME),
         checks=pd.concat([run_checks(args.history), run_checks(args.li, ("K14",))],
                          ignore_index=True),
         probes=pd.concat([read_table(p, results.PROBES.names).to_pandas() for p in args.probes],

@@ -177,3 +177,34 @@ rule samoe_li:
         "--checkpoint {input.checkpoint} --manifest {input.manifest} --pools {input.pools} "
         "--targets {input.targets} --corpus-manifest {input.corpus_manifest} "
         "--out {output.li} --rankings {output.rankings} --threads {threads} 2> {log}"
+
+
+# Times of one family's ranking_seed checkpoints (descriptive, SAMOE §16): one job, alone on
+# its threads, so its three variants are timed under the same load.
+rule samoe_audit_cost:
+    input:
+        checkpoints=lambda w: cost_runs("checkpoint", w.family),
+        manifests=lambda w: cost_runs("manifest", w.family),
+        pools=PATHS["pools"],
+        targets=PATHS["targets"],
+        corpus_manifest=PATHS["corpus_manifest"],
+    output:
+        audit_cost=PATHS["audit_cost"],
+        runtime=PATHS["runtime"],
+    log:
+        log_of("samoe_audit_cost", "{family}"),
+    benchmark:
+        benchmark_of("samoe_audit_cost", "{family}")
+    params:
+        seed=STUDY.config["interventions"]["ranking_seed"],
+    threads: STUDY.threads("samoe_audit_cost")
+    resources:
+        **STUDY.resources("samoe_audit_cost", mem_mb=3000, runtime=20),
+    conda:
+        "../../envs/headgeom.yaml"
+    shell:
+        "python src/samoe_audit_cost.py --family {wildcards.family} --seed {params.seed} "
+        "--checkpoints {input.checkpoints} --manifests {input.manifests} "
+        "--pools {input.pools} --targets {input.targets} "
+        "--corpus-manifest {input.corpus_manifest} --audit-cost {output.audit_cost} "
+        "--runtime {output.runtime} --threads {threads} 2> {log}"

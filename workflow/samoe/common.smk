@@ -67,6 +67,12 @@ def directory_of(key):
     )
 
 
+def cost_runs(result, family):
+    """``result`` of every variant of ``family`` at the ranking seed (the audit pilot's)."""
+    seed = STUDY.config["interventions"]["ranking_seed"]
+    return [PATHS[result].format(family=family, variant=v, seed=seed) for v in STUDY.variants]
+
+
 def paper_config():
     c = STUDY.config
     keys = ("moe", "cpt", "variants", "seeds", "noninferiority", "families", "probes",
@@ -74,8 +80,8 @@ def paper_config():
     return {k: c[k] for k in keys}
 
 
-SAMOE_TABLES = ["table1", "table2", "table3", "table4", "table7", "table8", "table9", "table10",
-                "table11", "table12", "table14", "table16", "table17", "table18", "table_history",
+SAMOE_TABLES = ["table1", "table2", "table3", "table4", "table5", "table7", "table8", "table9", "table10",
+                "table11", "table12", "table13", "table14", "table16", "table17", "table18", "table_history",
                 "table_rankings_seeds", "table_state_geometry"]  # fmt: skip
 SAMOE_FIGURES = ["figure1", "figure2a", "figure2b", "figure3", "figure4"]
 

@@ -47,6 +47,8 @@ rule samoe_paper:
         probes=per_run("probes", STUDY.state_runs),
         rankings=per_run("rankings", STUDY.state_runs) + per_run("li_rankings", STUDY.ordinary_runs),
         li=per_run("li", STUDY.ordinary_runs),
+        audit_cost=[PATHS["audit_cost"].format(family=f) for f in STUDY.families],
+        runtime=[PATHS["runtime"].format(family=f) for f in STUDY.families],
     output:
         tables=paper_files()[0],
         figures=paper_files()[1],
@@ -69,6 +71,6 @@ rule samoe_paper:
         "python src/samoe_paper.py --config-json {params.cfg:q} --counts {input.counts} "
         "--seed-means {input.seed_means} --contrasts {input.contrasts} "
         "--history {input.history} --probes {input.probes} --rankings {input.rankings} "
-        "--li {input.li} "
+        "--li {input.li} --audit-cost {input.audit_cost} --runtime {input.runtime} "
         "--tables-dir {params.tables_dir} "
         "--figures-dir {params.figures_dir} --comparison {output.comparison} 2> {log}"

@@ -52,6 +52,8 @@ class Inputs:
     history: pd.DataFrame  # every state run's targets
     probes: pd.DataFrame  # every state run's probes
     rankings: pd.DataFrame  # every state run's ranking metrics (bootstrap intervals)
+    audit_cost: pd.DataFrame  # the pilot of each family
+    runtime: pd.DataFrame  # the runtime medians of each family
     checks: pd.DataFrame  # per run: check, residual, tolerance
 
     def mean(self, family, variant, quantity, key="") -> pd.Series | None:
@@ -429,6 +431,27 @@ def table14(x: Inputs) -> Table:
                   "95% t-intervals, sequence means first.")  # fmt: skip
 
 
+def table5(x: Inputs) -> Table:
+    r = x.runtime
+    cells = pd.DataFrame({"Family": r.family, "Variant": r.variant.map(VARIANT_LABEL),
+                          "Measurement": r.measurement, "Batch": r.batch.astype(str),
+                          "Median (ms)": r.median_s.map(lambda v: f"{1000 * v:.2f}")})  # fmt: skip
+    return _table("table5", r, cells, "Table 5. Runtime medians of full-length passes on this "
+                  "machine (descriptive: FLOPs are the cost model).")  # fmt: skip
+
+
+def table13(x: Inputs) -> Table:
+    a = x.audit_cost
+    cells = pd.DataFrame({"Family": a.family, "Variant": a.variant.map(VARIANT_LABEL),
+                          "Phase": a.phase, "Passes": a.passes.astype(str),
+                          "Objects": a.n_objects.astype(str), "Targets": a.n_targets.astype(str),
+                          "Retained (KiB)": a.retained_bytes.map(lambda b: f"{b / 1024:.1f}"),
+                          "Wall (ms)": a.wall_s.map(lambda v: f"{1000 * v:.2f}")})  # fmt: skip
+    return _table("table13", a, cells, "Table 13. Audit-cost pilot: one batch of 8 frozen "
+                  "sequences, the 4 targets of the first; objects are source interventions "
+                  "(state variants) or residual components (Ordinary).")  # fmt: skip
+
+
 TABLES: dict[str, Callable[[Inputs], Table]] = {
     "table1": table1,
     "table2": lambda x: config_table("table2", x.config["moe"], "Table 2. MoE configuration."),
@@ -436,12 +459,14 @@ TABLES: dict[str, Callable[[Inputs], Table]] = {
         "table3", x.config["cpt"], "Table 3. Continued-pretraining configuration."
     ),  # fmt: skip
     "table4": table4,
+    "table5": table5,
     "table7": table7,
     "table10": table10,
     "table8": table8,
     "table9": table9,
     "table11": table11,
     "table12": table12,
+    "table13": table13,
     "table14": table14,
     "table16": table16,
     "table17": table17,
@@ -724,6 +749,12 @@ def comparison(x: Inputs, references: Mapping) -> pd.DataFrame:
             if m is not None:
                 text = interval(*(scale * m[k] for k in ("mean", "low", "high")), spec=spec)
                 row(family, name, text + ("%" if scale == 100 else ""), "descriptive", None)
+        pilot = x.audit_cost[(x.audit_cost.family == family) & (x.audit_cost.phase == "capture")]
+        pilot = pilot.set_index("variant").n_objects
+        if {"persistent", "ordinary"} <= set(pilot.index):
+            row(family, "audit_pilot_counts", f"{pilot['persistent']} source interventions, "
+                f"{pilot['ordinary']} components over 4 targets", "3 components per source",
+                bool(pilot["ordinary"] == 3 * pilot["persistent"]))  # fmt: skip
         k6 = x.checks[(x.checks.family == family) & (x.checks.check == "K6")]
         if not k6.empty:
             worst = k6.residual.max()

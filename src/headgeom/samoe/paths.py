@@ -38,6 +38,8 @@ TEMPLATES = {
     "li_rankings": f"{RUN}/li_rankings.parquet",
     # the study
     "seeds": "samoe/seeds.json",
+    "audit_cost": "samoe/{family}/audit_cost.parquet",
+    "runtime": "samoe/{family}/runtime.parquet",
     "counts": "samoe/counts.parquet",
     "seed_means": "samoe/stats/seed_means.parquet",
     "contrasts": "samoe/stats/contrasts.parquet",

@@ -296,3 +296,28 @@ LI = _table(
     "residual component of one audited target of an Ordinary MoE (SAMOE §15)",
 )  # fmt: skip
 TABLES |= {LI.name: LI}
+AUDIT_COST = _table(
+    "samoe_audit_cost",
+    [*_RUN, ("phase", pa.string()), ("wall_s", pa.float64()), ("passes", pa.int64()),
+     ("n_targets", pa.int64()), ("n_objects", pa.int64()), ("retained_bytes", pa.int64())],
+    {"phase": "capture (one clean forward keeping the audit objects), attribution (ledger, "
+              "structural or Li scores from the captured data), gradient (one autograd call "
+              "per target)",
+     "wall_s": "median wall time of the phase over the repeats (seconds, this machine)",
+     "passes": "forward or backward passes the phase runs",
+     "n_targets": "audited targets of the pilot",
+     "n_objects": "source interventions (state variants: Σ_i L_i) or residual components "
+                  "(Ordinary: 3 Σ_i L_i) the phase covers",
+     "retained_bytes": "bytes of what the phase keeps (float32)"},
+    "phase of the audit-cost pilot of one variant (SAMOE §16; descriptive)",
+)  # fmt: skip
+RUNTIME = _table(
+    "samoe_runtime",
+    [*_RUN, ("measurement", pa.string()), ("batch", pa.int64()), ("median_s", pa.float64()),
+     ("repeats", pa.int64())],
+    {"measurement": "forward (full-length, no grad) or forward_backward (no optimizer step)",
+     "batch": "sequences per pass", "median_s": "median wall time (seconds, this machine)",
+     "repeats": "timed repeats after one warm-up"},
+    "runtime measurement of one variant (SAMOE §16; descriptive, FLOPs are the cost model)",
+)  # fmt: skip
+TABLES |= {t.name: t for t in (AUDIT_COST, RUNTIME)}

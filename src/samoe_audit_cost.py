@@ -1,0 +1,157 @@
+"""The audit-cost pilot and runtime of one family's three variants (SAMOE §16; descriptive).
+
+    python src/samoe_audit_cost.py --family toy --seed 42 --checkpoints a b c \\
+        --manifests a b c --pools pools.parquet --targets targets.parquet \\
+        --corpus-manifest manifest.json --audit-cost audit_cost.parquet --runtime runtime.parquet
+
+Pilot: the first 8 intervention sequences as one batch and the targets of the first, in
+separate phases: capture (one clean forward keeping each audit object's minimal form),
+attribution from the captured data (ledger, LWO's structural attribution or Li's scores:
+zero extra passes), gradient extraction (one autograd call per target). Runtime: medians of
+full-length forwards at batch 1 and 16 and one forward + backward at batch 4. Times are this
+machine's (one thread per job); pass counts, object counts and bytes are exact.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from headgeom.data.corpus_sources import all_or_nothing
+from headgeom.hashing import content_hash
+from headgeom.io import read_table
+from headgeom.runtime import set_threads
+from headgeom.samoe import li, results
+from headgeom.samoe.capture import capture
+from headgeom.samoe.checkpoint import load_verified_moe
+from headgeom.samoe.ledger import Targets, boundary_pair, ledger, structural_attribution
+from headgeom.samoe.manifest import verified_inputs
+from headgeom.samoe.pools import pool, read_pools
+from headgeom.samoe.rankings import gradient_x_write
+
+PILOT_BATCH, REPEATS = 8, 5
+
+
+def timed(fn, repeats: int = REPEATS):
+    fn()  # warm-up
+    times, out = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), out
+
+
+def nbytes(*tensors) -> int:
+    return int(sum(t.numel() * t.element_size() for t in tensors if t is not None))
+
+
+def pilot(model, ids, targets: Targets) -> list[dict]:
+    n = len(targets)
+    b, t = targets.batch, targets.position
+    sources = int(targets.layer.sum())
+    wall, cap = timed(lambda: capture(model, ids))
+    e2, e3 = boundary_pair(cap, targets)
+    if model.has_state:  # minimal form: realised writes and the clean Top-3 ids and logits
+        kept = nbytes(cap.delta, cap.top_ids.to(torch.int16), cap.top_logits)
+        objects = sources
+        attribution = ((lambda: ledger(model, cap, targets)) if model.variant == "persistent"
+                       else (lambda: structural_attribution(ledger(model, cap, targets),
+                                                            targets)))  # fmt: skip
+        gradient = lambda: gradient_x_write(model, ids, targets, e2, e3)  # noqa: E731
+    else:  # the components at the target tokens, and the router inputs they rebuild
+        kept = nbytes(
+            cap.attn_out[:, b, t],
+            cap.shared_out[:, b, t],
+            cap.routed_out[:, b, t],
+            cap.router_in[:, b, t],
+            cap.top_ids.to(torch.int16),
+            cap.top_logits,
+        )
+        objects = len(li.KINDS) * sources
+        attribution = lambda: li.attribute(model, ids, cap, targets, e2, e3)  # noqa: E731
+        gradient = lambda: li.gradient_x_component(model, ids, targets, e2, e3)  # noqa: E731
+    a_wall, _ = timed(attribution)
+    g_wall, _ = timed(gradient, repeats=1)
+    return [
+        {"phase": "capture", "wall_s": wall, "passes": 1, "n_targets": n, "n_objects": objects,
+         "retained_bytes": kept},
+        {"phase": "attribution", "wall_s": a_wall, "passes": 0, "n_targets": n,
+         "n_objects": objects, "retained_bytes": 0},
+        {"phase": "gradient", "wall_s": g_wall, "passes": 2 * n, "n_targets": n,
+         "n_objects": objects, "retained_bytes": 0},
+    ]  # fmt: skip
+
+
+def runtime(model, ids) -> list[dict]:
+    rows = []
+    with torch.no_grad():
+        for batch in (1, 16):
+            x = ids[:batch]
+            median, _ = timed(lambda x=x: model(x))
+            rows.append({"measurement": "forward", "batch": batch, "median_s": median,
+                         "repeats": REPEATS})  # fmt: skip
+    x = ids[:4]
+
+    def step():
+        model.zero_grad(set_to_none=True)
+        model(x[:, :-1]).logsumexp(-1).mean().backward()
+
+    median, _ = timed(step)
+    model.zero_grad(set_to_none=True)
+    rows.append({"measurement": "forward_backward", "batch": 4, "median_s": median,
+                 "repeats": REPEATS})  # fmt: skip
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--family", required=True)
+    parser.add_argument("--seed", required=True, type=int)
+    parser.add_argument("--checkpoints", nargs="+", type=Path, required=True)
+    parser.add_argument("--manifests", nargs="+", type=Path, required=True)
+    for name in ("pools", "targets", "corpus-manifest", "audit-cost", "runtime"):
+        parser.add_argument(f"--{name}", required=True, type=Path)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    set_threads(args.threads)
+    verified_inputs(args.corpus_manifest, {"pools": args.pools})
+    frame = read_table(args.targets, results.TARGETS.names).to_pandas()
+    first = frame[frame.seq_index == 0]
+    targets = Targets(first.seq_index.to_numpy(), first.position.to_numpy(),
+                      first.layer.to_numpy())  # fmt: skip
+    cost_rows, runtime_rows, hashes = [], [], {}
+    for checkpoint, manifest_path in zip(args.checkpoints, args.manifests, strict=True):
+        model, vocab, manifest = load_verified_moe(checkpoint, manifest_path)
+        for p in model.parameters():
+            p.requires_grad_(True)
+        sub = pool(read_pools(args.pools), "final", vocab, intervention=True)
+        big = pool(read_pools(args.pools), "final", vocab).ids
+        run = {"family": args.family, "variant": model.variant, "seed": args.seed}
+        cost_rows += [{**run, **r} for r in pilot(model, sub.ids[:PILOT_BATCH], targets)]
+        runtime_rows += [{**run, **r} for r in runtime(model, big)]
+        hashes[model.variant] = manifest["checkpoint_file_sha256"]
+    meta = {"family": args.family, "seed": args.seed, "checkpoint_sha256": hashes,
+            "threads": args.threads, "machine_note": "wall times are descriptive (SAMOE §16)",
+            "targets_registry_sha256": content_hash(frame.drop(columns="family")
+                                                    .to_dict("list"))}  # fmt: skip
+    with all_or_nothing(args.audit_cost, args.runtime):
+        results.AUDIT_COST.write(args.audit_cost, pd.DataFrame(cost_rows), meta)
+        results.RUNTIME.write(args.runtime, pd.DataFrame(runtime_rows), meta)
+    print(
+        f"audit cost {args.family} s{args.seed}: {len(targets)} targets, "
+        f"{int(targets.layer.sum())} source interventions",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
