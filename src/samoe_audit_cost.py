@@ -15,7 +15,6 @@ machine's (one thread per job); pass counts, object counts and bytes are exact.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
