@@ -750,10 +750,12 @@ def comparison(x: Inputs, references: Mapping) -> pd.DataFrame:
                 text = interval(*(scale * m[k] for k in ("mean", "low", "high")), spec=spec)
                 row(family, name, text + ("%" if scale == 100 else ""), "descriptive", None)
         pilot = x.audit_cost[(x.audit_cost.family == family) & (x.audit_cost.phase == "capture")]
+        n_pilot = int(pilot.n_targets.max()) if not pilot.empty else 0
         pilot = pilot.set_index("variant").n_objects
         if {"persistent", "ordinary"} <= set(pilot.index):
             row(family, "audit_pilot_counts", f"{pilot['persistent']} source interventions, "
-                f"{pilot['ordinary']} components over 4 targets", "3 components per source",
+                f"{pilot['ordinary']} components over {n_pilot} targets",
+                "3 components per source",
                 bool(pilot["ordinary"] == 3 * pilot["persistent"]))  # fmt: skip
         k6 = x.checks[(x.checks.family == family) & (x.checks.check == "K6")]
         if not k6.empty:
