@@ -53,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cfg = json.loads(args.config_json)
     data, T, ds = cfg["data"], int(cfg["seq_len"]), cfg["downstream"]
+    if "sources" in data:
+        names = {d: s["repo_id"] for d, s in data["sources"].items()}
+        sys.exit(f"samoe_corpus: data.sources names the Hub corpora {names} (paper scale); this "
+                 "version builds the toy study's embedded domains only (SAMOE §3.3): streaming "
+                 "and packing the Hub corpora (§3.1) is not built yet")  # fmt: skip
     out = {name: args.out_dir / f"{name}.parquet" for name in FILES}
     manifest_path = args.out_dir / "manifest.json"
     tok = load_gpt2_tokenizer()

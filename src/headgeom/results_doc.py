@@ -2,8 +2,11 @@
 (:mod:`headgeom.results`): each column's description exists once, in the schema every
 Parquet carries as field metadata, and the reference shows the same words.
 
-    python -m headgeom.results_doc            # rewrite docs/results.md's column tables
+    python -m headgeom.results_doc            # rewrite the column tables of both docs
     python -m headgeom.results_doc --check    # exit 1, naming them, when any is stale
+
+Two references: docs/results.md (the head-geometry study, :mod:`headgeom.results`) and
+docs/samoe.md (the SA-MoE study, :mod:`headgeom.samoe.results`).
 
 The prose around each table (paths, rules, metadata keys, formulas) is written by hand; a
 table is the block between ``<!-- columns: NAME -->`` and ``<!-- /columns -->``, NAME a
@@ -21,8 +24,12 @@ import pyarrow as pa
 
 from headgeom import results
 from headgeom.io import write_text
+from headgeom.samoe import results as samoe_results
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "results.md"
+SAMOE_DOC = DOC.with_name("samoe.md")
+#: Each reference and the result tables whose columns it documents.
+DOCS = {DOC: results.TABLES, SAMOE_DOC: samoe_results.TABLES}
 BLOCK = re.compile(r"<!-- columns: (?P<name>\w+) -->\n(?P<body>.*?)<!-- /columns -->", re.S)
 
 
@@ -49,21 +56,22 @@ def column_table(table: results.ResultTable) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(text: str, where: str = "docs/results.md") -> str:
+def render(text: str, where: str = "docs/results.md", tables=None) -> str:
     """``text`` with every column block regenerated; an unknown, repeated or missing table
     is an error naming it."""
+    tables = results.TABLES if tables is None else tables
     seen: list[str] = []
 
     def block(match: re.Match) -> str:
         name = match["name"]
-        if name not in results.TABLES:
-            raise ValueError(f"{where}: no result table {name!r}; known: {sorted(results.TABLES)}")
+        if name not in tables:
+            raise ValueError(f"{where}: no result table {name!r}; known: {sorted(tables)}")
         seen.append(name)
-        return f"<!-- columns: {name} -->\n{column_table(results.TABLES[name])}<!-- /columns -->"
+        return f"<!-- columns: {name} -->\n{column_table(tables[name])}<!-- /columns -->"
 
     out = BLOCK.sub(block, text)
     repeated = sorted({n for n in seen if seen.count(n) > 1})
-    missing = sorted(set(results.TABLES) - set(seen))
+    missing = sorted(set(tables) - set(seen))
     if repeated or missing:
         raise ValueError(
             f"{where}: every result table needs one column block; "
@@ -74,22 +82,25 @@ def render(text: str, where: str = "docs/results.md") -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--doc", type=Path, default=DOC)
+    parser.add_argument("--doc", type=Path, help="one reference (default: both)")
     parser.add_argument("--check", action="store_true", help="only report stale tables")
     args = parser.parse_args(argv)
-    text = args.doc.read_text()
-    current = render(text, str(args.doc))
-    if args.check:
-        if current != text:
+    docs = DOCS if args.doc is None else {args.doc: DOCS.get(args.doc.resolve(), results.TABLES)}
+    status = 0
+    for doc, tables in docs.items():
+        text = doc.read_text()
+        current = render(text, str(doc), tables)
+        if current == text:
+            continue
+        if args.check:
             stale = [m["name"] for m, n in zip(BLOCK.finditer(text), BLOCK.finditer(current),
                                                strict=True) if m[0] != n[0]]  # fmt: skip
-            print(f"{args.doc}: stale column tables {stale}; run python -m "
-                  "headgeom.results_doc", file=sys.stderr)  # fmt: skip
-            return 1
-        return 0
-    if current != text:
-        write_text(args.doc, current)
-    return 0
+            print(f"{doc}: stale column tables {stale}; run python -m headgeom.results_doc",
+                  file=sys.stderr)  # fmt: skip
+            status = 1
+        else:
+            write_text(doc, current)
+    return status
 
 
 if __name__ == "__main__":

@@ -112,8 +112,8 @@ class SAMoEStudy(ResourceRequests):
                                  f"{n} (the family's MoE layers)")  # fmt: skip
         missing = [p for p in self.long_horizon_pairs(family) if p not in self.probe_pairs(family)]
         if missing:
-            raise ValueError(f"config probes.long_horizon: {missing} are not probe pairs of "
-                             f"family {family}")  # fmt: skip
+            raise ValueError(f"config probes.long_horizon (or families.{family}.long_horizon): "
+                             f"{missing} are not probe pairs of family {family}")  # fmt: skip
         for layer in self.target_layers(family):
             if not 1 <= layer < n:
                 raise ValueError(f"{where}: target layer {layer} needs 1 ≤ layer < {n}")
@@ -131,6 +131,14 @@ class SAMoEStudy(ResourceRequests):
     @cached_property
     def toy_families(self) -> list[str]:
         return [f for f in self.families if self.is_toy(f)]
+
+    @cached_property
+    def hub_families(self) -> list[str]:
+        return [f for f in self.families if not self.is_toy(f)]
+
+    def import_config(self, family: str) -> dict:
+        """What rule samoe_import_dense hashes: the pinned Hub source of a family."""
+        return {"family": family, "hf": self.hf(family)}
 
     def dense_config(self, family: str) -> DenseConfig:
         from headgeom.samoe.config import DenseConfig
@@ -171,7 +179,8 @@ class SAMoEStudy(ResourceRequests):
         return [(int(a), int(b)) for a, b in pairs]
 
     def long_horizon_pairs(self, family: str) -> list[tuple[int, int]]:
-        return [(int(a), int(b)) for a, b in self.config["probes"]["long_horizon"]]
+        pairs = self.families[family].get("long_horizon", self.config["probes"]["long_horizon"])
+        return [(int(a), int(b)) for a, b in pairs]
 
     def target_layers(self, family: str) -> list[int]:
         layers = self.families[family].get(
@@ -205,7 +214,7 @@ class SAMoEStudy(ResourceRequests):
         (pool sequence length) and the downstream suite."""
         return {
             "data": self.config["data"],
-            "seq_len": min(self.n_ctx(f) for f in self.toy_families),
+            "seq_len": min(self.n_ctx(f) for f in self.families),
             "downstream": self.config["downstream"],
         }
 

@@ -26,6 +26,8 @@ rule samoe_corpus:
 
 
 rule samoe_dense:
+    wildcard_constraints:
+        family=STUDY.pattern(STUDY.toy_families),
     input:
         corpus_manifest=PATHS["corpus_manifest"],
         train=PATHS["corpus_dense_train"],
@@ -51,6 +53,31 @@ rule samoe_dense:
         "python src/samoe_dense.py --config-json {params.cfg:q} --corpus-dir {params.corpus_dir} "
         "--checkpoint {output.checkpoint} --log {output.log} --manifest {output.manifest} "
         "--threads {threads} 2> {log}"
+
+
+# Paper scale: the family's pinned Hub checkpoint instead of a toy dense training.
+rule samoe_import_dense:
+    wildcard_constraints:
+        family=STUDY.pattern(STUDY.hub_families),
+    output:
+        checkpoint=PATHS["dense"],
+        log=PATHS["dense_log"],
+        manifest=PATHS["dense_manifest"],
+    log:
+        log_of("samoe_import_dense", "{family}"),
+    benchmark:
+        benchmark_of("samoe_import_dense", "{family}")
+    params:
+        cfg=json_param(STUDY.import_config, "family"),
+    threads: STUDY.threads("samoe_import_dense")
+    resources:
+        **STUDY.resources("samoe_import_dense", mem_mb=8000, runtime=60),
+    conda:
+        "../../envs/headgeom.yaml"
+    shell:
+        "python src/samoe_import_dense.py --config-json {params.cfg:q} "
+        "--checkpoint {output.checkpoint} --log {output.log} --manifest {output.manifest} "
+        "2> {log}"
 
 
 rule samoe_upcycle:

@@ -148,3 +148,22 @@ def model_counts(model: SAMoE) -> tuple[int, int]:
     routed = sum(p.numel() for n, p in model.named_parameters() if param_kind(n) == "routed")
     moe = model.moe_cfg
     return total, total - routed * (moe.n_experts - moe.top_k) // moe.n_experts
+
+
+# --------------------------------------------------------------------------- cost
+#: bf16 dense peak of one H100 SXM (FLOP/s), and the model FLOPs utilisation the SA-MoE
+#: paper-scale requests assume (an MoE's routing and gathers run well below dense MFU).
+H100_BF16, ASSUMED_MFU = 989e12, 0.20
+
+
+def cpt_flops(shape: FamilyShape, moe: MoEConfig, variant: str, steps: int,
+              batch_seqs: int) -> float:  # fmt: skip
+    """Continued-pretraining FLOPs of one run: forward + backward = 3 × the forward FLOPs per
+    token (SAMOE §8's count) × every token of every update."""
+    return 3.0 * counts(shape, moe, variant).flops_per_token * steps * batch_seqs * shape.seq_len
+
+
+def cpt_hours(shape: FamilyShape, moe: MoEConfig, variant: str, steps: int, batch_seqs: int,
+              gpus: int, mfu: float = ASSUMED_MFU) -> float:  # fmt: skip
+    """Wall hours of one run on ``gpus`` H100s at ``mfu`` of the bf16 peak."""
+    return cpt_flops(shape, moe, variant, steps, batch_seqs) / (gpus * H100_BF16 * mfu) / 3600

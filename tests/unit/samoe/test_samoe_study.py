@@ -107,3 +107,26 @@ def test_paper_family_has_the_published_shape():
     assert not s.is_toy("smollm2")
     config["families"]["smollm2"]["hf"]["repo_id"] = "org/unknown"
     assert "has no known shape" in problems(config)
+
+
+def test_paper_study_requests_cover_the_flop_model():
+    from headgeom.samoe.counts import cpt_flops, cpt_hours
+
+    s = Study.from_config(yaml.safe_load((ROOT / "config/samoe-paper.yaml").read_text()))
+    cpt, moe = s.config["cpt"], s.moe_config()
+    request = s.resources("samoe_train", mem_mb=1, runtime=1)
+    assert request["gpu"] == 8
+    for family in s.families:
+        shape = s.paper_shape(family)
+        # 3 × forward FLOPs per token × tokens: by hand for one case below
+        hours = max(cpt_hours(shape, moe, v, cpt["steps"], cpt["global_batch_seqs"], 8)
+                    for v in s.variants)  # fmt: skip
+        assert request["runtime"] >= 60 * hours, (family, hours)
+    gemma = s.paper_shape("gemma")
+    tokens = 57220 * 256 * 2048
+    from headgeom.samoe.counts import counts
+
+    assert cpt_flops(gemma, moe, "persistent", 57220, 256) == pytest.approx(
+        3 * counts(gemma, moe, "persistent").flops_per_token * tokens
+    )
+    assert len(s.runs) == 18 and s.n_layer("smollm2") == 30 and s.n_layer("gemma") == 18
