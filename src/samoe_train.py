@@ -8,6 +8,11 @@ only, the auxiliary losses; the same loop for all three variants.
 
 The step-0 checkpoint and the corpus files are verified against their manifests first; a
 config that differs from the one the step-0 model was upcycled with is refused.
+
+Resumable (docs/samoe.md, as src/train.py): the state is written to ``--resume-dir`` every
+10 minutes and when SIGTERM or SIGUSR1 arrives (Slurm's warning before a time limit);
+the job then exits 75 and a rerun continues from the state to the same bytes. A state of
+another run (config, step-0 model or corpus differ) is refused, naming what differs.
 """
 
 from __future__ import annotations
@@ -27,7 +32,14 @@ from headgeom.samoe.checkpoint import load_verified_moe, save_moe
 from headgeom.samoe.config import CPTConfig
 from headgeom.samoe.cpt import continued_pretraining
 from headgeom.samoe.manifest import run_manifest, verified_inputs, write_run_manifest
+from headgeom.hashing import manifest_hash
 from headgeom.training.loop import seed_everything
+from headgeom.training.preemption import EXIT_PREEMPTED, Preempted, on_signals
+from headgeom.training.state import Resume
+
+#: [CHOICE] Seconds between resumable states (besides the one a stop signal writes): a
+#: toy run (seconds) writes none, a paper run (hours) one every 10 minutes.
+SAVE_EVERY_S = 600.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint", required=True, type=Path)
     parser.add_argument("--log", required=True, type=Path)
     parser.add_argument("--manifest", required=True, type=Path)
+    parser.add_argument("--resume-dir", type=Path, help="where the resumable state is kept")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     cfg = json.loads(args.config_json)
@@ -53,8 +66,30 @@ def main(argv: list[str] | None = None) -> int:
     tokens = compact(read_tokens(files["cpt_train"]), vocab)
     cpt = CPTConfig.from_dict(cfg["cpt"])
     seed_everything(cfg["seed"])  # nothing in the loop draws, but the global RNG is fixed
+    resume = None
+    if args.resume_dir is not None:
+        identity = {"config_hash": content_hash(cfg),
+                    "step0_sha256": init["checkpoint_file_sha256"],
+                    "corpus_manifest": manifest_hash(args.corpus_dir / "manifest.json")}  # fmt: skip
+        resume = Resume(args.resume_dir / "state.safetensors", identity,
+                        {"threads": args.threads}, config=cfg)  # fmt: skip
+        if resume.path.exists():
+            print(f"resuming from {resume.path}", file=sys.stderr)
     start = time.perf_counter()
-    log = continued_pretraining(model, tokens, cpt, cfg["data_seed"])
+    with on_signals() as stop:
+        try:
+            log = continued_pretraining(
+                model,
+                tokens,
+                cpt,
+                cfg["data_seed"],
+                resume=resume,
+                stop=stop,
+                save_every_s=SAVE_EVERY_S,
+            )
+        except Preempted as err:
+            print(f"preempted: {err}", file=sys.stderr)
+            return EXIT_PREEMPTED
     seconds = time.perf_counter() - start
     log.insert(0, "seed", cfg["seed"])
     log.insert(0, "variant", cfg["variant"])

@@ -121,6 +121,10 @@ rule samoe_train:
     params:
         cfg=json_param(STUDY.run_config, "family", "variant", "seed"),
         corpus_dir=lambda wildcards, input: os.path.dirname(input.corpus_manifest),
+        # not an output: a restarted job continues from it (src/samoe_train.py)
+        resume_dir=lambda wildcards, output: os.path.join(
+            os.path.dirname(output.checkpoint), "resume"
+        ),
     threads: STUDY.threads("samoe_train")
     resources:
         **STUDY.resources("samoe_train", mem_mb=3000, runtime=120),
@@ -130,7 +134,7 @@ rule samoe_train:
         "exec python src/samoe_train.py --config-json {params.cfg:q} --step0 {input.step0} "
         "--init-manifest {input.init} --corpus-dir {params.corpus_dir} "
         "--checkpoint {output.checkpoint} --log {output.log} --manifest {output.manifest} "
-        "--threads {threads} 2> {log}"
+        "--resume-dir {params.resume_dir} --threads {threads} 2> {log}"
 
 
 rule samoe_seeds:

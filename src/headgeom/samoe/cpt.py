@@ -7,10 +7,18 @@ sets every LR group for s (:mod:`headgeom.samoe.recipe`), and minimises next-tok
 cross-entropy plus the auxiliary losses (§5.3: load balance and z-loss, layer means, with
 the config's coefficients), clipping the global gradient norm. The log has one row per
 update with each part of the loss, each group's LR and the gradient norm before clipping.
+
+**Resumable** (as the workspace's training, docs §7.3): with a ``Resume`` the loop writes
+its state (model, AdamW state, the log so far; one safetensors file, atomic) once
+``save_every_s`` seconds have passed since the last one, and when ``stop`` reports a signal
+(then it raises ``Preempted``); a
+rerun with the same identity continues from it to the same bytes (the loop draws no random
+numbers: each batch is a function of (data seed, step)). A state of another run is refused.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -18,10 +26,25 @@ import pandas as pd
 import torch
 from torch.nn import functional as F
 
+from safetensors.torch import load_file, save_file
+
+from headgeom.hashing import canonical_json
+from headgeom.io import atomic_path
 from headgeom.samoe.config import CPTConfig
 from headgeom.samoe.model import SAMoE
 from headgeom.samoe.recipe import make_optimizer, set_lrs
 from headgeom.training.data import sample_batch
+from headgeom.training.preemption import Preempted
+from headgeom.training.state import (
+    RESUME_FORMAT,
+    RESUME_HEADER_KEY,
+    Resume,
+    ResumeMismatchError,
+    check_resume_state,
+)
+
+#: The log's numeric columns, in order (``lr_<group>`` follow).
+LOG_COLUMNS = ("loss", "load_balance", "z_loss", "total_loss", "grad_norm")
 
 
 def objective(
@@ -40,19 +63,67 @@ def objective(
     return total, parts
 
 
+def save_state(resume: Resume, model: SAMoE, opt: torch.optim.Optimizer, rows: list[dict]) -> None:
+    """The state after ``len(rows)`` updates (the format of ``headgeom.training.state``'s
+    header, so ``check_resume_state`` reads and checks it)."""
+    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    for index, state in opt.state_dict()["state"].items():
+        for key, value in state.items():
+            value = value if torch.is_tensor(value) else torch.tensor(value)
+            tensors[f"optim.{index}.{key}"] = value.detach().cpu().contiguous()
+    log = pd.DataFrame(rows)
+    for column in log.columns:
+        tensors[f"log.{column}"] = torch.tensor(log[column].to_numpy(dtype=np.float64))
+    record = {"format": RESUME_FORMAT, "identity": resume.identity, "runtime": resume.runtime,
+              "config": resume.config, "step": len(rows), "columns": list(log.columns)}  # fmt: skip
+    with atomic_path(resume.path) as tmp:
+        save_file(tensors, str(tmp), metadata={RESUME_HEADER_KEY: canonical_json(record).decode()})
+
+
+def load_state(resume: Resume, model: SAMoE, opt: torch.optim.Optimizer) -> list[dict]:
+    """Restore model and optimizer from ``resume.path``; the log rows so far (refused before
+    anything changes when the state belongs to another run)."""
+    record = check_resume_state(resume)
+    if record is None:
+        return []
+    tensors = load_file(str(resume.path))
+    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    opt_dict = opt.state_dict()
+    state: dict[int, dict] = {}
+    for key, value in tensors.items():
+        if key.startswith("optim."):
+            _, index, name = key.split(".", 2)
+            state.setdefault(int(index), {})[name] = value
+    opt_dict["state"] = state
+    opt.load_state_dict(opt_dict)
+    columns = record["columns"]
+    log = pd.DataFrame({c: tensors[f"log.{c}"].numpy() for c in columns})
+    if len(log) != record["step"]:
+        raise ResumeMismatchError(f"{resume.path}: log has {len(log)} rows, state step "
+                                  f"{record['step']}")  # fmt: skip
+    log["step"] = log["step"].astype(np.int64)
+    return log.to_dict("records")
+
+
 def continued_pretraining(
     model: SAMoE,
     tokens: np.ndarray,
     cpt: CPTConfig,
     data_seed: int,
     on_step: Callable[[int, dict], None] | None = None,
+    resume: Resume | None = None,
+    stop: Callable[[], str | None] | None = None,
+    save_every_s: float = 0.0,
 ) -> pd.DataFrame:
-    """Train ``model`` in place for ``cpt.steps`` updates on ``tokens``; the log."""
+    """Train ``model`` in place for ``cpt.steps`` updates on ``tokens``; the log. With
+    ``resume``: continue from its state, save every ``save_every_s`` seconds (0: only when
+    stopped) and on ``stop``; the state file is deleted when training ends."""
     model.train()
     opt = make_optimizer(model, cpt)
     n_ctx = model.cfg.n_ctx
-    rows = []
-    for step in range(1, cpt.steps + 1):
+    rows = load_state(resume, model, opt) if resume is not None else []
+    last_save = time.monotonic()
+    for step in range(len(rows) + 1, cpt.steps + 1):
         lrs = set_lrs(opt, step, cpt)
         x, y = sample_batch(tokens, step, cpt.batch_size, n_ctx, data_seed)
         loss, parts = objective(model, x, y, cpt)
@@ -65,5 +136,14 @@ def continued_pretraining(
         rows.append(row)
         if on_step is not None:
             on_step(step, row)
+        why = stop() if stop is not None else None
+        due = why or (save_every_s and time.monotonic() - last_save >= save_every_s)
+        if resume is not None and step < cpt.steps and due:
+            save_state(resume, model, opt, rows)
+            last_save = time.monotonic()
+        if why:
+            raise Preempted(step, why, None if resume is None else resume.path)
     model.eval()
+    if resume is not None and resume.path.exists():
+        resume.path.unlink()
     return pd.DataFrame(rows)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -88,3 +89,32 @@ def test_the_state_variants_learn_to_write():
     written = [b.write.proj.weight.abs().max().item() for b in model.blocks[:-1]]
     assert max(written) > 0
     assert model.blocks[-1].write.proj.weight.abs().max().item() == 0  # no router reads it
+
+
+def test_a_stopped_run_resumes_to_the_same_bytes(tmp_path):
+    """Stop after update 3 (a signal), resume: the model, the optimizer's effect and the log
+    equal an uninterrupted run's exactly; a state of another run is refused."""
+    from headgeom.training.preemption import Preempted
+    from headgeom.training.state import Resume, ResumeMismatchError
+
+    cpt = CPTConfig(steps=6, batch_size=2, warmup_steps=1, shared_freeze_steps=1)
+    tokens = _tokens()
+    straight = _model()
+    log = continued_pretraining(straight, tokens, cpt, data_seed=7)
+
+    model = _model()
+    resume = Resume(tmp_path / "state.safetensors", {"run": "a"})
+    calls = iter([None, None, "SIGTERM"])
+    with pytest.raises(Preempted):
+        continued_pretraining(model, tokens, cpt, 7, resume=resume, stop=lambda: next(calls, None))
+    assert resume.path.exists()
+    with pytest.raises(ResumeMismatchError, match="different identity"):
+        continued_pretraining(_model(), tokens, cpt, 7,
+                              resume=Resume(resume.path, {"run": "b"}))  # fmt: skip
+    fresh = _model()  # a new process: nothing but the state file carries over
+    resumed = continued_pretraining(fresh, tokens, cpt, 7, resume=resume)
+    pd.testing.assert_frame_equal(resumed, log, check_exact=True)
+    for (name, a), (_, b) in zip(straight.state_dict().items(), fresh.state_dict().items(),
+                                 strict=True):  # fmt: skip
+        assert torch.equal(a, b), name
+    assert not resume.path.exists()  # done: the state is removed
