@@ -25,14 +25,13 @@ from pathlib import Path
 
 from headgeom.data.corpus import compact, read_tokens
 from headgeom.data.corpus_sources import all_or_nothing
-from headgeom.hashing import content_hash
+from headgeom.hashing import content_hash, manifest_hash
 from headgeom.runtime import set_threads
 from headgeom.samoe import results
 from headgeom.samoe.checkpoint import load_verified_moe, save_moe
 from headgeom.samoe.config import CPTConfig
 from headgeom.samoe.cpt import continued_pretraining
 from headgeom.samoe.manifest import run_manifest, verified_inputs, write_run_manifest
-from headgeom.hashing import manifest_hash
 from headgeom.training.loop import seed_everything
 from headgeom.training.preemption import EXIT_PREEMPTED, Preempted, on_signals
 from headgeom.training.state import Resume

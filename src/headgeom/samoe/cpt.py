@@ -24,9 +24,8 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 import torch
-from torch.nn import functional as F
-
 from safetensors.torch import load_file, save_file
+from torch.nn import functional as F
 
 from headgeom.hashing import canonical_json
 from headgeom.io import atomic_path
