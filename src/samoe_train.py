@@ -67,9 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     seed_everything(cfg["seed"])  # nothing in the loop draws, but the global RNG is fixed
     resume = None
     if args.resume_dir is not None:
-        identity = {"config_hash": content_hash(cfg),
-                    "step0_sha256": init["checkpoint_file_sha256"],
-                    "corpus_manifest": manifest_hash(args.corpus_dir / "manifest.json")}  # fmt: skip
+        corpus_hash = manifest_hash(args.corpus_dir / "manifest.json")
+        identity = {"config_hash": content_hash(cfg), "corpus_manifest": corpus_hash,
+                    "step0_sha256": init["checkpoint_file_sha256"]}  # fmt: skip
         resume = Resume(args.resume_dir / "state.safetensors", identity,
                         {"threads": args.threads}, config=cfg)  # fmt: skip
         if resume.path.exists():
