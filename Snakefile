@@ -14,9 +14,6 @@ if not config:
     configfile: "config/config.yaml"
 
 
-report: "workflow/report/workflow.rst"
-
-
 # The study kind picks the rules: `kind: samoe` is the SA-MoE study, anything else head geometry.
 if config.get("kind") == "samoe":
 

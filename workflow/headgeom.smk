@@ -2,6 +2,9 @@
 # The Snakefile includes this file for every config without `kind: samoe`.
 
 
+report: "report/workflow.rst"
+
+
 include: "rules/common.smk"
 include: "rules/corpus.smk"
 include: "rules/train.smk"

@@ -73,22 +73,50 @@ def cost_runs(result, family):
     return [PATHS[result].format(family=family, variant=v, seed=seed) for v in STUDY.variants]
 
 
+def all_rankings():
+    """The ranking metrics of every run: the state runs' ledger rankings, the ordinary runs'
+    Li attribution (one schema)."""
+    return per_run("rankings", STUDY.state_runs) + per_run("li_rankings", STUDY.ordinary_runs)
+
+
 def paper_config():
     c = STUDY.config
     keys = ("moe", "cpt", "variants", "seeds", "noninferiority", "families", "probes",
-            "interventions")
+            "interventions", "downstream")
     return {k: c[k] for k in keys}
 
 
-SAMOE_TABLES = ["table1", "table2", "table3", "table4", "table5", "table7", "table8", "table9", "table10",
-                "table11", "table12", "table13", "table14", "table16", "table17", "table18", "table_history",
-                "table_rankings_seeds", "table_state_geometry"]  # fmt: skip
+SAMOE_TABLES = [
+    *(f"table{n}" for n in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 16, 17, 18, 22)),
+    "table_history",
+    "table_rankings_seeds",
+    "table_state_geometry",
+]
 SAMOE_FIGURES = ["figure1", "figure2a", "figure2b", "figure3", "figure4"]
 
 
-def paper_files():
-    tables = [PATHS[f"table_{x}"].format(table=t) for t in SAMOE_TABLES for x in ("md", "csv", "tex")]
-    figures = [PATHS[f"figure_{x}"].format(figure=f) for f in SAMOE_FIGURES for x in ("png", "csv")]
+def paper_files(reported=False):
+    """The table and figure files of rule samoe_paper; with ``reported``, the Markdown
+    tables and PNG figures wrapped for ``snakemake --report`` (category SA-MoE)."""
+    tables, figures = _paper_files()
+    if not reported:
+        return tables, figures
+
+    def wrap(path, sub):
+        caption = "../report/samoe_outputs.rst"
+        return report(path, caption=caption, category="SA-MoE", subcategory=sub)
+
+    return ([wrap(p, "Tables") if p.endswith(".md") else p for p in tables],
+            [wrap(p, "Figures") if p.endswith(".png") else p for p in figures])  # fmt: skip
+
+
+def _paper_files():
+    tables = [
+        PATHS[f"table_{x}"].format(table=t) for t in SAMOE_TABLES for x in ("md", "csv", "tex")
+    ]
+    figures = [
+        PATHS[f"figure_{x}"].format(figure=f) for f in SAMOE_FIGURES for x in ("png", "csv")
+    ]
     return tables, figures
 
 

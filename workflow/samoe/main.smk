@@ -2,6 +2,9 @@
 #   snakemake --cores all --configfile=config/samoe.yaml
 
 
+report: "../report/samoe.rst"
+
+
 include: "common.smk"
 include: "models.smk"
 include: "analyses.smk"

@@ -11,7 +11,7 @@ rule samoe_stats:
         state_geometry=per_run("state_geometry", STUDY.state_runs),
         probes=per_run("probes", STUDY.state_runs),
         interventions=per_run("interventions", STUDY.state_runs),
-        rankings=per_run("rankings", STUDY.state_runs) + per_run("li_rankings", STUDY.ordinary_runs),
+        rankings=all_rankings(),
     output:
         seed_means=PATHS["seed_means"],
         contrasts=PATHS["contrasts"],
@@ -45,13 +45,13 @@ rule samoe_paper:
         contrasts=PATHS["contrasts"],
         history=per_run("history", STUDY.state_runs),
         probes=per_run("probes", STUDY.state_runs),
-        rankings=per_run("rankings", STUDY.state_runs) + per_run("li_rankings", STUDY.ordinary_runs),
+        rankings=all_rankings(),
         li=per_run("li", STUDY.ordinary_runs),
         audit_cost=[PATHS["audit_cost"].format(family=f) for f in STUDY.families],
         runtime=[PATHS["runtime"].format(family=f) for f in STUDY.families],
     output:
-        tables=paper_files()[0],
-        figures=paper_files()[1],
+        tables=paper_files(reported=True)[0],
+        figures=paper_files(reported=True)[1],
         comparison=PATHS["comparison"],
         comparison_md=PATHS["comparison"].replace(".parquet", ".md"),
     log:

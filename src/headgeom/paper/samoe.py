@@ -452,6 +452,55 @@ def table13(x: Inputs) -> Table:
                   "(state variants) or residual components (Ordinary).")  # fmt: skip
 
 
+#: Paper Table 22: the replication scope of each quantity (SAMOE §17).
+SCOPE = (
+    ("quality (PPL, downstream)", "three seeds, paired t-intervals", "table1, table7"),
+    ("local state suppression", "three seeds, t-intervals", "table16, figure2a"),
+    ("future-routing probes", "three seeds, t-intervals", "table9, table17, table18, figure3"),
+    ("distributed history", "three seeds, t-intervals", "table_history"),
+    ("suppression outcomes and Eq. 47", "three seeds, t-intervals", "table14, figure4"),
+    ("ordinary-MoE attribution", "three seeds, t-intervals", "table12"),
+    ("rankings (Table 11)", "the ranking-seed Persistent checkpoint, sequence bootstrap",
+     "table11"),
+    ("ledger reconstruction", "every state checkpoint", "table10"),
+    ("audit cost, runtime", "the ranking-seed checkpoints, descriptive", "table5, table13"),
+    ("state geometry", "three seeds, descriptive", "table_state_geometry"),
+)  # fmt: skip
+
+
+def table22(x: Inputs) -> Table:
+    frame = pd.DataFrame(SCOPE, columns=["quantity", "scope", "outputs"])
+    cells = frame.rename(columns={"quantity": "Quantity", "scope": "Replication scope",
+                                  "outputs": "Outputs"})  # fmt: skip
+    return _table("table22", frame, cells, f"Table 22. Scope: seeds {x.config['seeds']} are the "
+                  "replication unit; bootstrap draws are not training replicates.")  # fmt: skip
+
+
+def table6(x: Inputs) -> Table:
+    """The downstream protocol (paper Table 6; the toy suite's)."""
+    from headgeom.samoe.downstream import PRIMARY
+
+    ds = x.config["downstream"]
+    rows = []
+    for task in ds["tasks"]:
+        n = ds["arith"]["n"] if task == "arith" else ds["n_per_task"]
+        choices = 4 if task == "arith" else 2
+        scoring = "summed log-likelihood of each choice"
+        if task == "arith":
+            scoring += ", divided by its character length"
+        rows.append({"task": task, "metric": PRIMARY.get(task, "acc_norm"), "n": n,
+                     "choices": choices, "scoring": scoring})  # fmt: skip
+    frame = pd.DataFrame(rows)
+    cells = frame.rename(columns=str.capitalize).astype(str)
+    return _table(
+        "table6",
+        frame,
+        cells,
+        "Table 6. Downstream protocol: zero-shot multiple "
+        "choice, ties to the lowest index; macro = the mean of the primary metrics.",
+    )
+
+
 TABLES: dict[str, Callable[[Inputs], Table]] = {
     "table1": table1,
     "table2": lambda x: config_table("table2", x.config["moe"], "Table 2. MoE configuration."),
@@ -460,6 +509,7 @@ TABLES: dict[str, Callable[[Inputs], Table]] = {
     ),  # fmt: skip
     "table4": table4,
     "table5": table5,
+    "table6": table6,
     "table7": table7,
     "table10": table10,
     "table8": table8,
@@ -471,6 +521,7 @@ TABLES: dict[str, Callable[[Inputs], Table]] = {
     "table16": table16,
     "table17": table17,
     "table18": table18,
+    "table22": table22,
     "table_history": table_history,
     "table_rankings_seeds": table12_samoe,
     "table_state_geometry": table_state_geometry,
