@@ -23,13 +23,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from headgeom.data.corpus_sources import all_or_nothing
 from headgeom.hashing import content_hash
 from headgeom.io import read_table
 from headgeom.runtime import set_threads
-from headgeom.samoe import bootstrap, results
+from headgeom.samoe import results
 from headgeom.samoe.capture import capture
 from headgeom.samoe.checkpoint import load_verified_moe
 from headgeom.samoe.ledger import Targets, ledger, structural_attribution
@@ -43,6 +42,7 @@ from headgeom.samoe.rankings import (
     matched_controls,
     random_scores,
     ranking_metrics,
+    ranking_table,
     recency_scores,
 )
 from headgeom.samoe.suppression import Rows, check_hook_no_op, suppression_outcomes
@@ -135,21 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         **run)  # fmt: skip
 
     # ranking metrics with paired sequence-bootstrap intervals (shared resamples)
-    seq = frame["seq_id"].to_numpy()
-    indices = bootstrap.resample_indices(len(np.unique(seq)), icfg["bootstrap"],
-                                         icfg["bootstrap_seed"])  # fmt: skip
-    ranking_rows = []
-    for method in METHODS:
-        m = ranking_metrics(scores[method], effects, spearman=method != "random")
-        for metric, values in (("spearman", m.spearman), ("top_source_accuracy",
-                               m.top_source_accuracy), ("regret", m.regret)):  # fmt: skip
-            if method == "random" and metric == "spearman":
-                continue  # no score vector (SAMOE §14.5)
-            _, per_seq = bootstrap.sequence_means(values, seq)
-            est, low, high = bootstrap.percentile_interval(per_seq, indices)
-            ranking_rows.append({"method": method, "metric": metric, "value": float(est),
-                                 "low": float(low), "high": float(high),
-                                 "n_targets": int(np.isfinite(values).sum())})  # fmt: skip
+    rankings = ranking_table({m: scores[m] for m in METHODS}, effects, frame["seq_id"],
+                             icfg["bootstrap"], icfg["bootstrap_seed"])  # fmt: skip
     meta = {"run": run, "config_hash": content_hash(cfg), **k11, **k13,
             "checkpoint_sha256": manifest["checkpoint_file_sha256"],
             "manifest_content_hash": content_hash(manifest),
@@ -157,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                 frame.drop(columns="family").to_dict("list"))}  # fmt: skip
     with all_or_nothing(args.out, args.rankings):
         results.INTERVENTIONS.write(args.out, rows, meta)
-        results.RANKINGS.write(args.rankings, pd.DataFrame(ranking_rows).assign(**run), meta)
+        results.RANKINGS.write(args.rankings, rankings.assign(**run), meta)
     sel = rows[rows.role == "selected"]
     print(f"interventions {run}: {len(rows)} suppressions of {n} targets, selected |Δm| "
           f"{sel.abs_margin_change.mean():.4f}, K13 {k13['check_K13_max_rel_residual']:.3g}",

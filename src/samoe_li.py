@@ -24,13 +24,13 @@ from headgeom.data.corpus_sources import all_or_nothing
 from headgeom.hashing import content_hash
 from headgeom.io import read_table
 from headgeom.runtime import set_threads
-from headgeom.samoe import bootstrap, li, results
+from headgeom.samoe import li, results
 from headgeom.samoe.capture import capture
 from headgeom.samoe.checkpoint import load_verified_moe
 from headgeom.samoe.ledger import Targets, boundary_pair
 from headgeom.samoe.manifest import verified_inputs
 from headgeom.samoe.pools import pool, read_pools
-from headgeom.samoe.rankings import as_targets, ranking_metrics
+from headgeom.samoe.rankings import as_targets, ranking_table
 
 #: Targets per oracle forward (each removes one component of one target per batch row).
 TARGETS_PER_FORWARD = 8
@@ -85,28 +85,15 @@ def main(argv: list[str] | None = None) -> int:
                          **{k: float(scores[k][i, j]) for k in ("li_variance", "li_boundary",
                                                                   "norm", "gradient")},
                          "effect": float(effects[i, j])})  # fmt: skip
-    seq = frame["seq_id"].to_numpy()
-    indices = bootstrap.resample_indices(len(np.unique(seq)), icfg["bootstrap"],
-                                         icfg["bootstrap_seed"])  # fmt: skip
-    ranking_rows = []
-    for method, s in scores.items():
-        m = ranking_metrics(s, np.nan_to_num(effects), spearman=method != "random")
-        for metric, values in (("spearman", m.spearman), ("top_source_accuracy",
-                               m.top_source_accuracy), ("regret", m.regret)):  # fmt: skip
-            if method == "random" and metric == "spearman":
-                continue
-            _, per_seq = bootstrap.sequence_means(values, seq)
-            est, low, high = bootstrap.percentile_interval(per_seq, indices)
-            ranking_rows.append({"method": method, "metric": metric, "value": float(est),
-                                 "low": float(low), "high": float(high),
-                                 "n_targets": int(np.isfinite(values).sum())})  # fmt: skip
+    rankings = ranking_table(scores, effects, frame["seq_id"], icfg["bootstrap"],
+                             icfg["bootstrap_seed"])  # fmt: skip
     meta = {"run": run, "config_hash": content_hash(cfg), **k14,
             "checkpoint_sha256": manifest["checkpoint_file_sha256"],
             "manifest_content_hash": content_hash(manifest)}  # fmt: skip
     with all_or_nothing(args.out, args.rankings):
         results.LI.write(args.out, pd.DataFrame(rows).assign(**run), meta)
-        results.RANKINGS.write(args.rankings, pd.DataFrame(ranking_rows).assign(**run), meta)
-    rho = {r["method"]: r["value"] for r in ranking_rows if r["metric"] == "spearman"}
+        results.RANKINGS.write(args.rankings, rankings.assign(**run), meta)
+    rho = rankings[rankings.metric == "spearman"].set_index("method").value
     print(f"li {run}: {len(rows)} components of {len(targets)} targets, K14 input "
           f"{att.input_residual:.2e} logits {att.logit_residual:.2e}, Spearman Li "
           f"{rho['li_variance']:.3f} boundary {rho['li_boundary']:.3f} gradient "

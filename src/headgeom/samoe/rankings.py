@@ -255,3 +255,32 @@ def ledger_control_advantage(
     """SAMOE Eq. 47 [RECONSTRUCTED, CHOICE equal weights]: |Δm| of the selected source minus
     the mean of the three controls' |Δm| (per target; NaN where a control is missing)."""
     return selected - (random + norm + distance) / 3
+
+
+# --------------------------------------------------------------------------- one run's table
+def ranking_table(
+    scores: dict[str, np.ndarray], effects: np.ndarray, sequence: Sequence[str],
+    n_resamples: int, seed: int,
+) -> pd.DataFrame:  # fmt: skip
+    """Every method's metrics against ``effects`` (NaN effects: ineligible, read as 0), each
+    the mean over targets with sequences averaged first, with the paired sequence-bootstrap
+    percentile interval (one resample matrix for every method, SAMOE §17). Random has no
+    score vector, so no Spearman (§14.5). Columns: method, metric, value, low, high,
+    n_targets."""
+    from headgeom.samoe import bootstrap
+
+    sequence = np.asarray(sequence)
+    indices = bootstrap.resample_indices(len(np.unique(sequence)), n_resamples, seed)
+    rows = []
+    for method, s in scores.items():
+        m = ranking_metrics(s, np.nan_to_num(effects), spearman=method != "random")
+        for metric, values in (("spearman", m.spearman), ("top_source_accuracy",
+                               m.top_source_accuracy), ("regret", m.regret)):  # fmt: skip
+            if method == "random" and metric == "spearman":
+                continue
+            _, per_seq = bootstrap.sequence_means(values, sequence)
+            est, low, high = bootstrap.percentile_interval(per_seq, indices)
+            rows.append({"method": method, "metric": metric, "value": float(est),
+                         "low": float(low), "high": float(high),
+                         "n_targets": int(np.isfinite(values).sum())})  # fmt: skip
+    return pd.DataFrame(rows)
