@@ -1,7 +1,8 @@
 """The seed registry of an SA-MoE study (SAMOE §2) and the checks across a seed's variants:
 K3 (every expert tensor hashes the same in the ordinary, latest and persistent step-0
-models) and K1 (step-0 writes exactly 0; latest and persistent router logits bitwise equal,
-and with ``router_x_init: state_block`` the ordinary logits too), on the final pool.
+models), K5 (each built model's total and active parameters are SAMOE §8's formula) and K1
+(step-0 writes exactly 0; latest and persistent router logits bitwise equal, and with
+``router_x_init: state_block`` the ordinary logits too), on the final pool.
 
     python src/samoe_seeds.py --runs-json '[["toy","ordinary",42],...]' --step0 a b ... \\
         --init-manifests a b ... --manifests a b ... --dense-manifests-json '{"toy":"..."}' \\
@@ -23,7 +24,7 @@ import torch
 
 from headgeom.hashing import content_hash, manifest_hash
 from headgeom.io import read_json, write_json
-from headgeom.samoe import checks
+from headgeom.samoe import checks, counts
 from headgeom.samoe.capture import capture, check_step0
 from headgeom.samoe.checkpoint import load_verified_moe
 from headgeom.samoe.manifest import verified_inputs
@@ -39,10 +40,17 @@ def step0_checks(paths: dict[str, tuple[Path, Path]], pools_frame, inits: dict) 
     """K3.variants and K1 for one (family, seed): ``paths`` variant -> (step0, init manifest)."""
     out = check_experts_agree({v: inits[v]["init"] for v in paths})
     caps, models = {}, {}
+    mismatches = 0
     for variant, (step0, init) in paths.items():
         model, vocab, _ = load_verified_moe(step0, init)
         ids = pool(pools_frame, "final", vocab).ids[:K1_SEQUENCES]
         caps[variant], models[variant] = capture(model, ids), model
+        # K5: the built model's parameter counts are the formula's (SAMOE §8)
+        expected = counts.counts(counts.toy_shape(model.cfg), model.moe_cfg, variant)
+        mismatches += counts.model_counts(model) != (expected.total, expected.active)
+    out |= checks.enforce("K5", mismatches, 0, "count",
+                          what="variants whose built (total, active) parameters differ from "
+                               "the §8 formula")  # fmt: skip
     if {"latest", "persistent"} <= set(caps):
         out |= check_step0(caps["latest"], caps["persistent"])
     state = next((v for v in ("persistent", "latest") if v in caps), None)

@@ -67,6 +67,7 @@ def test_seed_registry_and_target_registry(study):
         assert r["checkpoint_sha256"] == manifest["checkpoint_file_sha256"]
     for checks in registry["checks"]:  # K1 and K3 across a seed's variants
         assert checks["check_K3.variants_mismatches"] == 0
+        assert checks["check_K5_mismatches"] == 0
         assert checks["check_K1.logits_mismatches"] == 0
         assert checks["check_K1.ordinary_logits_mismatches"] == 0
     hashes = {
