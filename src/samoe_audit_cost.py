@@ -25,14 +25,13 @@ import torch
 
 from headgeom.data.corpus_sources import all_or_nothing
 from headgeom.hashing import content_hash
-from headgeom.io import read_table
 from headgeom.runtime import set_threads
 from headgeom.samoe import li, results
 from headgeom.samoe.capture import capture
 from headgeom.samoe.checkpoint import load_verified_moe
 from headgeom.samoe.ledger import Targets, boundary_pair, ledger, structural_attribution
 from headgeom.samoe.manifest import verified_inputs
-from headgeom.samoe.pools import pool, read_pools
+from headgeom.samoe.pools import intervention_targets, pool, read_pools
 from headgeom.samoe.rankings import gradient_x_write
 
 PILOT_BATCH, REPEATS = 8, 5
@@ -122,17 +121,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     set_threads(args.threads)
     verified_inputs(args.corpus_manifest, {"pools": args.pools})
-    frame = read_table(args.targets, results.TARGETS.names).to_pandas()
-    first = frame[frame.seq_index == 0]
-    targets = Targets(first.seq_index.to_numpy(), first.position.to_numpy(),
-                      first.layer.to_numpy())  # fmt: skip
+    pools = read_pools(args.pools)
     cost_rows, runtime_rows, hashes = [], [], {}
     for checkpoint, manifest_path in zip(args.checkpoints, args.manifests, strict=True):
         model, vocab, manifest = load_verified_moe(checkpoint, manifest_path)
         for p in model.parameters():
             p.requires_grad_(True)
-        sub = pool(read_pools(args.pools), "final", vocab, intervention=True)
-        big = pool(read_pools(args.pools), "final", vocab).ids
+        sub, frame, every = intervention_targets(pools, args.targets, vocab)
+        first = every.batch == 0  # the targets of the pilot's first sequence
+        targets = Targets(every.batch[first], every.position[first], every.layer[first])
+        big = pool(pools, "final", vocab).ids
         run = {"family": args.family, "variant": model.variant, "seed": args.seed}
         cost_rows += [{**run, **r} for r in pilot(model, sub.ids[:PILOT_BATCH], targets)]
         runtime_rows += [{**run, **r} for r in runtime(model, big)]

@@ -27,8 +27,6 @@ import pandas as pd
 import torch
 
 from headgeom.data.corpus_sources import all_or_nothing
-from headgeom.hashing import content_hash
-from headgeom.io import read_table
 from headgeom.runtime import set_threads
 from headgeom.samoe import results
 from headgeom.samoe.capture import capture, check_state_bounds, state_geometry
@@ -41,9 +39,8 @@ from headgeom.samoe.ledger import (
     state_only_replay,
     structural_attribution,
 )
-from headgeom.samoe.manifest import verified_inputs
-from headgeom.samoe.pools import pool, read_pools
-from headgeom.samoe.rankings import as_targets
+from headgeom.samoe.manifest import run_metadata, verified_inputs
+from headgeom.samoe.pools import intervention_targets, pool, read_pools
 from headgeom.samoe.suppression import check_unit_lambda, set_change_rates
 
 
@@ -75,12 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     ]  # fmt: skip
 
     # the ledger of the audited targets, on the intervention subset
-    sub = pool(frame, "final", vocab, intervention=True)
-    targets_frame = read_table(args.targets, results.TARGETS.names).to_pandas()
-    if targets_frame["seq_id"].tolist()[:: len(set(targets_frame["slot"]))] != sub.seq_ids:
-        raise ValueError(f"{args.targets}: its sequences are not the pools' intervention subset "
-                         f"in order (rerun samoe_targets)")  # fmt: skip
-    targets = as_targets(targets_frame)
+    sub, targets_frame, targets = intervention_targets(frame, args.targets, vocab)
     sub_cap = capture(model, sub.ids)
     led = ledger(model, sub_cap, targets)
     k67 = check_ledger(model, sub_cap, led)
@@ -107,9 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                        zip(attribution, targets.layer.tolist(), strict=True)],
         **run)  # fmt: skip
     geometry = pd.DataFrame(state_geometry(cap, clamp)).assign(**run)
-    meta = {"run": run, "config_hash": content_hash(cfg),
-            "checkpoint_sha256": manifest["checkpoint_file_sha256"],
-            "manifest_content_hash": content_hash(manifest)}  # fmt: skip
+    meta = run_metadata(run, manifest, cfg)
     with all_or_nothing(args.state_geometry, args.local_suppression, args.history):
         results.STATE_GEOMETRY.write(args.state_geometry, geometry, {**meta, **k2})
         results.LOCAL_SUPPRESSION.write(args.local_suppression, pd.DataFrame(local).assign(**run),

@@ -26,16 +26,14 @@ import numpy as np
 
 from headgeom.data.corpus_sources import all_or_nothing
 from headgeom.hashing import content_hash
-from headgeom.io import read_table
 from headgeom.runtime import set_threads
 from headgeom.samoe import results
 from headgeom.samoe.capture import capture
 from headgeom.samoe.checkpoint import load_verified_moe
 from headgeom.samoe.ledger import Targets, ledger, structural_attribution
-from headgeom.samoe.manifest import verified_inputs
-from headgeom.samoe.pools import pool, read_pools
+from headgeom.samoe.manifest import run_metadata, verified_inputs
+from headgeom.samoe.pools import intervention_targets, read_pools
 from headgeom.samoe.rankings import (
-    as_targets,
     check_gradient,
     finite_difference,
     gradient_x_write,
@@ -84,9 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     set_threads(args.threads)
     verified_inputs(args.corpus_manifest, {"pools": args.pools})
     model, vocab, manifest = load_verified_moe(args.checkpoint, args.manifest)
-    sub = pool(read_pools(args.pools), "final", vocab, intervention=True)
-    frame = read_table(args.targets, results.TARGETS.names).to_pandas()
-    targets = as_targets(frame)
+    sub, frame, targets = intervention_targets(read_pools(args.pools), args.targets, vocab)
     n, N = len(targets), len(model.blocks)
     ids = sub.ids
 
@@ -137,9 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     # ranking metrics with paired sequence-bootstrap intervals (shared resamples)
     rankings = ranking_table({m: scores[m] for m in METHODS}, effects, frame["seq_id"],
                              icfg["bootstrap"], icfg["bootstrap_seed"])  # fmt: skip
-    meta = {"run": run, "config_hash": content_hash(cfg), **k11, **k13,
-            "checkpoint_sha256": manifest["checkpoint_file_sha256"],
-            "manifest_content_hash": content_hash(manifest),
+    meta = {**run_metadata(run, manifest, cfg), **k11, **k13,
             "targets_registry_sha256": content_hash(
                 frame.drop(columns="family").to_dict("list"))}  # fmt: skip
     with all_or_nothing(args.out, args.rankings):

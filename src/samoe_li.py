@@ -21,16 +21,14 @@ import numpy as np
 import pandas as pd
 
 from headgeom.data.corpus_sources import all_or_nothing
-from headgeom.hashing import content_hash
-from headgeom.io import read_table
 from headgeom.runtime import set_threads
 from headgeom.samoe import li, results
 from headgeom.samoe.capture import capture
 from headgeom.samoe.checkpoint import load_verified_moe
 from headgeom.samoe.ledger import Targets, boundary_pair
-from headgeom.samoe.manifest import verified_inputs
-from headgeom.samoe.pools import pool, read_pools
-from headgeom.samoe.rankings import as_targets, ranking_table
+from headgeom.samoe.manifest import run_metadata, verified_inputs
+from headgeom.samoe.pools import intervention_targets, read_pools
+from headgeom.samoe.rankings import ranking_table
 
 #: Targets per oracle forward (each removes one component of one target per batch row).
 TARGETS_PER_FORWARD = 8
@@ -50,9 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     set_threads(args.threads)
     verified_inputs(args.corpus_manifest, {"pools": args.pools})
     model, vocab, manifest = load_verified_moe(args.checkpoint, args.manifest)
-    sub = pool(read_pools(args.pools), "final", vocab, intervention=True)
-    frame = read_table(args.targets, results.TARGETS.names).to_pandas()
-    targets = as_targets(frame)
+    sub, frame, targets = intervention_targets(read_pools(args.pools), args.targets, vocab)
     N, K = len(model.blocks), len(li.KINDS)
     cap = capture(model, sub.ids)
     e2, e3 = boundary_pair(cap, targets)
@@ -87,9 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                          "effect": float(effects[i, j])})  # fmt: skip
     rankings = ranking_table(scores, effects, frame["seq_id"], icfg["bootstrap"],
                              icfg["bootstrap_seed"])  # fmt: skip
-    meta = {"run": run, "config_hash": content_hash(cfg), **k14,
-            "checkpoint_sha256": manifest["checkpoint_file_sha256"],
-            "manifest_content_hash": content_hash(manifest)}  # fmt: skip
+    meta = {**run_metadata(run, manifest, cfg), **k14}
     with all_or_nothing(args.out, args.rankings):
         results.LI.write(args.out, pd.DataFrame(rows).assign(**run), meta)
         results.RANKINGS.write(args.rankings, rankings.assign(**run), meta)

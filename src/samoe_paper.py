@@ -53,11 +53,6 @@ def run_checks(paths: list[Path], checks: tuple[str, ...] = CHECKS) -> pd.DataFr
                                        "tolerance"])  # fmt: skip
 
 
-def read_all(paths: list[Path], table) -> pd.DataFrame:
-    frames = [read_table(p, table.names).to_pandas() for p in paths]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=table.names)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config-json", required=True)
@@ -71,24 +66,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runtime", nargs="*", type=Path, default=[])
     args = parser.parse_args(argv)
     cfg = json.loads(args.config_json)
-    histories = [read_table(p, results.HISTORY.names).to_pandas() for p in args.history]
     x = paper.Inputs(
         config=cfg,
         counts=read_table(args.counts, results.COUNTS.names).to_pandas(),
         seed_means=read_table(args.seed_means, results.SEED_MEANS.names).to_pandas(),
         contrasts=read_table(args.contrasts, results.CONTRASTS.names).to_pandas(),
-        history=pd.concat(histories, ignore_index=True) if histories else
-        pd.DataFrame(columns=results.HISTORY.names),
-        audit_cost=read_all(args.audit_cost, results.AUDIT_COST),
-        runtime=read_all(args.runtime, results.RUNTIME),
+        history=results.read_runs(args.history, results.HISTORY),
+        audit_cost=results.read_runs(args.audit_cost, results.AUDIT_COST),
+        runtime=results.read_runs(args.runtime, results.RUNTIME),
         checks=pd.concat([run_checks(args.history), run_checks(args.li, ("K14",))],
                          ignore_index=True),
-        probes=pd.concat([read_table(p, results.PROBES.names).to_pandas() for p in args.probes],
-                         ignore_index=True) if args.probes else
-        pd.DataFrame(columns=results.PROBES.names),
-        rankings=pd.concat([read_table(p, results.RANKINGS.names).to_pandas()
-                            for p in args.rankings], ignore_index=True) if args.rankings else
-        pd.DataFrame(columns=results.RANKINGS.names),
+        probes=results.read_runs(args.probes, results.PROBES),
+        rankings=results.read_runs(args.rankings, results.RANKINGS),
     )  # fmt: skip
     for name, build in paper.TABLES.items():
         table = build(x)

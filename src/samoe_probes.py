@@ -26,12 +26,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from headgeom.hashing import content_hash
 from headgeom.runtime import set_threads
 from headgeom.samoe import probes, results
 from headgeom.samoe.capture import capture
 from headgeom.samoe.checkpoint import load_verified_moe
-from headgeom.samoe.manifest import verified_inputs
+from headgeom.samoe.manifest import run_metadata, verified_inputs
 from headgeom.samoe.pools import pool, read_pools
 
 
@@ -144,10 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     k10 = probes.check_converged(fits)
     out = pd.DataFrame(rows).assign(**run)
     out["C"] = out["C"].astype(float)
-    results.PROBES.write(args.out, out, {
-        "run": run, "config_hash": content_hash(cfg), **k10,
-        "checkpoint_sha256": manifest["checkpoint_file_sha256"],
-        "manifest_content_hash": content_hash(manifest), "n_fits": len(fits)})  # fmt: skip
+    results.PROBES.write(args.out, out, {**run_metadata(run, manifest, cfg), **k10,
+                                         "n_fits": len(fits)})  # fmt: skip
     top = out[(out.budget == budgets[-1]) & (out.representation == "native")]
     print(f"probes {run}: {len(fits)} fits, native accuracy at {budgets[-1]}: "
           f"{top.accuracy.mean():.3f} (6-pair mean), long-horizon "

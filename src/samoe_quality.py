@@ -18,12 +18,11 @@ import numpy as np
 import pandas as pd
 
 from headgeom.data.corpus import compact
-from headgeom.hashing import content_hash
 from headgeom.io import read_table
 from headgeom.runtime import set_threads
 from headgeom.samoe import downstream, results
 from headgeom.samoe.checkpoint import load_verified_moe
-from headgeom.samoe.manifest import verified_inputs
+from headgeom.samoe.manifest import run_metadata, verified_inputs
 from headgeom.samoe.pools import pool, read_pools
 from headgeom.samoe.quality import perplexity
 
@@ -59,9 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     rows.append({"metric": "primary", "subset": "macro", "value": float(np.mean(primaries)),
                  "n": len(scored)})  # fmt: skip
     frame = pd.DataFrame(rows).assign(**run)
-    results.QUALITY.write(args.out, frame, {
-        "run": run, "checkpoint_sha256": manifest["checkpoint_file_sha256"],
-        "manifest_content_hash": content_hash(manifest)})  # fmt: skip
+    results.QUALITY.write(args.out, frame, run_metadata(run, manifest))
     print(
         f"quality {run}: ppl {rows[0]['value']:.4f}, macro {rows[-1]['value']:.4f}", file=sys.stderr
     )

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from headgeom.hashing import content_hash
-from headgeom.io import read_json, read_table
+from headgeom.io import read_json
 from headgeom.model.config import ModelConfig
 from headgeom.samoe import counts, results
 from headgeom.samoe.checkpoint import checkpoint_header
@@ -43,12 +43,6 @@ STATE_CONTRASTS = (
     "ledger_advantage",
     "persistence_margin_change",
 )
-
-
-def read_all(paths: list[Path], table) -> pd.DataFrame:
-    if not paths:
-        return pd.DataFrame(columns=table.names)
-    return pd.concat([read_table(p, table.names).to_pandas() for p in paths], ignore_index=True)
 
 
 def probe_values(probes: pd.DataFrame) -> list[tuple]:
@@ -225,13 +219,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cfg = json.loads(args.config_json)
     registry = read_json(args.seeds)
-    values = per_run_values(read_all(args.quality, results.QUALITY),
-                            read_all(args.local_suppression, results.LOCAL_SUPPRESSION),
-                            read_all(args.history, results.HISTORY),
-                            read_all(args.state_geometry, results.STATE_GEOMETRY),
-                            read_all(args.probes, results.PROBES),
-                            read_all(args.interventions, results.INTERVENTIONS),
-                            read_all(args.rankings, results.RANKINGS),
+    values = per_run_values(results.read_runs(args.quality, results.QUALITY),
+                            results.read_runs(args.local_suppression, results.LOCAL_SUPPRESSION),
+                            results.read_runs(args.history, results.HISTORY),
+                            results.read_runs(args.state_geometry, results.STATE_GEOMETRY),
+                            results.read_runs(args.probes, results.PROBES),
+                            results.read_runs(args.interventions, results.INTERVENTIONS),
+                            results.read_runs(args.rankings, results.RANKINGS),
                             cfg["interventions"]["persistence_horizons"])  # fmt: skip
     seeds = [int(s) for s in cfg["seeds"]]
     means = seed_means(values, seeds)

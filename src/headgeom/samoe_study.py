@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from headgeom.resources import ResourceRequests
-from headgeom.validation import StudyConfigError, load_schema, validate
+from headgeom.validation import StudyConfigError, load_schema, run_checks, validate
 
 if TYPE_CHECKING:  # the workflow reads the study without importing torch (SA-MoE configs do)
     from headgeom.samoe.config import CPTConfig, DenseConfig, MoEConfig
@@ -53,14 +53,7 @@ class SAMoEStudy(ResourceRequests):
         if problems:
             raise StudyConfigError(problems)
         study = cls(config)
-        problems = []
-        for check in study._checks():
-            try:
-                check()
-            except ValueError as err:
-                problems.append(str(err))
-        if problems:
-            raise StudyConfigError(problems)
+        run_checks(study._checks())
         return study
 
     # ------------------------------------------------------------------ checks

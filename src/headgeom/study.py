@@ -26,6 +26,7 @@ from headgeom.validation import (
     did_you_mean,
     import_problems,
     load_schema,
+    run_checks,
     validate,
 )
 from headgeom.vocabulary import TASKS
@@ -73,14 +74,7 @@ class Study(ResourceRequests):
         study = cls(config)
         # explicit checkpoint steps are checked; the schema's default list is cut
         study._given_checkpoint_steps = dict(original.get("training") or {}).get("checkpoint_steps")
-        problems = []
-        for check in study._checks():
-            try:
-                check()
-            except ValueError as err:
-                problems.append(str(err))
-        if problems:
-            raise StudyConfigError(problems)
+        run_checks(study._checks())
         return study
 
     def _checks(self):

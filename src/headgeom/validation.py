@@ -135,6 +135,19 @@ def validate(config: dict, schema: Mapping) -> list[str]:
     return [line for error in errors for line in _describe(error)]
 
 
+def run_checks(checks: Iterable) -> None:
+    """Run every cross-key check (a callable raising ValueError with one line) and raise
+    :class:`StudyConfigError` listing every problem, not only the first."""
+    problems = []
+    for check in checks:
+        try:
+            check()
+        except ValueError as err:
+            problems.append(str(err))
+    if problems:
+        raise StudyConfigError(problems)
+
+
 def load_schema(path: str | Path = SCHEMA) -> dict:
     return yaml.safe_load(Path(path).read_text())
 

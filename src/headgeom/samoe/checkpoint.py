@@ -36,15 +36,22 @@ def save_moe(
         save_file(tensors, str(tmp), metadata={HEADER_KEY: canonical_json(record).decode()})
 
 
+def _metadata(path: str | os.PathLike, tensors: bool = False) -> tuple[dict, dict | None]:
+    """(safetensors metadata, the tensors when asked) of a checkpoint; ValueError naming the
+    file when it is not a readable safetensors file."""
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            header = fh.metadata() or {}
+        return header, (load_file(str(path)) if tensors else None)
+    except (SafetensorError, OSError) as err:
+        raise ValueError(f"{path}: not a readable safetensors checkpoint ({err})") from None
+
+
 def checkpoint_header(path: str | os.PathLike) -> dict:
     """The header record of a workspace GPT or SA-MoE checkpoint, without loading tensors."""
     from headgeom.model.checkpoint import HEADER_KEY as GPT_HEADER_KEY
 
-    try:
-        with safe_open(str(path), framework="pt") as fh:
-            header = fh.metadata() or {}
-    except (SafetensorError, OSError) as err:
-        raise ValueError(f"{path}: not a readable safetensors checkpoint ({err})") from None
+    header, _ = _metadata(path)
     for key in (HEADER_KEY, GPT_HEADER_KEY):
         if key in header:
             return json.loads(header[key])
@@ -54,12 +61,7 @@ def checkpoint_header(path: str | os.PathLike) -> dict:
 def load_moe(path: str | os.PathLike) -> tuple[SAMoE, np.ndarray, dict]:
     """(model in eval mode, vocabulary map, header record) of an SA-MoE checkpoint."""
     path = Path(path)
-    try:
-        with safe_open(str(path), framework="pt") as fh:
-            header = fh.metadata() or {}
-        tensors = load_file(str(path))
-    except (SafetensorError, OSError) as err:
-        raise ValueError(f"{path}: not a readable safetensors checkpoint ({err})") from None
+    header, tensors = _metadata(path, tensors=True)
     if HEADER_KEY not in header or VOCAB_KEY not in tensors:
         raise ValueError(f"{path}: not an SA-MoE checkpoint (no {HEADER_KEY!r} header or "
                          f"{VOCAB_KEY})")  # fmt: skip

@@ -41,6 +41,19 @@ def run_manifest(
     }
 
 
+def run_metadata(run: Mapping[str, Any], manifest: Mapping[str, Any],
+                 config: Mapping[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """The provenance every per-run SA-MoE Parquet carries: the run, the hash of the analysis
+    config it was computed with (when it has one), the checkpoint's SHA-256 and the content
+    hash of its manifest."""
+    out: dict[str, Any] = {"run": dict(run)}
+    if config is not None:
+        out["config_hash"] = content_hash(dict(config))
+    out["checkpoint_sha256"] = manifest["checkpoint_file_sha256"]
+    out["manifest_content_hash"] = content_hash(dict(manifest))
+    return out
+
+
 def write_run_manifest(path: str | os.PathLike, record: Mapping[str, Any]) -> None:
     write_manifest(path, dict(record))
 

@@ -14,6 +14,8 @@ import torch
 from headgeom.data.corpus import compact
 from headgeom.io import read_table
 from headgeom.samoe import results
+from headgeom.samoe.ledger import Targets
+from headgeom.samoe.rankings import as_targets
 
 
 @dataclass(frozen=True)
@@ -46,3 +48,21 @@ def gpt2_tokens(frame: pd.DataFrame, role: str, intervention: bool = False) -> n
     if intervention:
         rows = rows[rows["intervention"]]
     return np.stack([np.asarray(t) for t in rows["tokens"]])
+
+
+def intervention_targets(
+    frame: pd.DataFrame, targets_path: str | os.PathLike, vocab: np.ndarray
+) -> tuple[Pool, pd.DataFrame, Targets]:
+    """The intervention subset (model ids), the target registry's rows and its targets,
+    refusing a registry whose rows name other sequences than the subset's (another pool)."""
+    sub = pool(frame, "final", vocab, intervention=True)
+    rows = read_table(targets_path, results.TARGETS.names).to_pandas()
+    index = rows["seq_index"].to_numpy()
+    if (
+        (index < 0).any()
+        or (index >= len(sub.seq_ids)).any()
+        or [sub.seq_ids[i] for i in index] != rows["seq_id"].tolist()
+    ):
+        raise ValueError(f"{targets_path}: its sequences are not the pools' intervention subset "
+                         "in order (rerun samoe_targets)")  # fmt: skip
+    return sub, rows, as_targets(rows)

@@ -5,8 +5,13 @@ in the file, what one row is). Token files and the vocabulary are the workspace'
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
+
+import pandas as pd
 import pyarrow as pa
 
+from headgeom.io import read_table
 from headgeom.results import ResultTable
 
 _RUN = [("family", pa.string()), ("variant", pa.string()), ("seed", pa.int64())]
@@ -321,3 +326,10 @@ RUNTIME = _table(
     "runtime measurement of one variant (SAMOE §16; descriptive, FLOPs are the cost model)",
 )  # fmt: skip
 TABLES |= {t.name: t for t in (AUDIT_COST, RUNTIME)}
+
+
+def read_runs(paths: Sequence[str | os.PathLike], table: ResultTable) -> pd.DataFrame:
+    """The rows of ``table`` from every run's file, one frame (empty, with the table's
+    columns, when there is no file: a study without that analysis)."""
+    frames = [read_table(p, table.names).to_pandas() for p in paths]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=table.names)
