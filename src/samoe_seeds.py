@@ -46,7 +46,7 @@ def step0_checks(paths: dict[str, tuple[Path, Path]], pools_frame, inits: dict) 
         ids = pool(pools_frame, "final", vocab).ids[:K1_SEQUENCES]
         caps[variant], models[variant] = capture(model, ids), model
         # K5: the built model's parameter counts are the formula's (SAMOE §8)
-        expected = counts.counts(counts.toy_shape(model.cfg), model.moe_cfg, variant)
+        expected = counts.counts(counts.model_shape(model), model.moe_cfg, variant)
         mismatches += counts.model_counts(model) != (expected.total, expected.active)
     out |= checks.enforce("K5", mismatches, 0, "count",
                           what="variants whose built (total, active) parameters differ from "

@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
                 cpt,
                 cfg["data_seed"],
                 resume=resume,
+                seq_len=cfg.get("seq_len"),
                 stop=stop,
                 save_every_s=SAVE_EVERY_S,
             )

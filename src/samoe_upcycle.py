@@ -19,8 +19,7 @@ from pathlib import Path
 
 from headgeom.data.corpus_sources import all_or_nothing
 from headgeom.hashing import manifest_hash
-from headgeom.model.checkpoint import load_verified
-from headgeom.samoe.checkpoint import save_moe
+from headgeom.samoe.checkpoint import load_verified_dense, save_moe
 from headgeom.samoe.config import MoEConfig
 from headgeom.samoe.manifest import run_manifest, write_run_manifest
 from headgeom.samoe.upcycle import check_upcycling, init_manifest, upcycle
@@ -35,9 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--init-manifest", required=True, type=Path)
     args = parser.parse_args(argv)
     cfg = json.loads(args.config_json)
-    dense, vocab, _ = load_verified(args.dense, args.dense_manifest)
-    state = dense.state_dict()
-    model = upcycle(state, dense.cfg, MoEConfig.from_dict(cfg["moe"]), cfg["variant"], cfg["seed"])
+    state, source, vocab = load_verified_dense(args.dense, args.dense_manifest)
+    model = upcycle(state, source, MoEConfig.from_dict(cfg["moe"]), cfg["variant"], cfg["seed"])
     k3 = check_upcycling(state, model)  # raises CheckFailed: nothing is written
     init = init_manifest(model)
     with all_or_nothing(args.out, args.init_manifest):

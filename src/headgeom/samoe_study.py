@@ -224,6 +224,8 @@ class SAMoEStudy(ResourceRequests):
             "data_seed": self.config["data"]["seed"],
             "moe": self.moe_config().to_dict(),
             "cpt": self.cpt_config().to_dict(),
+            # a Hub model's context exceeds the study's sequences; the toy's is them
+            **({} if self.is_toy(family) else {"seq_len": self.n_ctx(family)}),
         }
 
     def analysis_config(self, family: str) -> dict:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from headgeom.samoe import checks
-from headgeom.samoe.model import SAMoE, site, top_k
+from headgeom.samoe.model import MoEModel, site, top_k
 
 #: Explicit axes of each ``Capture`` field.
 AXES: dict[str, tuple[str, ...]] = {
@@ -62,7 +62,7 @@ class Capture:
 
 
 @torch.no_grad()
-def capture(model: SAMoE, ids: torch.Tensor, dtype: torch.dtype = torch.float32) -> Capture:
+def capture(model: MoEModel, ids: torch.Tensor, dtype: torch.dtype = torch.float32) -> Capture:
     """One clean forward of ``ids`` (B, T) with every SAMOE §9 site recorded in ``dtype``."""
     N = len(model.blocks)
     names = ["hook_router_in", "hook_router_logits", "hook_attn_out", "hook_shared_out",

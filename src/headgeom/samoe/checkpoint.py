@@ -19,21 +19,42 @@ from headgeom.io import atomic_path
 from headgeom.model.checkpoint import VOCAB_KEY
 from headgeom.model.config import ModelConfig
 from headgeom.samoe.config import MoEConfig
-from headgeom.samoe.model import SAMoE
+from headgeom.samoe.hub import HubSAMoE, HubSource, dense_state
+from headgeom.samoe.model import MoEModel, SAMoE
 
 HEADER_KEY = "headgeom.samoe"
 
 
-def save_moe(
-    path: str | os.PathLike, model: SAMoE, vocab: np.ndarray, metadata: dict | None = None
-) -> None:
-    """Write ``model``'s state dict, the vocabulary map and the header (atomically)."""
-    tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+def _source_record(model: MoEModel) -> dict:
+    """What rebuilds ``model``'s dense shapes: the workspace GPT's config or the Hub source."""
+    if isinstance(model, HubSAMoE):
+        return {"hub": model.source.to_dict()}
+    return {"model_config": model.cfg.to_dict()}
+
+
+def _save(path: str | os.PathLike, state: dict, vocab: np.ndarray, record: dict) -> None:
+    tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}
     tensors[VOCAB_KEY] = torch.as_tensor(np.asarray(vocab, dtype=np.int64))
-    record = {"model_config": model.cfg.to_dict(), "moe": model.moe_cfg.to_dict(),
-              "variant": model.variant, **(metadata or {})}  # fmt: skip
     with atomic_path(path) as tmp:
         save_file(tensors, str(tmp), metadata={HEADER_KEY: canonical_json(record).decode()})
+
+
+def save_moe(
+    path: str | os.PathLike, model: MoEModel, vocab: np.ndarray, metadata: dict | None = None
+) -> None:
+    """Write ``model``'s state dict, the vocabulary map and the header (atomically)."""
+    record = {**_source_record(model), "moe": model.moe_cfg.to_dict(),
+              "variant": model.variant, **(metadata or {})}  # fmt: skip
+    _save(path, model.state_dict(), vocab, record)
+
+
+def save_hub_dense(
+    path: str | os.PathLike, lm: torch.nn.Module, source: HubSource, metadata: dict | None = None
+) -> None:
+    """A Hub dense source as the upcycler reads it: its state dict (tied head left out), the
+    identity vocabulary map (Hub token ids are the model's own) and ``{"hub": source}``."""
+    vocab = np.arange(lm.config.vocab_size, dtype=np.int64)
+    _save(path, dense_state(lm), vocab, {"hub": source.to_dict(), **(metadata or {})})
 
 
 def _metadata(path: str | os.PathLike, tensors: bool = False) -> tuple[dict, dict | None]:
@@ -58,7 +79,7 @@ def checkpoint_header(path: str | os.PathLike) -> dict:
     raise ValueError(f"{path}: checkpoint has no header record")
 
 
-def load_moe(path: str | os.PathLike) -> tuple[SAMoE, np.ndarray, dict]:
+def load_moe(path: str | os.PathLike) -> tuple[MoEModel, np.ndarray, dict]:
     """(model in eval mode, vocabulary map, header record) of an SA-MoE checkpoint."""
     path = Path(path)
     header, tensors = _metadata(path, tensors=True)
@@ -67,16 +88,19 @@ def load_moe(path: str | os.PathLike) -> tuple[SAMoE, np.ndarray, dict]:
                          f"{VOCAB_KEY})")  # fmt: skip
     record = json.loads(header[HEADER_KEY])
     vocab = tensors.pop(VOCAB_KEY).numpy()
-    cfg = ModelConfig.from_dict(record["model_config"])
-    with torch.device("meta"):
-        model = SAMoE(cfg, MoEConfig.from_dict(record["moe"]), record["variant"])
+    moe = MoEConfig.from_dict(record["moe"])
+    if "hub" in record:
+        model = HubSAMoE(HubSource.from_dict(record["hub"]), moe, record["variant"], "meta")
+    else:
+        with torch.device("meta"):
+            model = SAMoE(ModelConfig.from_dict(record["model_config"]), moe, record["variant"])
     model.load_state_dict(tensors, strict=True, assign=True)
     return model.eval(), vocab, record
 
 
 def load_verified_moe(
     checkpoint: str | os.PathLike, manifest: str | os.PathLike
-) -> tuple[SAMoE, np.ndarray, dict]:
+) -> tuple[MoEModel, np.ndarray, dict]:
     """Verify the checkpoint bytes against its run manifest, then load; (model, vocab,
     manifest record)."""
     record = load_manifest(manifest)
@@ -85,3 +109,21 @@ def load_verified_moe(
     verify_file(checkpoint, record["checkpoint_file_sha256"], manifest)
     model, vocab, _ = load_moe(checkpoint)
     return model, vocab, record
+
+
+def load_verified_dense(
+    checkpoint: str | os.PathLike, manifest: str | os.PathLike
+) -> tuple[dict[str, torch.Tensor], ModelConfig | HubSource, np.ndarray]:
+    """(state dict, its source — the workspace GPT's config or the Hub source —, vocabulary
+    map) of a dense checkpoint, its bytes verified against its manifest first."""
+    from headgeom.model.checkpoint import load_verified
+
+    record = load_manifest(manifest)
+    header, _ = _metadata(checkpoint)
+    if HEADER_KEY not in header:  # a workspace GPT (samoe_dense)
+        dense, vocab, _ = load_verified(checkpoint, manifest)
+        return dense.state_dict(), dense.cfg, vocab
+    verify_file(checkpoint, record["checkpoint_file_sha256"], manifest)
+    _, tensors = _metadata(checkpoint, tensors=True)
+    vocab = tensors.pop(VOCAB_KEY).numpy()
+    return tensors, HubSource.from_dict(json.loads(header[HEADER_KEY])["hub"]), vocab

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from headgeom.model.config import ModelConfig
 from headgeom.samoe.config import STATE_VARIANTS, MoEConfig, check_variant
-from headgeom.samoe.model import SAMoE, param_kind
+from headgeom.samoe.model import MoEModel, param_kind
 
 MIB = 2**20
 BF16_BYTES = 2
@@ -92,6 +92,37 @@ def toy_shape(cfg: ModelConfig, name: str = "toy") -> FamilyShape:
                        final_norm_params=2 * cfg.d_model)  # fmt: skip
 
 
+def hub_shape(config, name: str = "hub", seq_len: int | None = None) -> FamilyShape:
+    """The shapes of a Hub model (``PretrainedConfig``: Llama or Gemma 3 text), its norms
+    included so the counts equal the built model's exactly: RMSNorm weights only, two per
+    Llama layer, four per Gemma 3 layer plus the q/k norms of d_head each; T defaults to the
+    model's context."""
+    d, heads = config.hidden_size, config.num_attention_heads
+    d_head = getattr(config, "head_dim", None) or d // heads
+    gemma = config.model_type == "gemma3_text"
+    types = list(getattr(config, "layer_types", None) or [])
+    return FamilyShape(
+        name=name, n_layer=config.num_hidden_layers, d_model=d, n_head=heads,
+        n_kv_head=config.num_key_value_heads, d_head=d_head, d_ffn=config.intermediate_size,
+        ffn_matrices=3, n_vocab=config.vocab_size,
+        seq_len=seq_len or config.max_position_embeddings,
+        window=getattr(config, "sliding_window", None) if gemma else None,
+        sliding_layers=tuple(i for i, t in enumerate(types) if t == "sliding_attention"),
+        attn_bias=bool(getattr(config, "attention_bias", False)),
+        ffn_bias=bool(getattr(config, "mlp_bias", False)),
+        norm_params_per_layer=(4 * d + 2 * d_head) if gemma else 2 * d, final_norm_params=d,
+    )  # fmt: skip
+
+
+def model_shape(model: MoEModel) -> FamilyShape:
+    """The shapes of a built SA-MoE, whatever its host."""
+    from headgeom.samoe.hub import HubSAMoE
+
+    if isinstance(model, HubSAMoE):
+        return hub_shape(model.source.hf_config())
+    return toy_shape(model.cfg)
+
+
 @dataclass(frozen=True)
 class Counts:
     total: int
@@ -141,7 +172,7 @@ def trace_sizes(shape: FamilyShape, moe: MoEConfig) -> TraceSizes:
                       writes_and_top3=(writes + top3) / MIB)  # fmt: skip
 
 
-def model_counts(model: SAMoE) -> tuple[int, int]:
+def model_counts(model: MoEModel) -> tuple[int, int]:
     """(total, active) parameters of a built model, counted from its tensors: active drops
     E − k of each layer's E routed experts (they are equal-sized)."""
     total = model.n_params()

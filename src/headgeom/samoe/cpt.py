@@ -30,7 +30,7 @@ from torch.nn import functional as F
 from headgeom.hashing import canonical_json
 from headgeom.io import atomic_path
 from headgeom.samoe.config import CPTConfig
-from headgeom.samoe.model import SAMoE
+from headgeom.samoe.model import MoEModel
 from headgeom.samoe.recipe import make_optimizer, set_lrs
 from headgeom.training.data import sample_batch
 from headgeom.training.preemption import Preempted
@@ -47,7 +47,7 @@ LOG_COLUMNS = ("loss", "load_balance", "z_loss", "total_loss", "grad_norm")
 
 
 def objective(
-    model: SAMoE, x: torch.Tensor, y: torch.Tensor, cpt: CPTConfig
+    model: MoEModel, x: torch.Tensor, y: torch.Tensor, cpt: CPTConfig
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The training loss of one batch and its parts (floats, for the log)."""
     logits, aux = model(x, return_aux=True)
@@ -62,7 +62,9 @@ def objective(
     return total, parts
 
 
-def save_state(resume: Resume, model: SAMoE, opt: torch.optim.Optimizer, rows: list[dict]) -> None:
+def save_state(
+    resume: Resume, model: MoEModel, opt: torch.optim.Optimizer, rows: list[dict]
+) -> None:
     """The state after ``len(rows)`` updates (the format of ``headgeom.training.state``'s
     header, so ``check_resume_state`` reads and checks it)."""
     tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
@@ -79,7 +81,7 @@ def save_state(resume: Resume, model: SAMoE, opt: torch.optim.Optimizer, rows: l
         save_file(tensors, str(tmp), metadata={RESUME_HEADER_KEY: canonical_json(record).decode()})
 
 
-def load_state(resume: Resume, model: SAMoE, opt: torch.optim.Optimizer) -> list[dict]:
+def load_state(resume: Resume, model: MoEModel, opt: torch.optim.Optimizer) -> list[dict]:
     """Restore model and optimizer from ``resume.path``; the log rows so far (refused before
     anything changes when the state belongs to another run)."""
     record = check_resume_state(resume)
@@ -105,7 +107,7 @@ def load_state(resume: Resume, model: SAMoE, opt: torch.optim.Optimizer) -> list
 
 
 def continued_pretraining(
-    model: SAMoE,
+    model: MoEModel,
     tokens: np.ndarray,
     cpt: CPTConfig,
     data_seed: int,
@@ -113,13 +115,15 @@ def continued_pretraining(
     resume: Resume | None = None,
     stop: Callable[[], str | None] | None = None,
     save_every_s: float = 0.0,
+    seq_len: int | None = None,
 ) -> pd.DataFrame:
     """Train ``model`` in place for ``cpt.steps`` updates on ``tokens``; the log. With
     ``resume``: continue from its state, save every ``save_every_s`` seconds (0: only when
-    stopped) and on ``stop``; the state file is deleted when training ends."""
+    stopped) and on ``stop``; the state file is deleted when training ends. Sequences are
+    ``seq_len`` tokens (default: the model's context)."""
     model.train()
     opt = make_optimizer(model, cpt)
-    n_ctx = model.cfg.n_ctx
+    n_ctx = seq_len or model.n_ctx
     rows = load_state(resume, model, opt) if resume is not None else []
     last_save = time.monotonic()
     for step in range(len(rows) + 1, cpt.steps + 1):

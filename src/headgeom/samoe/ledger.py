@@ -19,7 +19,7 @@ import torch
 
 from headgeom.samoe import checks
 from headgeom.samoe.capture import Capture
-from headgeom.samoe.model import STATE_UPDATES, SAMoE
+from headgeom.samoe.model import STATE_UPDATES, MoEModel
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ def boundary_pair(cap: Capture, targets: Targets) -> tuple[torch.Tensor, torch.T
     return ranked[:, 1], ranked[:, 2]
 
 
-def router_blocks(model: SAMoE, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
+def router_blocks(model: MoEModel, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor | None]:
     """W^x (N, E, d) and W^s (N, E, r) (None for Ordinary), cast to ``dtype``."""
     routers = model.routers()
     w_x = torch.stack([r.W_x.detach() for r in routers]).to(dtype)
@@ -69,7 +69,7 @@ class Ledger:
     write_norm: torch.Tensor  # (n, N): ‖Δ_l‖₂ at the target token, 0 where l ≥ L
 
 
-def ledger(model: SAMoE, cap: Capture, targets: Targets) -> Ledger:
+def ledger(model: MoEModel, cap: Capture, targets: Targets) -> Ledger:
     """Contributions c_{l→L} of every earlier write to each target's boundary margin."""
     if cap.state is None:
         raise ValueError("the routing ledger needs a state variant (latest or persistent)")
@@ -108,7 +108,7 @@ def margin_residual(led: Ledger) -> float:
     return float((led.hidden_term + led.contributions.sum(-1) - led.margin).abs().max())
 
 
-def logit_reconstruction_residual(model: SAMoE, cap: Capture) -> float:
+def logit_reconstruction_residual(model: MoEModel, cap: Capture) -> float:
     """K7: max |W^x x + W^s s − z| over every decision of the capture (SAMOE §10.4)."""
     w_x, w_s = router_blocks(model, cap.logits.dtype)
     z = torch.einsum("lbtd,led->lbte", cap.router_in, w_x)
@@ -117,7 +117,7 @@ def logit_reconstruction_residual(model: SAMoE, cap: Capture) -> float:
     return float((z - cap.logits).abs().max())
 
 
-def check_ledger(model: SAMoE, cap: Capture, led: Ledger, ledger_tol: float = 1e-4,
+def check_ledger(model: MoEModel, cap: Capture, led: Ledger, ledger_tol: float = 1e-4,
                  logit_tol: float = 1e-5) -> dict:  # fmt: skip
     """K6 and K7 (SAMOE §10.4, §20), raising ``CheckFailed`` with residual and tolerance."""
     return {
@@ -176,7 +176,7 @@ class Replay:
     clamp_touched: torch.Tensor  # (n, N) bool
 
 
-def state_only_replay(model: SAMoE, cap: Capture, targets: Targets, led: Ledger) -> Replay:
+def state_only_replay(model: MoEModel, cap: Capture, targets: Targets, led: Ledger) -> Replay:
     """Replay only the state recurrence from each source to the target layer (K8)."""
     _, w_s = router_blocks(model, cap.logits.dtype)
     update, c = STATE_UPDATES[model.variant], model.moe_cfg.clamp

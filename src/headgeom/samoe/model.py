@@ -103,14 +103,18 @@ class Router(nn.Module):
 
 
 class MoE(nn.Module):
-    """One shared and E routed experts, all with the dense MLP's geometry (SAMOE §5.1)."""
+    """One shared and E routed experts, all with the dense MLP's geometry (SAMOE §5.1):
+    ``make_expert()`` builds one (the workspace GPT's ``MLP``, a Hub family's gated MLP)."""
 
-    def __init__(self, cfg: ModelConfig, moe: MoEConfig, state_dim: int | None):
+    def __init__(
+        self, d_model: int, moe: MoEConfig, state_dim: int | None,
+        make_expert: Callable[[], nn.Module],
+    ):  # fmt: skip
         super().__init__()
         self.top_k, self.gate = moe.top_k, moe.gate
-        self.shared = MLP(cfg)
-        self.experts = nn.ModuleList(MLP(cfg) for _ in range(moe.n_experts))
-        self.router = Router(cfg.d_model, moe.n_experts, state_dim)
+        self.shared = make_expert()
+        self.experts = nn.ModuleList(make_expert() for _ in range(moe.n_experts))
+        self.router = Router(d_model, moe.n_experts, state_dim)
 
     def routed(self, x: torch.Tensor, ids: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
         """Σ_{e ∈ S} g_e F_e(x) (B, T, d): dropless, each expert runs only its own tokens."""
@@ -181,25 +185,27 @@ class LayerAux:
     z_loss: torch.Tensor
 
 
-class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig, moe: MoEConfig, variant: str, layer: int):
-        super().__init__()
+class MoEStep(nn.Module):
+    """What every SA-MoE block adds to its host layer, whatever computes m_l and x_l (the
+    workspace GPT's ``Block``, a Hub decoder layer): the routed mixture y_l of x_l under
+    s_l, and the state step s_l -> s_{l+1}. Owns ``moe``, ``write`` and the SAMOE §9 sites
+    (``hook_attn_out`` is the host's to apply). A host registers its own modules first, then
+    calls ``add_moe`` (the registration order is the state dict's and the optimizer's)."""
+
+    def add_moe(
+        self, d_model: int, moe: MoEConfig, variant: str, make_expert: Callable[[], nn.Module]
+    ) -> None:
         stateful = variant in STATE_VARIANTS
         self.variant, self.clamp, self.write_input = variant, moe.clamp, moe.write_input
-        self.attn = Attention(cfg, *make_geometry(cfg, layer))
-        self.ln_2 = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps)
-        self.moe = MoE(cfg, moe, moe.state_dim if stateful else None)
-        self.write = WriteHead(cfg.d_model, moe.state_dim) if stateful else None
+        self.moe = MoE(d_model, moe, moe.state_dim if stateful else None, make_expert)
+        self.write = WriteHead(d_model, moe.state_dim) if stateful else None
         for name in SITE_AXES:
             if name != "hook_resid_final" and (stateful or name not in STATE_SITES):
                 setattr(self, name, HookPoint())
 
-    def forward(
-        self, h: torch.Tensor, s: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor | None, LayerAux]:
-        """(h_l, s_l) -> (h_{l+1}, s_{l+1}, aux): h (B, T, d), s (B, T, r) or None."""
-        m = h + self.hook_attn_out(self.attn(h))
-        x = self.hook_router_in(self.ln_2(m))  # router and expert input
+    def mix(self, x: torch.Tensor, s: torch.Tensor | None) -> tuple[torch.Tensor, LayerAux]:
+        """(x_l, s_l) -> (y_l, aux): x (B, T, d) the router and expert input, s (B, T, r)."""
+        x = self.hook_router_in(x)
         if self.write is not None:
             s = self.hook_state_in(s)
         z = self.hook_router_logits(self.moe.router(x, s))  # (B, T, E)
@@ -208,14 +214,34 @@ class Block(nn.Module):
         y = self.hook_shared_out(self.moe.shared(x)) + self.hook_routed_out(
             self.moe.routed(x, ids, g)
         )
-        h_next = m + y
-        aux = LayerAux(load_balance_loss(z, ids), z_loss(z))
+        return y, LayerAux(load_balance_loss(z, ids), z_loss(z))
+
+    def step_state(
+        self, s: torch.Tensor | None, y: torch.Tensor, h_next: torch.Tensor
+    ) -> torch.Tensor | None:
+        """s_{l+1} from s_l and the write u_l of q_l (y_l or h_{l+1}); None for Ordinary."""
         if self.write is None:
-            return h_next, None, aux
+            return None
         q = y if self.write_input == "moe_output" else h_next
         u = self.hook_write_proposal(self.write(q))
-        s_next = self.hook_state_out(STATE_UPDATES[self.variant](s, u, self.clamp))
-        return h_next, s_next, aux
+        return self.hook_state_out(STATE_UPDATES[self.variant](s, u, self.clamp))
+
+
+class Block(MoEStep):
+    def __init__(self, cfg: ModelConfig, moe: MoEConfig, variant: str, layer: int):
+        super().__init__()
+        self.attn = Attention(cfg, *make_geometry(cfg, layer))
+        self.ln_2 = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps)
+        self.add_moe(cfg.d_model, moe, variant, lambda: MLP(cfg))
+
+    def forward(
+        self, h: torch.Tensor, s: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None, LayerAux]:
+        """(h_l, s_l) -> (h_{l+1}, s_{l+1}, aux): h (B, T, d), s (B, T, r) or None."""
+        m = h + self.hook_attn_out(self.attn(h))
+        y, aux = self.mix(self.ln_2(m), s)
+        h_next = m + y
+        return h_next, self.step_state(s, y, h_next), aux
 
 
 @dataclass
@@ -227,21 +253,18 @@ class Aux:
     z_loss: torch.Tensor
 
 
-class SAMoE(nn.Module):
-    """One SA-MoE variant. Build it empty here, fill it with ``headgeom.samoe.upcycle``."""
+class MoEModel(nn.Module):
+    """What every SA-MoE model offers the analyses, whatever its host (``SAMoE`` here, the Hub
+    wrap ``headgeom.samoe.hub.HubSAMoE``): ``blocks`` of ``MoEStep``, the SAMOE §9 sites
+    through ``hooks``, ``wte`` (its dtype is the forward's), ``n_ctx``, ``moe_cfg``, ``variant``
+    and the dense state-dict name each parameter is upcycled from."""
 
     # The GPT's site mechanism, reused as is (it only walks ``named_modules``).
     hook_points = GPT.hook_points
     hooks = GPT.hooks
-
-    def __init__(self, cfg: ModelConfig, moe: MoEConfig, variant: str):
-        super().__init__()
-        self.cfg, self.moe_cfg, self.variant = cfg, moe, check_variant(variant)
-        self.wte = nn.Embedding(cfg.n_vocab, cfg.d_model)  # tied unembedding
-        self.wpe = nn.Embedding(cfg.n_ctx, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg, moe, variant, layer) for layer in range(cfg.n_layer))
-        self.ln_f = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps)
-        self.hook_resid_final = HookPoint()
+    blocks: nn.ModuleList
+    moe_cfg: MoEConfig
+    variant: str
 
     @property
     def has_state(self) -> bool:
@@ -254,27 +277,15 @@ class SAMoE(nn.Module):
         B, T = ids.shape
         return self.wte.weight.new_zeros(B, T, self.moe_cfg.state_dim)
 
-    def forward(
-        self, ids: torch.Tensor, return_aux: bool = False
-    ) -> torch.Tensor | tuple[torch.Tensor, Aux]:
-        """Logits (B, T, V) of ids (B, T); with ``return_aux`` also the layer-mean aux losses."""
-        T = ids.shape[1]
-        if T > self.cfg.n_ctx:
-            raise ValueError(f"sequence length {T} exceeds the context {self.cfg.n_ctx}")
-        h = self.wte(ids) + self.wpe(torch.arange(T, device=ids.device))
-        s = self.initial_state(ids)
-        auxes = []
-        for block in self.blocks:
-            h, s, aux = block(h, s)
-            auxes.append(aux)
-        logits = self.ln_f(self.hook_resid_final(h)) @ self.wte.weight.T  # (B, T, V)
-        if not return_aux:
-            return logits
+    def check_length(self, ids: torch.Tensor) -> None:
+        if ids.shape[1] > self.n_ctx:
+            raise ValueError(f"sequence length {ids.shape[1]} exceeds the context {self.n_ctx}")
+
+    @staticmethod
+    def mean_aux(auxes: list[LayerAux]) -> Aux:
         n = len(auxes)
-        return logits, Aux(
-            load_balance=sum(a.load_balance for a in auxes) / n,
-            z_loss=sum(a.z_loss for a in auxes) / n,
-        )
+        return Aux(load_balance=sum(a.load_balance for a in auxes) / n,
+                   z_loss=sum(a.z_loss for a in auxes) / n)  # fmt: skip
 
     def routers(self) -> list[Router]:
         return [block.moe.router for block in self.blocks]
@@ -282,6 +293,53 @@ class SAMoE(nn.Module):
     def n_params(self) -> int:
         """Trainable parameters, tied embedding counted once."""
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    def dense_mlp(self, layer: int) -> str:
+        """The dense state-dict prefix of layer ``layer``'s MLP (what its experts copy)."""
+        return f"blocks.{layer}.mlp."
+
+    def dense_name(self, name: str) -> str:
+        """The dense state-dict entry parameter ``name`` is upcycled from (``name`` itself
+        for everything outside the MoE block)."""
+        parts = name.split(".")
+        kind = param_kind(name)
+        if kind == "shared":  # blocks.l.moe.shared.X -> <dense mlp of l>.X
+            return self.dense_mlp(int(parts[1])) + ".".join(parts[4:])
+        if kind == "routed":  # blocks.l.moe.experts.e.X -> <dense mlp of l>.X
+            return self.dense_mlp(int(parts[1])) + ".".join(parts[5:])
+        return name
+
+
+class SAMoE(MoEModel):
+    """One SA-MoE variant of the workspace GPT. Build it empty here, fill it with
+    ``headgeom.samoe.upcycle``."""
+
+    def __init__(self, cfg: ModelConfig, moe: MoEConfig, variant: str):
+        super().__init__()
+        self.cfg, self.moe_cfg, self.variant = cfg, moe, check_variant(variant)
+        self.wte = nn.Embedding(cfg.n_vocab, cfg.d_model)  # tied unembedding
+        self.wpe = nn.Embedding(cfg.n_ctx, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg, moe, variant, layer) for layer in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps)
+        self.hook_resid_final = HookPoint()
+
+    @property
+    def n_ctx(self) -> int:
+        return self.cfg.n_ctx
+
+    def forward(
+        self, ids: torch.Tensor, return_aux: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, Aux]:
+        """Logits (B, T, V) of ids (B, T); with ``return_aux`` also the layer-mean aux losses."""
+        self.check_length(ids)
+        h = self.wte(ids) + self.wpe(torch.arange(ids.shape[1], device=ids.device))
+        s = self.initial_state(ids)
+        auxes = []
+        for block in self.blocks:
+            h, s, aux = block(h, s)
+            auxes.append(aux)
+        logits = self.ln_f(self.hook_resid_final(h)) @ self.wte.weight.T  # (B, T, V)
+        return (logits, self.mean_aux(auxes)) if return_aux else logits
 
 
 #: What each parameter is, by name (init manifest groups, SAMOE §2; LR groups, §7).

@@ -31,7 +31,7 @@ from scipy import stats
 
 from headgeom.samoe import checks
 from headgeom.samoe.ledger import Targets
-from headgeom.samoe.model import SAMoE, site
+from headgeom.samoe.model import MoEModel, site
 from headgeom.samoe.suppression import Rows, suppressed_forward
 
 #: SAMOE §14.4 [CHECK] K13: gradient×write against the finite difference at this ε …
@@ -94,7 +94,7 @@ def _alpha_hooks(alpha: torch.Tensor, t: int, L: int, z: dict) -> dict:
 
 
 def gradient_x_write(
-    model: SAMoE, ids: torch.Tensor, targets: Targets, e2: torch.Tensor, e3: torch.Tensor
+    model: MoEModel, ids: torch.Tensor, targets: Targets, e2: torch.Tensor, e3: torch.Tensor
 ) -> torch.Tensor:
     """|∂m/∂α_l| at α = 1 (n, N) for every source l < L of each target (0 for l ≥ L): one
     backward per target through the whole forward (gates, experts, later writes, hidden
@@ -122,7 +122,7 @@ def gradient_x_write(
 
 @torch.no_grad()
 def finite_difference(
-    model: SAMoE, ids: torch.Tensor, targets: Targets, e2: torch.Tensor, e3: torch.Tensor,
+    model: MoEModel, ids: torch.Tensor, targets: Targets, e2: torch.Tensor, e3: torch.Tensor,
     eps: float = FD_EPSILON,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """(m(α_l = 1) − m(α_l = 1 − ε)) / ε (n, N) by the suppression engine, and whether any

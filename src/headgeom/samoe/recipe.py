@@ -21,7 +21,7 @@ import torch
 
 from headgeom.samoe import checks
 from headgeom.samoe.config import CPTConfig
-from headgeom.samoe.model import SAMoE, param_kind
+from headgeom.samoe.model import MoEModel, param_kind
 
 #: The LR groups of SAMOE §7.
 LR_GROUPS = ("base", "shared", "router_write")
@@ -64,7 +64,7 @@ def lr_at(step: int, group: str, cpt: CPTConfig) -> float:
     return peak_lr(group, cpt) * schedule_multiplier(step, cpt)
 
 
-def param_groups(model: SAMoE, cpt: CPTConfig) -> list[dict]:
+def param_groups(model: MoEModel, cpt: CPTConfig) -> list[dict]:
     """AdamW groups: each LR group split into decayed (rank ≥ 2) and undecayed tensors;
     every group carries its ``lr_group`` name."""
     groups: dict[tuple[str, bool], list[torch.nn.Parameter]] = {}
@@ -82,7 +82,7 @@ def param_groups(model: SAMoE, cpt: CPTConfig) -> list[dict]:
     ]
 
 
-def make_optimizer(model: SAMoE, cpt: CPTConfig) -> torch.optim.AdamW:
+def make_optimizer(model: MoEModel, cpt: CPTConfig) -> torch.optim.AdamW:
     """AdamW over :func:`param_groups` (betas, eps from ``cpt``); fused on CUDA."""
     fused = next(model.parameters()).device.type == "cuda"
     return torch.optim.AdamW(param_groups(model, cpt), betas=cpt.betas, eps=cpt.eps,

@@ -31,7 +31,7 @@ from torch.nn import functional as F
 from headgeom.samoe import checks
 from headgeom.samoe.capture import Capture
 from headgeom.samoe.ledger import Targets, boundary_pair, router_blocks
-from headgeom.samoe.model import SAMoE, site, top_k
+from headgeom.samoe.model import MoEModel, site, top_k
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def suppression_hooks(
 
 @torch.no_grad()
 def suppressed_forward(
-    model: SAMoE, ids: torch.Tensor, rows: Rows, alpha: float = 0.0
+    model: MoEModel, ids: torch.Tensor, rows: Rows, alpha: float = 0.0
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The engine: one forward of R rows ``ids[rows.batch]`` (R, T), row i suppressing the
     write of layer ``rows.source[i]`` at ``rows.position[i]``. Returns the router logits
@@ -109,7 +109,7 @@ def suppressed_forward(
     return torch.stack([z[layer] for layer in range(N)]), out
 
 
-def check_hook_no_op(model: SAMoE, ids: torch.Tensor, rows: Rows, alpha: float = 1.0) -> dict:
+def check_hook_no_op(model: MoEModel, ids: torch.Tensor, rows: Rows, alpha: float = 1.0) -> dict:
     """K11 (SAMOE §14.2): the engine returns bitwise the logits of the plain forward of the
     same rows — at α = 1 on any model, and at α = 0 on one whose writes are all zero (step 0).
     The residual is the number of differing logits."""
@@ -139,7 +139,7 @@ class Outcomes:
 
 
 def suppression_outcomes(
-    model: SAMoE,
+    model: MoEModel,
     ids: torch.Tensor,
     cap: Capture,
     targets: Targets,
@@ -192,7 +192,7 @@ def suppression_outcomes(
 
 
 # --------------------------------------------------------------------------- E5
-def attenuated_logits(model: SAMoE, cap: Capture, lam: float) -> torch.Tensor:
+def attenuated_logits(model: MoEModel, cap: Capture, lam: float) -> torch.Tensor:
     """z_l(λ) = W^x x_l + λ W^s s_l (N, B, T, E) from the clean capture (SAMOE E5)."""
     w_x, w_s = router_blocks(model, cap.logits.dtype)
     hidden = torch.einsum("lbtd,led->lbte", cap.router_in, w_x)
@@ -204,7 +204,7 @@ def top_sets(z: torch.Tensor, k: int) -> torch.Tensor:
     return top_k(z, k)[0].sort(-1).values
 
 
-def set_change(model: SAMoE, cap: Capture, lam: float) -> torch.Tensor:
+def set_change(model: MoEModel, cap: Capture, lam: float) -> torch.Tensor:
     """E5 indicator (N, B, T) bool: Top-k set of z(λ) differs from that of z(1)."""
     k = model.moe_cfg.top_k
     ref = top_sets(attenuated_logits(model, cap, 1.0), k)
@@ -212,7 +212,7 @@ def set_change(model: SAMoE, cap: Capture, lam: float) -> torch.Tensor:
 
 
 def set_change_rates(
-    model: SAMoE, cap: Capture, lambdas: Sequence[float], skip_layer0: bool = True
+    model: MoEModel, cap: Capture, lambdas: Sequence[float], skip_layer0: bool = True
 ) -> dict[float, float]:
     """Set-change rate per λ: mean of E5 over every decision, layer 0 (s_0 = 0) excluded
     unless ``skip_layer0`` is False [CHOICE §12]."""
@@ -221,7 +221,7 @@ def set_change_rates(
             for lam in lambdas}  # fmt: skip
 
 
-def check_unit_lambda(model: SAMoE, cap: Capture) -> dict:
+def check_unit_lambda(model: MoEModel, cap: Capture) -> dict:
     """K9: λ = 1 changes no Top-2 set (SAMOE §12 [CHECK])."""
     changed = int(set_change(model, cap, 1.0).sum())
     return checks.enforce("K9", changed, 0, "count", what="decisions changed at λ = 1")

@@ -39,7 +39,8 @@ from headgeom.hashing import content_hash, sha256_bytes
 from headgeom.model.config import ModelConfig
 from headgeom.samoe import checks
 from headgeom.samoe.config import STATE_VARIANTS, MoEConfig, check_variant
-from headgeom.samoe.model import PARAM_KINDS, SAMoE, param_kind
+from headgeom.samoe.hub import HubSource, empty_model
+from headgeom.samoe.model import PARAM_KINDS, MoEModel, param_kind
 
 
 def stable_generator(*parts: object) -> torch.Generator:
@@ -76,43 +77,31 @@ def router_weights(
     return full[:, :d_model] * math.sqrt((d_model + r) / d_model), None
 
 
-def _dense_name(name: str) -> str:
-    """The dense state-dict entry an SA-MoE parameter is copied from (``name`` itself for
-    everything outside the MoE block)."""
-    parts = name.split(".")
-    kind = param_kind(name)
-    if kind == "shared":  # blocks.l.moe.shared.X -> blocks.l.mlp.X
-        return ".".join([*parts[:2], "mlp", *parts[4:]])
-    if kind == "routed":  # blocks.l.moe.experts.e.X -> blocks.l.mlp.X
-        return ".".join([*parts[:2], "mlp", *parts[5:]])
-    return name
-
-
 def upcycle(
     dense_state: Mapping[str, torch.Tensor],
-    cfg: ModelConfig,
+    source: ModelConfig | HubSource,
     moe: MoEConfig,
     variant: str,
     seed: int,
-) -> SAMoE:
+) -> MoEModel:
     """The step-0 SA-MoE ``variant`` upcycled from ``dense_state`` (a ``GPT(cfg)`` state
-    dict) with training seed ``seed`` (SAMOE §6; module text)."""
+    dict, or a Hub model's) with training seed ``seed`` (SAMOE §6; module text)."""
     check_variant(variant)
-    with torch.device("meta"):  # shapes only: no global RNG draw, nothing to overwrite
-        model = SAMoE(cfg, moe, variant)
+    model = empty_model(source, moe, variant)  # shapes only: nothing drawn, nothing to overwrite
     state: dict[str, torch.Tensor] = {}
     used: set[str] = set()
     for name, p in model.state_dict(keep_vars=True).items():
         kind, parts = param_kind(name), name.split(".")
         if kind == "router":
             layer = int(parts[1])
-            w_x, w_s = router_weights(seed, layer, cfg.d_model, moe, variant)
+            d_model = model.blocks[layer].moe.router.W_x.shape[1]
+            w_x, w_s = router_weights(seed, layer, d_model, moe, variant)
             state[name] = w_x if parts[-1] == "W_x" else w_s
             continue
         if kind == "write":
             state[name] = torch.zeros(p.shape, dtype=p.dtype)
             continue
-        src = _dense_name(name)
+        src = model.dense_name(name)
         if src not in dense_state:
             raise KeyError(f"upcycle: dense state dict has no {src!r} (needed for {name!r})")
         used.add(src)
@@ -138,7 +127,7 @@ def tensor_sha256(t: torch.Tensor) -> str:
     return sha256_bytes(t.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
 
 
-def init_manifest(model: SAMoE) -> dict:
+def init_manifest(model: MoEModel) -> dict:
     """SHA-256 of every initialised tensor, grouped by ``PARAM_KINDS`` (SAMOE §2), and the
     content hash of that record."""
     groups: dict[str, dict[str, str]] = {k: {} for k in PARAM_KINDS}
@@ -159,7 +148,7 @@ def reinit_fraction_tolerance(n: int, drop_prob: float) -> float:
     return 4.0 * math.sqrt(drop_prob * (1.0 - drop_prob) / n)
 
 
-def check_upcycling(dense_state: Mapping[str, torch.Tensor], model: SAMoE) -> dict:
+def check_upcycling(dense_state: Mapping[str, torch.Tensor], model: MoEModel) -> dict:
     """K3 on one upcycled model (SAMOE §6 [CHECK]); raises ``CheckFailed``, else returns
     the logged keys: the largest re-init fraction deviation (each tensor against its own
     tolerance; logged with the tightest one), shared/bias mismatches, identical pairs."""
@@ -168,10 +157,10 @@ def check_upcycling(dense_state: Mapping[str, torch.Tensor], model: SAMoE) -> di
     worst, tightest, mismatches, equal_pairs = 0.0, math.inf, 0, 0
     for layer, block in enumerate(model.blocks):
         for name, t in block.moe.shared.state_dict().items():
-            mismatches += not torch.equal(t, dense_state[f"blocks.{layer}.mlp.{name}"])
+            mismatches += not torch.equal(t, dense_state[model.dense_mlp(layer) + name])
         for e in range(moe.n_experts):
             for name, t in block.moe.experts[e].state_dict().items():
-                dense = dense_state[f"blocks.{layer}.mlp.{name}"]
+                dense = dense_state[model.dense_mlp(layer) + name]
                 if t.dim() < 2:  # biases are copies
                     mismatches += not torch.equal(t, dense)
                     continue
