@@ -1,25 +1,43 @@
 """The dense source of a paper-scale SA-MoE family (SAMOE §4, §19.2): a pinned Hugging Face
-checkpoint (SmolLM2-135M, Gemma-3-270m).
+checkpoint (SmolLM2-135M, Gemma-3-270m), saved as the upcycler reads it.
 
     python src/samoe_import_dense.py --config-json '{"family":"smollm2","hf":{"repo_id":
         "HuggingFaceTB/SmolLM2-135M","revision":"93efa2f0..."}}' --checkpoint model.safetensors \\
         --log train_log.parquet --manifest manifest.json
 
-It needs the Hub: offline (``HF_HUB_OFFLINE=1``, or no route to huggingface.co) it stops
-before writing anything and says which repository and revision it needs. With the weights
-in hand it stops too, naming what is missing: this version upcycles the workspace GPT (the
-toy families) only; the paper-scale wrap of the Hub decoder layers (SAMOE §4: each layer's
-``mlp`` replaced by the SA-MoE block, the state threaded through a forward-scoped context)
-is not built yet. Nothing is written in either case.
+The weights come through ``transformers`` at exactly the pinned revision (the local Hub cache
+first; offline, only the cache). Written: the float32 state dict with the tied head left out,
+the identity vocabulary map (Hub token ids are the model's own), the source's full config in
+the header (so every later stage rebuilds the architecture offline), an empty dense log (no
+training happened here) and a manifest naming the repository, the revision and the commit
+the Hub resolved. A ``repo_id`` that is a local directory (a ``save_pretrained`` model) is read
+from there, its revision recorded as given. Without the weights it stops before writing
+anything and says which repository and revision it needs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
+
+import pandas as pd
+
+
+def load_pretrained(repo: str, revision: str, family: str):
+    """The Hub model in float32, or exit naming what could not be had."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    try:
+        return AutoModelForCausalLM.from_pretrained(repo, revision=revision, dtype=torch.float32)
+    except (OSError, ValueError) as err:  # no route, offline without a cache, no such revision
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        sys.exit(
+            f"samoe_import_dense {family}: cannot load {repo}@{revision} ({first}); "
+            "the paper study needs the Hugging Face Hub (or a warm cache) for the weights"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,24 +47,38 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(f"--{name}", required=True, type=Path)
     args = parser.parse_args(argv)
     cfg = json.loads(args.config_json)
-    repo, revision = cfg["hf"]["repo_id"], cfg["hf"]["revision"]
-    where = f"{repo}@{revision}"
-    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0"):
-        sys.exit(f"samoe_import_dense {cfg['family']}: needs the Hugging Face Hub for {where} "
-                 "(HF_HUB_OFFLINE is set); run it where huggingface.co is reachable")  # fmt: skip
-    from huggingface_hub import model_info
+    family, repo, revision = cfg["family"], cfg["hf"]["repo_id"], cfg["hf"]["revision"]
 
-    try:
-        info = model_info(repo, revision=revision, timeout=30)
-    except Exception as err:  # no route, no such revision, gated without a token
-        sys.exit(f"samoe_import_dense {cfg['family']}: cannot reach {where} on the Hugging "
-                 f"Face Hub ({type(err).__name__}: {err}); the paper study needs network "
-                 "access for the weights")  # fmt: skip
-    sys.exit(
-        f"samoe_import_dense {cfg['family']}: {where} ({info.config.get('model_type')}) "
-        "is reachable, but this version upcycles the workspace GPT only (the toy "
-        "families); the SA-MoE wrap of Hub decoder layers (SAMOE §4) is not built yet"
-    )
+    from headgeom.data.corpus_sources import all_or_nothing
+    from headgeom.samoe import results
+    from headgeom.samoe.checkpoint import save_hub_dense
+    from headgeom.samoe.hub import MODEL_TYPES, HubSource
+    from headgeom.samoe.manifest import run_manifest, write_run_manifest
+
+    lm = load_pretrained(repo, revision, family)
+    if lm.config.model_type not in MODEL_TYPES:
+        sys.exit(f"samoe_import_dense {family}: {repo}@{revision} is a {lm.config.model_type!r} "
+                 f"model; the SA-MoE wrap knows {sorted(MODEL_TYPES)}")  # fmt: skip
+    source = HubSource.of(repo, revision, lm.config)
+    resolved = getattr(lm.config, "_commit_hash", None)
+    n_params = sum(p.numel() for p in lm.parameters())
+    empty_log = pd.DataFrame({"step": pd.Series([], dtype="int64"),
+                              **{c: pd.Series([], dtype="float64")
+                                 for c in ("loss", "lr", "val_loss")}})  # fmt: skip
+    with all_or_nothing(args.checkpoint, args.log, args.manifest):
+        save_hub_dense(args.checkpoint, lm, source, {"samoe_import_dense": cfg})
+        results.DENSE_LOG.write(
+            args.log,
+            empty_log,
+            {"family": family, "config": cfg, "imported_from": f"{repo}@{revision}"},
+        )
+        write_run_manifest(args.manifest, run_manifest(
+            "samoe_dense_manifest", cfg, args.checkpoint, {}, {}, n_params=n_params,
+            hub={"repo_id": repo, "revision": revision, "resolved_commit": resolved,
+                 "model_type": lm.config.model_type}))  # fmt: skip
+    print(f"dense {family}: {repo}@{revision} ({lm.config.model_type}), {n_params:,} "
+          "parameters", file=sys.stderr)  # fmt: skip
+    return 0
 
 
 if __name__ == "__main__":
