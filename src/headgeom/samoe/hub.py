@@ -113,6 +113,18 @@ class HubBlock(MoEStep):
         layer.self_attn.register_forward_hook(self._attn_out)
         self.run = run
 
+    @property
+    def router_norm(self) -> nn.Module:
+        if hasattr(self.layer, "pre_feedforward_layernorm"):  # Gemma 3's sandwich
+            return self.layer.pre_feedforward_layernorm
+        return self.layer.post_attention_layernorm
+
+    @property
+    def post_norms(self) -> tuple[nn.Module | None, nn.Module | None]:
+        if hasattr(self.layer, "pre_feedforward_layernorm"):
+            return self.layer.post_attention_layernorm, self.layer.post_feedforward_layernorm
+        return None, None
+
     def _attn_out(self, module, args, out):
         # a_l: the attention block's output, before any post-attention norm
         return (self.hook_attn_out(out[0]), *out[1:])
@@ -161,6 +173,9 @@ class HubSAMoE(MoEModel):
     @property
     def n_ctx(self) -> int:
         return int(self.lm.config.max_position_embeddings)
+
+    def embedding(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.wte(ids)  # Gemma's embedding module applies its own √d scale
 
     def forward(self, ids: torch.Tensor, return_aux: bool = False):
         """Logits (B, T, V) of ids (B, T); with ``return_aux`` also the layer-mean aux losses."""

@@ -1,10 +1,13 @@
 """Post-hoc attribution on the Ordinary MoE (SAMOE §15, after Li et al.): residual
 components as the audit objects.
 
-[RECONSTRUCTED] With the router-input LayerNorm's statistics frozen at their clean values,
-the norm is affine, so the router input splits over the residual's parts:
-x_L = Σ_j φ(v_j) + β with φ(v) = γ ⊙ (v − mean(v)) / σ (σ the clean √(var + ε) of m_L),
-and component j contributes α_j = W^x_L φ(v_j) ∈ R^E to the logits. [CHOICE] The
+[RECONSTRUCTED] With the router-input norm's statistic frozen at its clean value, the norm
+is affine, so the router input splits over the residual's parts: x_L = Σ_j φ(v_j) + β with
+φ(v) = γ ⊙ (v − mean(v)) / σ for the toy's LayerNorm (σ the clean √(var + ε) of m_L) and
+φ(v) = γ ⊙ v / σ for the Hub models' RMS norms (``headgeom.samoe.norms``), and component j
+contributes α_j = W^x_L φ(v_j) ∈ R^E to the logits. v_j is the part as it joins the
+residual: Gemma 3's post-attention and post-feed-forward norms are frozen the same way (y_l's
+shared and routed parts share y_l's clean statistic). [CHOICE] The
 components are each earlier layer's attention output, shared-expert output and gated routed
 output (3 per layer, the paper's pilot counts); the embedding, the target layer's own
 attention and β form an unranked remainder. K14 checks that the parts rebuild x_L and z_L.
@@ -13,6 +16,8 @@ Scores per component: Li variance (of α_j over the experts, the reference crite
 Top-2 boundary |α_j[e2] − α_j[e3]|, its norm ‖v_j‖, recency (within a layer attention <
 shared < routed), random (SHA-256), gradient×component |∇_{v_j} m · v_j|. The oracle
 subtracts v_j at the selected token and reruns the full forward: |Δm| on the clean pair.
+[CHOICE] The oracle and gradient×component act at the component's site (the block's output
+before any post norm); on Gemma 3 the post norm then renormalises what remains.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ import torch
 from headgeom.samoe import checks
 from headgeom.samoe.capture import Capture
 from headgeom.samoe.ledger import Targets
-from headgeom.samoe.model import SAMoE, site
+from headgeom.samoe.model import MoEModel, site
+from headgeom.samoe.norms import FrozenNorm
 
 #: The components of one layer, in recency order (later = more recent).
 KINDS = ("attention", "shared", "routed")
@@ -55,39 +61,36 @@ class Attribution:
 
 
 def attribute(
-    model: SAMoE, ids: torch.Tensor, cap: Capture, targets: Targets, e2: torch.Tensor,
+    model: MoEModel, ids: torch.Tensor, cap: Capture, targets: Targets, e2: torch.Tensor,
     e3: torch.Tensor,
 ) -> Attribution:  # fmt: skip
     """Component attributions of each target's router logits (SAMOE §15)."""
     if model.has_state:
         raise ValueError("post-hoc attribution audits the ordinary MoE (variant 'ordinary')")
     N, dtype = cap.n_layer, cap.logits.dtype
-    T = ids.shape[1]
     with torch.no_grad():
-        emb = (model.wte(ids) + model.wpe(torch.arange(T))).to(dtype)  # (B, T, d)
+        emb = model.embedding(ids).to(dtype)  # (B, T, d)
     n, E = len(targets), cap.logits.shape[-1]
     alpha = torch.zeros(n, len(KINDS) * N, E, dtype=dtype)
     norm = torch.full((n, len(KINDS) * N), float("nan"), dtype=dtype)
     in_res = logit_res = 0.0
-    parts_of = {"attention": cap.attn_out, "shared": cap.shared_out, "routed": cap.routed_out}
+    routers = [FrozenNorm.of(block.router_norm, dtype) for block in model.blocks]
+    posts = [tuple(None if p is None else FrozenNorm.of(p, dtype) for p in block.post_norms)
+             for block in model.blocks]  # fmt: skip
     for i in range(n):
         b, t, L = int(targets.batch[i]), int(targets.position[i]), int(targets.layer[i])
-        ln = model.blocks[L].ln_2
-        gamma, beta = ln.weight.detach().to(dtype), ln.bias.detach().to(dtype)
+        router = routers[L]
         w_x = model.blocks[L].moe.router.W_x.detach().to(dtype)  # (E, d)
-        parts = [parts_of[k][layer, b, t] for layer in range(L) for k in KINDS]  # v_j (d,)
-        rest = emb[b, t] + cap.attn_out[L, b, t]
+        parts = [v for layer in range(L) for v in _joined(cap, posts[layer], layer, b, t)]
+        rest = emb[b, t] + _joined(cap, posts[L], L, b, t)[0]
         m = rest + sum(parts)
-        sigma = torch.sqrt(m.var(unbiased=False) + ln.eps)
-
-        def phi(v, g=gamma, s=sigma):
-            return g * (v - v.mean()) / s
-
-        mapped = torch.stack([phi(v) for v in parts]) if parts else emb.new_zeros(0, emb.shape[-1])
-        x_rebuilt = mapped.sum(0) + phi(rest) + beta
+        sigma = router.sigma(m)
+        mapped = (torch.stack([router.phi(v, sigma) for v in parts]) if parts
+                  else emb.new_zeros(0, emb.shape[-1]))  # fmt: skip
+        x_rebuilt = mapped.sum(0) + router.phi(rest, sigma) + router.offset()
         in_res = max(in_res, (x_rebuilt - cap.router_in[L, b, t]).abs().max().item())
         a = mapped @ w_x.T  # (3L, E)
-        z_rebuilt = a.sum(0) + (phi(rest) + beta) @ w_x.T
+        z_rebuilt = a.sum(0) + (router.phi(rest, sigma) + router.offset()) @ w_x.T
         logit_res = max(logit_res, (z_rebuilt - cap.logits[L, b, t]).abs().max().item())
         alpha[i, : len(parts)] = a
         if parts:
@@ -97,6 +100,22 @@ def attribute(
     ar = torch.arange(n)
     boundary = torch.where(eligible, (alpha[ar, :, e2] - alpha[ar, :, e3]).abs(), torch.nan)
     return Attribution(alpha, norm, variance, boundary, in_res, logit_res)
+
+
+def _joined(cap: Capture, posts, layer: int, b: int, t: int) -> list[torch.Tensor]:
+    """Layer ``layer``'s three components at (b, t) as they join the residual: a_l, and the
+    shared and routed parts of y_l, each through its post norm at the clean statistic."""
+    attn, shared, routed = (cap.attn_out[layer, b, t], cap.shared_out[layer, b, t],
+                            cap.routed_out[layer, b, t])  # fmt: skip
+    post_attn, post_mlp = posts
+    if post_attn is not None:
+        attn = post_attn.phi(attn, post_attn.sigma(attn)) + post_attn.offset()
+    if post_mlp is not None:  # y_l = shared + routed is normalised as one vector
+        if post_mlp.beta is not None:
+            raise ValueError("a post norm with an offset has no split over y_l's parts")
+        sigma = post_mlp.sigma(shared + routed)
+        shared, routed = post_mlp.phi(shared, sigma), post_mlp.phi(routed, sigma)
+    return [attn, shared, routed]
 
 
 def check_reconstruction(att: Attribution) -> dict:
@@ -147,7 +166,7 @@ def _scaled(scale: torch.Tensor, rows: list[tuple[int, int, int]]) -> dict[str, 
 
 
 def gradient_x_component(
-    model: SAMoE, ids: torch.Tensor, targets: Targets, e2: torch.Tensor, e3: torch.Tensor
+    model: MoEModel, ids: torch.Tensor, targets: Targets, e2: torch.Tensor, e3: torch.Tensor
 ) -> torch.Tensor:
     """|∇_{v_j} m · v_j| = |∂m/∂κ_j| at κ = 1 (n, 3N), v_j scaled by κ_j at the target
     token: one backward per target (NaN where l ≥ L)."""
@@ -184,7 +203,7 @@ def gradient_x_component(
 
 @torch.no_grad()
 def oracle_effects(
-    model: SAMoE, ids: torch.Tensor, targets: Targets, e2: torch.Tensor, e3: torch.Tensor
+    model: MoEModel, ids: torch.Tensor, targets: Targets, e2: torch.Tensor, e3: torch.Tensor
 ) -> torch.Tensor:
     """|Δm| (n, 3N) of removing each component at the target token and rerunning the full
     forward, one component per batch row (NaN where l ≥ L)."""

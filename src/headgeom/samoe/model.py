@@ -190,7 +190,9 @@ class MoEStep(nn.Module):
     workspace GPT's ``Block``, a Hub decoder layer): the routed mixture y_l of x_l under
     s_l, and the state step s_l -> s_{l+1}. Owns ``moe``, ``write`` and the SAMOE §9 sites
     (``hook_attn_out`` is the host's to apply). A host registers its own modules first, then
-    calls ``add_moe`` (the registration order is the state dict's and the optimizer's)."""
+    calls ``add_moe`` (the registration order is the state dict's and the optimizer's).
+    A host also names its ``router_norm`` (m_l -> x_l) and its ``post_norms`` (on a_l and on
+    y_l before each joins the residual, None where it joins as is)."""
 
     def add_moe(
         self, d_model: int, moe: MoEConfig, variant: str, make_expert: Callable[[], nn.Module]
@@ -234,6 +236,14 @@ class Block(MoEStep):
         self.ln_2 = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps)
         self.add_moe(cfg.d_model, moe, variant, lambda: MLP(cfg))
 
+    @property
+    def router_norm(self) -> nn.Module:
+        """The norm that maps m_l to x_l."""
+        return self.ln_2
+
+    #: The norms applied to a_l and y_l before they join the residual (none here).
+    post_norms: tuple[nn.Module | None, nn.Module | None] = (None, None)
+
     def forward(
         self, h: torch.Tensor, s: torch.Tensor | None
     ) -> tuple[torch.Tensor, torch.Tensor | None, LayerAux]:
@@ -276,6 +286,10 @@ class MoEModel(nn.Module):
             return None
         B, T = ids.shape
         return self.wte.weight.new_zeros(B, T, self.moe_cfg.state_dim)
+
+    def embedding(self, ids: torch.Tensor) -> torch.Tensor:
+        """h_0 (B, T, d): what the first layer reads."""
+        raise NotImplementedError
 
     def check_length(self, ids: torch.Tensor) -> None:
         if ids.shape[1] > self.n_ctx:
@@ -327,12 +341,15 @@ class SAMoE(MoEModel):
     def n_ctx(self) -> int:
         return self.cfg.n_ctx
 
+    def embedding(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.wte(ids) + self.wpe(torch.arange(ids.shape[1], device=ids.device))
+
     def forward(
         self, ids: torch.Tensor, return_aux: bool = False
     ) -> torch.Tensor | tuple[torch.Tensor, Aux]:
         """Logits (B, T, V) of ids (B, T); with ``return_aux`` also the layer-mean aux losses."""
         self.check_length(ids)
-        h = self.wte(ids) + self.wpe(torch.arange(ids.shape[1], device=ids.device))
+        h = self.embedding(ids)
         s = self.initial_state(ids)
         auxes = []
         for block in self.blocks:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from headgeom.hashing import ManifestMismatchError
-from headgeom.samoe import counts
+from headgeom.samoe import counts, li
 from headgeom.samoe.capture import capture
 from headgeom.samoe.checkpoint import load_moe, load_verified_dense, save_hub_dense, save_moe
 from headgeom.samoe.config import CPTConfig, MoEConfig
@@ -16,6 +16,7 @@ from headgeom.samoe.cpt import continued_pretraining
 from headgeom.samoe.hub import TIED_HEAD, HubSAMoE, HubSource, dense_state
 from headgeom.samoe.ledger import (
     Targets,
+    boundary_pair,
     ledger,
     logit_reconstruction_residual,
     reconstruction_residual,
@@ -103,6 +104,29 @@ def test_the_ledger_identity_holds_on_the_wrap(family, variant):
     assert led.state_term.abs().max() > 0.1
     assert reconstruction_residual(led) <= 1e-5
     assert logit_reconstruction_residual(model, cap) <= 1e-5
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_li_components_rebuild_the_router_input_and_logits_on_the_wrap(family):
+    """K14 through the Hub norms (Llama's RMSNorm; Gemma 3's sandwich: post-attention and
+    post-feed-forward norms frozen too), their scales made non-trivial first."""
+    model, _ = wrap(family, "ordinary")
+    randomise_moe(model, seed=6)
+    g = torch.Generator().manual_seed(6)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(p + 0.5 * torch.randn(p.shape, generator=g))
+    x = ids(2, 16, seed=6)
+    cap = capture(model, x)
+    targets = Targets([0, 1, 1], [7, 12, 15], [1, 3, 2])
+    e2, e3 = boundary_pair(cap, targets)
+    att = li.attribute(model, x, cap, targets, e2, e3)
+    assert att.input_residual <= 1e-5 and att.logit_residual <= 1e-5
+    assert att.alpha.abs().max() > 0.1
+    assert (~torch.isnan(att.norm)).sum(-1).tolist() == [3 * L for L in targets.layer.tolist()]
+    effects = li.oracle_effects(model, x, targets, e2, e3)
+    assert torch.isfinite(effects[~torch.isnan(att.norm)]).all()
 
 
 @pytest.mark.parametrize("family", FAMILIES)
