@@ -25,8 +25,11 @@ if TYPE_CHECKING:  # the workflow reads the study without importing torch (SA-Mo
 
 KIND = "samoe"
 SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "samoe.schema.yaml"
-#: The CPT keys the toy CPU loop does not take (paper scale: accumulation and precision).
-_PAPER_CPT_KEYS = ("precision", "global_batch_seqs", "microbatch")
+#: Seconds torchrun waits for its ranks to write the state after a stop signal (a paper
+#: run's state, weights and AdamW moments, is ~16 GB).
+TORCHRUN_SHUTDOWN_S = 150
+#: The CPT keys resolved per run (paper scale: the global batch, per-variant micro-batches).
+_PAPER_CPT_KEYS = ("global_batch_seqs", "microbatch")
 
 
 def is_samoe(config: Mapping) -> bool:
@@ -60,6 +63,7 @@ class SAMoEStudy(ResourceRequests):
     def _checks(self):
         yield self.moe_config
         yield self.cpt_config
+        yield self._check_batches
         yield self._check_sampling
         yield self._check_pools
         yield self._check_resources
@@ -190,14 +194,55 @@ class SAMoEStudy(ResourceRequests):
         except (TypeError, ValueError) as err:
             raise ValueError(f"config moe: {err}") from None
 
-    def cpt_config(self) -> CPTConfig:
+    def cpt_config(self, variant: str | None = None) -> CPTConfig:
+        """The recipe; for ``variant``, with its micro-batch from ``cpt.microbatch``."""
         from headgeom.samoe.config import CPTConfig
 
         cpt = {k: v for k, v in self.config["cpt"].items() if k not in _PAPER_CPT_KEYS}
+        micro = self.config["cpt"].get("microbatch", {})
+        if variant in micro:
+            cpt["micro_batch"] = micro[variant][0]
         try:
             return CPTConfig.from_dict(cpt)
         except (TypeError, ValueError) as err:
             raise ValueError(f"config cpt: {err}") from None
+
+    @property
+    def train_ranks(self) -> int:
+        """Processes of one samoe_train job: one per GPU it asks for (torchrun), else one."""
+        return max(1, int(self._resource("samoe_train", "gpu", 0)))
+
+    @property
+    def train_launcher(self) -> str:
+        """How rule samoe_train starts its script: one process, or one per GPU."""
+        n = self.train_ranks
+        if n == 1:
+            return "python"
+        # Slurm's TERM (or USR1) reaches every rank, which stop at one update and rank 0
+        # writes the state; SIGKILL only after TORCHRUN_SHUTDOWN_S
+        return (f"torchrun --standalone --nproc_per_node={n} --signals-to-handle "
+                f"SIGTERM,SIGINT,SIGUSR1 --shutdown-timeout {TORCHRUN_SHUTDOWN_S}")  # fmt: skip
+
+    def _check_batches(self) -> None:
+        """The global batch is ranks × micro-batch × accumulation, as the config states."""
+        cpt, ranks = self.config["cpt"], self.train_ranks
+        if cpt.get("global_batch_seqs", cpt.get("batch_size")) != cpt.get("batch_size"):
+            raise ValueError(f"config cpt: global_batch_seqs {cpt['global_batch_seqs']} differs "
+                             f"from batch_size {cpt.get('batch_size')} (sequences per "
+                             "update)")  # fmt: skip
+        for variant, (micro, accumulation) in cpt.get("microbatch", {}).items():
+            where = f"config cpt.microbatch.{variant} [{micro}, {accumulation}]"
+            if variant not in self.variants:
+                raise ValueError(f"{where}: {variant!r} is not a variant of this study")
+            try:
+                got = self.cpt_config(variant).accumulation(ranks)
+            except ValueError as err:
+                raise ValueError(f"{where} with {ranks} rank(s) (resources.samoe_train.gpu): "
+                                 f"{err}") from None  # fmt: skip
+            if got != accumulation:
+                raise ValueError(f"{where}: {ranks} rank(s) × {micro} × {accumulation} is not "
+                                 f"batch_size {cpt['batch_size']}; resources.samoe_train.gpu "
+                                 f"sets the ranks")  # fmt: skip
 
     def stage(self, name: str) -> dict:
         return self.config[name]
@@ -223,7 +268,7 @@ class SAMoEStudy(ResourceRequests):
             "seed": int(seed),
             "data_seed": self.config["data"]["seed"],
             "moe": self.moe_config().to_dict(),
-            "cpt": self.cpt_config().to_dict(),
+            "cpt": self.cpt_config(variant).to_dict(),
             # a Hub model's context exceeds the study's sequences; the toy's is them
             **({} if self.is_toy(family) else {"seq_len": self.n_ctx(family)}),
         }

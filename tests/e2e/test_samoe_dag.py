@@ -7,6 +7,9 @@ checkpoint is refused by the next job that reads it."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pandas as pd
 import pyarrow.parquet as pq
@@ -103,3 +106,44 @@ def test_a_changed_checkpoint_is_refused(study, tmp_path):
                                             / "samoe_quality").glob("*.log"))  # fmt: skip
     assert proc.returncode != 0
     assert "SHA-256 is" in log and "the file changed after it was hashed" in log
+
+
+def test_two_ranks_train_a_run_as_one_process_with_the_same_micro_batches(study, tmp_path):
+    """The paper's launch (torchrun, one rank per GPU; here 2 gloo ranks on CPUs) through the
+    real scripts: an upcycled run trained by 2 ranks of 2 sequences logs the losses one
+    process accumulating 2 micro-batches of 2 logs, and only rank 0 writes."""
+    work, out = study
+    run_dir = out / "toy" / "persistent" / f"s{MICRO['seeds'][0]}"
+    cfg = json.loads((run_dir / "init_manifest.json").read_text())["config"]
+    cfg["cpt"] = {**cfg["cpt"], "micro_batch": 2, "steps": 6}
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+
+    def script(name, *args, launch=(sys.executable,)):
+        proc = subprocess.run([*launch, str(REPO / "src" / name), "--config-json",
+                               json.dumps(cfg), *map(str, args)], cwd=work, env=env,
+                              capture_output=True, text=True, timeout=600)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
+    dense = out / "toy" / "dense"
+    script("samoe_upcycle.py", "--dense", dense / "model.safetensors", "--dense-manifest",
+           dense / "manifest.json", "--out", tmp_path / "step0.safetensors", "--init-manifest",
+           tmp_path / "init.json")  # fmt: skip
+    logs = {}
+    torchrun = (sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc_per_node=2")  # fmt: skip
+    for name, launch in (("one", (sys.executable,)), ("two", torchrun)):
+        d = tmp_path / name
+        script("samoe_train.py", "--step0", tmp_path / "step0.safetensors", "--init-manifest",
+               tmp_path / "init.json", "--corpus-dir", out / "corpus", "--checkpoint",
+               d / "model.safetensors", "--train-log", d / "log.parquet", "--manifest",
+               d / "manifest.json", "--device", "cpu", "--threads", "2",
+               launch=launch)  # fmt: skip
+        logs[name] = pd.read_parquet(d / "log.parquet")
+        assert json.loads((d / "manifest.json").read_text())["ranks"] == (2 if name == "two"
+                                                                           else 1)  # fmt: skip
+        assert sorted(p.name for p in d.iterdir()) == ["log.parquet", "manifest.json",
+                                                       "model.safetensors"]  # fmt: skip
+    assert list(logs["two"]["step"]) == list(range(1, 7))
+    for column in ("loss", "load_balance", "total_loss"):
+        diff = (logs["two"][column] - logs["one"][column]).abs().max()
+        assert diff < 1e-5, (column, diff)

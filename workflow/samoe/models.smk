@@ -125,15 +125,17 @@ rule samoe_train:
         resume_dir=lambda wildcards, output: os.path.join(
             os.path.dirname(output.checkpoint), "resume"
         ),
+        # one process per GPU the job asks for (torchrun), else one
+        launch=STUDY.train_launcher,
     threads: STUDY.threads("samoe_train")
     resources:
         **STUDY.resources("samoe_train", mem_mb=3000, runtime=120),
     conda:
         "../../envs/headgeom.yaml"
     shell:
-        "exec python src/samoe_train.py --config-json {params.cfg:q} --step0 {input.step0} "
+        "exec {params.launch} src/samoe_train.py --config-json {params.cfg:q} --step0 {input.step0} "
         "--init-manifest {input.init} --corpus-dir {params.corpus_dir} "
-        "--checkpoint {output.checkpoint} --log {output.log} --manifest {output.manifest} "
+        "--checkpoint {output.checkpoint} --train-log {output.log} --manifest {output.manifest} "
         "--resume-dir {params.resume_dir} --threads {threads} 2> {log}"
 
 

@@ -163,6 +163,10 @@ class MoEConfig:
 
 
 # --------------------------------------------------------------------------- recipe
+#: Forward precisions of continued pretraining.
+PRECISIONS = ("fp32", "bf16")
+
+
 @dataclass(frozen=True)
 class AuxConfig:
     """[CHOICE §5.3] Auxiliary loss coefficients (§19.1 ``cpt.aux``); 0 switches one off."""
@@ -195,6 +199,11 @@ class CPTConfig:
     eps: float = 1e-8
     grad_clip: float = 1.0
     aux: AuxConfig = field(default_factory=AuxConfig)
+    #: Forward precision: fp32, or bf16 autocast over float32 masters (paper scale).
+    precision: str = "fp32"
+    #: Sequences per forward and backward on one rank; 0: the rank's whole share at once.
+    #: The rank's share is accumulated over ``share / micro_batch`` passes.
+    micro_batch: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
@@ -219,6 +228,20 @@ class CPTConfig:
             _fail("cpt", "eps", self.eps, "a number > 0")
         if not self.grad_clip > 0:
             _fail("cpt", "grad_clip", self.grad_clip, "a number > 0")
+        if self.precision not in PRECISIONS:
+            _fail("cpt", "precision", self.precision, f"one of {list(PRECISIONS)}")
+        if not _is_int(self.micro_batch) or self.micro_batch < 0:
+            _fail("cpt", "micro_batch", self.micro_batch, "an integer >= 0")
+
+    def accumulation(self, world_size: int = 1) -> int:
+        """Forward/backward passes per update on each of ``world_size`` ranks: the batch is
+        split evenly over ranks, each rank's share into micro-batches."""
+        share, rest = divmod(self.batch_size, world_size)
+        micro = self.micro_batch or share
+        if rest or share % micro:
+            raise ValueError(f"cpt: batch_size {self.batch_size} is not {world_size} rank(s) × "
+                             f"a whole number of micro-batches of {micro}")  # fmt: skip
+        return share // micro
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)

@@ -106,6 +106,46 @@ def load_state(resume: Resume, model: MoEModel, opt: torch.optim.Optimizer) -> l
     return log.to_dict("records")
 
 
+def world() -> tuple[int, int]:
+    """(rank, world size) of this process: (0, 1) unless a process group is running."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _average_over_ranks(params: list[torch.nn.Parameter], parts: dict[str, float], n: int):
+    """Gradients and loss parts averaged over the ``n`` ranks. A parameter no rank's batch
+    reached keeps no gradient (so AdamW skips it, as it would in one process)."""
+    dist = torch.distributed
+    device = params[0].device
+    reached = torch.tensor([p.grad is not None for p in params], dtype=torch.uint8, device=device)
+    dist.all_reduce(reached, op=dist.ReduceOp.MAX)
+    for p, r in zip(params, reached.tolist(), strict=True):
+        if r and p.grad is None:
+            p.grad = torch.zeros_like(p)
+    works = [dist.all_reduce(p.grad, async_op=True) for p in params if p.grad is not None]
+    values = torch.tensor(list(parts.values()), dtype=torch.float64, device=device)
+    works.append(dist.all_reduce(values, async_op=True))
+    for work in works:
+        work.wait()
+    for p in params:
+        if p.grad is not None:
+            p.grad /= n
+    return dict(zip(parts, (values / n).tolist(), strict=True))
+
+
+def _any_rank(why: str | None, n: int) -> str | None:
+    """A stop on any rank stops every rank at the same update."""
+    if n == 1:
+        return why
+    flag = torch.tensor([why is not None], dtype=torch.uint8)
+    if torch.distributed.get_backend() == "nccl":
+        flag = flag.cuda()
+    torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+    return why or ("a stop on another rank" if flag.item() else None)
+
+
 def continued_pretraining(
     model: MoEModel,
     tokens: np.ndarray,
@@ -120,18 +160,38 @@ def continued_pretraining(
     """Train ``model`` in place for ``cpt.steps`` updates on ``tokens``; the log. With
     ``resume``: continue from its state, save every ``save_every_s`` seconds (0: only when
     stopped) and on ``stop``; the state file is deleted when training ends. Sequences are
-    ``seq_len`` tokens (default: the model's context)."""
+    ``seq_len`` tokens (default: the model's context); batches go to the model's device.
+
+    Under a process group (``torchrun``), rank r trains on the r-th share of each update's
+    batch and gradients are averaged before clipping, so every rank takes the same step, the
+    step one process would take with the same micro-batches (up to summation order); only
+    rank 0 writes the resumable state."""
     model.train()
     opt = make_optimizer(model, cpt)
     n_ctx = seq_len or model.n_ctx
+    rank, n_ranks = world()
+    accumulation = cpt.accumulation(n_ranks)
+    share = cpt.batch_size // n_ranks
+    micro = share // accumulation
+    params = [p for p in model.parameters() if p.requires_grad]
     rows = load_state(resume, model, opt) if resume is not None else []
+    device = next(model.parameters()).device
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=cpt.precision == "bf16")
     last_save = time.monotonic()
     for step in range(len(rows) + 1, cpt.steps + 1):
         lrs = set_lrs(opt, step, cpt)
         x, y = sample_batch(tokens, step, cpt.batch_size, n_ctx, data_seed)
-        loss, parts = objective(model, x, y, cpt)
+        x, y = x[rank * share : (rank + 1) * share], y[rank * share : (rank + 1) * share]
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        parts: dict[str, float] = {}
+        for xm, ym in zip(x.split(micro), y.split(micro), strict=True):
+            with autocast:
+                loss, got = objective(model, xm.to(device), ym.to(device), cpt)
+            (loss / accumulation if accumulation > 1 else loss).backward()
+            for key, value in got.items():
+                parts[key] = parts.get(key, 0.0) + value / accumulation
+        if n_ranks > 1:
+            parts = _average_over_ranks(params, parts, n_ranks)
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cpt.grad_clip)
         opt.step()
         row = {"step": step, **parts, "grad_norm": float(grad_norm),
@@ -139,14 +199,14 @@ def continued_pretraining(
         rows.append(row)
         if on_step is not None:
             on_step(step, row)
-        why = stop() if stop is not None else None
+        why = _any_rank(stop() if stop is not None else None, n_ranks)
         due = why or (save_every_s and time.monotonic() - last_save >= save_every_s)
-        if resume is not None and step < cpt.steps and due:
+        if resume is not None and rank == 0 and step < cpt.steps and due:
             save_state(resume, model, opt, rows)
             last_save = time.monotonic()
         if why:
             raise Preempted(step, why, None if resume is None else resume.path)
     model.eval()
-    if resume is not None and resume.path.exists():
+    if resume is not None and rank == 0 and resume.path.exists():
         resume.path.unlink()
     return pd.DataFrame(rows)

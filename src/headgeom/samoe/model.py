@@ -126,7 +126,7 @@ class MoE(nn.Module):
             tok = hit.any(-1).nonzero(as_tuple=True)[0]  # (n_e,)
             if tok.numel():
                 w = (g[tok] * hit[tok]).sum(-1, keepdim=True)  # (n_e, 1)
-                out.index_add_(0, tok, w * expert(flat[tok]))
+                out.index_add_(0, tok, (w * expert(flat[tok])).to(out.dtype))  # bf16 autocast
         return out.view_as(x)
 
 

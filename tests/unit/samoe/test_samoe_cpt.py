@@ -118,3 +118,72 @@ def test_a_stopped_run_resumes_to_the_same_bytes(tmp_path):
                                  strict=True):  # fmt: skip
         assert torch.equal(a, b), name
     assert not resume.path.exists()  # done: the state is removed
+
+
+class GradRecorder:
+    """Every update's gradients (before clipping), by parameter name: Adam normalises each
+    coordinate, so near-zero gradients (a key bias, a rarely chosen expert) turn summation
+    noise into LR-sized steps; the gradients are what accumulation must reproduce."""
+
+    def __init__(self, monkeypatch, model):
+        self.names = {id(p): n for n, p in model.named_parameters()}
+        self.steps: list[dict[str, torch.Tensor]] = []
+        clip = torch.nn.utils.clip_grad_norm_
+
+        def record(params, *args, **kwargs):
+            params = list(params)
+            self.steps.append({self.names[id(p)]: p.grad.clone() for p in params
+                               if p.grad is not None and id(p) in self.names})  # fmt: skip
+            return clip(params, *args, **kwargs)
+
+        monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", record)
+
+
+def assert_same_grads(a: list[dict], b: list[dict], atol: float = 1e-6) -> None:
+    assert len(a) == len(b) and len(a) > 0
+    for step, (ga, gb) in enumerate(zip(a, b, strict=True), 1):
+        assert ga.keys() == gb.keys(), step
+        for name, g in ga.items():
+            torch.testing.assert_close(gb[name], g, rtol=0, atol=atol, msg=f"{step} {name}")
+
+
+def test_micro_batches_accumulate_to_the_whole_batchs_gradient():
+    """Without the batch-level aux losses the objective is a mean over equal micro-batches,
+    so accumulating two halves gives the whole batch's gradient (up to summation order)."""
+    cfg = CPTConfig(steps=3, batch_size=4, lr=3e-3, shared_freeze_steps=1, warmup_steps=1,
+                    aux=AuxConfig(load_balance=0.0, z_loss=0.0))  # fmt: skip
+    grads = []
+    for micro in (0, 2):
+        model = _model()
+        with pytest.MonkeyPatch.context() as patch:
+            rec = GradRecorder(patch, model)
+            log = continued_pretraining(model, _tokens(), CPTConfig(**{**cfg.__dict__,
+                                        "micro_batch": micro}), data_seed=7)  # fmt: skip
+        grads.append((rec.steps, log))
+    (whole, log_whole), (halves, log_halves) = grads
+    assert_same_grads(whole, halves)
+    np.testing.assert_allclose(log_halves["loss"], log_whole["loss"], rtol=0, atol=1e-6)
+
+
+def test_bf16_autocast_trains_near_the_float32_run():
+    cfg = CPTConfig(steps=4, batch_size=4, lr=3e-3, shared_freeze_steps=1, warmup_steps=1)
+    fp32 = continued_pretraining(_model(), _tokens(), cfg, data_seed=7)
+    bf16 = continued_pretraining(
+        _model(), _tokens(), CPTConfig(**{**cfg.__dict__, "precision": "bf16"}), data_seed=7
+    )
+    assert not np.array_equal(bf16["loss"], fp32["loss"])  # autocast was on
+    np.testing.assert_allclose(bf16["loss"], fp32["loss"], rtol=0, atol=0.05)
+
+
+@pytest.mark.parametrize(("micro", "ranks"), [(3, 1), (0, 3), (2, 4)])
+def test_a_batch_that_does_not_split_is_refused(micro, ranks):
+    cfg = CPTConfig(batch_size=4, micro_batch=micro)
+    with pytest.raises(ValueError, match="batch_size 4"):
+        cfg.accumulation(ranks)
+
+
+def test_precision_and_micro_batch_are_checked():
+    with pytest.raises(ValueError, match="precision"):
+        CPTConfig(precision="fp16")
+    with pytest.raises(ValueError, match="micro_batch"):
+        CPTConfig(micro_batch=-1)

@@ -75,6 +75,19 @@ def test_defaults_are_filled_on_a_copy():
         (lambda c: c["families"]["toy"]["dense"].update(d_head=12), "n_head·d_head == d_model"),
         (lambda c: c.update(variants=["ordinary", "lwo"]), "'lwo' is not allowed"),
         (lambda c: c["resources"].update(samoe_trian={"mem_mb": 100}), None),
+        (
+            lambda c: c["cpt"].update(precision="fp16"),
+            "config cpt.precision: 'fp16' is not allowed",
+        ),
+        (
+            lambda c: c["cpt"].update(microbatch={"latest": [4, 3]}),
+            "config cpt.microbatch.latest [4, 3]: 1 rank(s) × 4 × 3 is not batch_size 8",
+        ),
+        (
+            lambda c: c["cpt"].update(microbatch={"latest": [3, 3]}),
+            "config cpt.microbatch.latest [3, 3] with 1 rank(s)",
+        ),
+        (lambda c: c["cpt"].update(global_batch_seqs=16), "global_batch_seqs 16 differs"),
     ],
 )
 def test_bad_configs_name_the_key(edit, message):
@@ -130,3 +143,16 @@ def test_paper_study_requests_cover_the_flop_model():
         3 * counts(gemma, moe, "persistent").flops_per_token * tokens
     )
     assert len(s.runs) == 18 and s.n_layer("smollm2") == 30 and s.n_layer("gemma") == 18
+
+
+def test_paper_runs_train_on_eight_ranks_with_each_variants_micro_batches():
+    s = Study.from_config(yaml.safe_load((ROOT / "config/samoe-paper.yaml").read_text()))
+    assert s.train_ranks == 8
+    assert s.train_launcher.startswith("torchrun --standalone --nproc_per_node=8 ")
+    for variant, (micro, accumulation) in s.config["cpt"]["microbatch"].items():
+        cpt = s.run_config("gemma", variant, 42)["cpt"]
+        assert cpt["micro_batch"] == micro and cpt["precision"] == "bf16"
+        assert 8 * micro * accumulation == cpt["batch_size"] == 256
+    demo = Study.from_config(DEMO)
+    assert demo.train_launcher == "python"
+    assert demo.run_config("toy", "latest", 42)["cpt"]["micro_batch"] == 0  # one pass
