@@ -22,7 +22,7 @@ from tests.helpers.hf import save_tiny
 from tests.helpers.models import learned_model
 from tests.tolerances import largest, peer_patch_tolerance, peer_tolerance
 
-transformers = pytest.importorskip("transformers", reason="transformers is a [dev] extra")
+transformers = pytest.importorskip("transformers", reason="transformers is not installed")
 transformer_lens = pytest.importorskip("transformer_lens", reason="a [dev] extra")
 
 V = 50257

@@ -25,7 +25,7 @@ from tests.helpers.models import learned_model
 from tests.scripts import load_script
 from tests.tolerances import largest, peer_patch_tolerance, peer_tolerance
 
-transformers = pytest.importorskip("transformers", reason="transformers is a [dev] extra")
+transformers = pytest.importorskip("transformers", reason="transformers is not installed")
 transformer_lens = pytest.importorskip("transformer_lens", reason="a [dev] extra (benchmark)")
 
 
@@ -178,13 +178,21 @@ def test_head_effects_equal_transformer_lens_patching(engine):
         np.testing.assert_allclose(drops[i], tl_effects(np.array([i])), atol=tol, rtol=0)
 
 
+#: Where each peer may be imported (inside functions only): TransformerLens is a [dev] peer
+#: of the interop checks; transformers also builds the SA-MoE paper study's Hub sources.
+PEER_HOMES = {
+    "transformer_lens": {"interop.py"},
+    "transformers": {"interop.py", "hub.py", "samoe_import_dense.py"},
+}
+
+
 def test_study_code_never_imports_the_dev_peers():
-    """transformers and TransformerLens are [dev] peers: only inside the functions of
-    ``headgeom.model.interop`` that need them (so importing it costs nothing), nowhere else in
-    the library or the stage scripts."""
+    """TransformerLens only inside the functions of ``headgeom.model.interop`` that need it,
+    transformers also inside those of the SA-MoE Hub wrap and import (so importing any module
+    costs nothing), nowhere else in the library or the stage scripts."""
     src = Path(__file__).resolve().parents[2] / "src"
-    peers = {"transformers", "transformer_lens"}
-    for path in sorted(src.glob("*.py")) + sorted((src / "headgeom").glob("*.py")):
+    peers = set(PEER_HOMES)
+    for path in sorted(src.glob("*.py")) + sorted((src / "headgeom").rglob("*.py")):
         tree = ast.parse(path.read_text(), str(path))
         top_level = {id(node) for node in tree.body}
         for node in ast.walk(tree):
@@ -194,6 +202,6 @@ def test_study_code_never_imports_the_dev_peers():
                 names = {(node.module or "").split(".")[0]}
             else:
                 continue
-            if names & peers:
-                assert path.name == "interop.py", f"{path} imports {names & peers}"
+            for peer in names & peers:
+                assert path.name in PEER_HOMES[peer], f"{path} imports {peer}"
                 assert id(node) not in top_level, f"{path}:{node.lineno} imports at top level"
