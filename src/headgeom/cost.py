@@ -309,9 +309,10 @@ class Measured:
     max_rss_mb: float
 
 
-def read_benchmarks(results: str | Path) -> dict[str, Measured]:
-    """Every rule's :class:`Measured` from ``<results>/benchmarks/<rule>[/<job>].tsv``."""
-    root = Path(results) / "benchmarks"
+def read_benchmarks(results: str | Path, folder: str = "") -> dict[str, Measured]:
+    """Every rule's :class:`Measured` from ``<results>/benchmarks/[<folder>/]<rule>[/<job>].tsv``
+    (``folder``: a second study's own, ``samoe``)."""
+    root = Path(results) / "benchmarks" / folder
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: no benchmark files (run the study first)")
     files: dict[str, list[Path]] = {}
@@ -500,9 +501,14 @@ def _hours(seconds: float) -> str:
     return f"{seconds / 3600:,.1f} h" if seconds >= 3600 else f"{seconds / 60:,.1f} min"
 
 
-def report(projections, planned: Mapping[str, dict]) -> str:
+def report(projections, planned: Mapping[str, dict],
+           not_projected: Mapping[str, str] = NOT_PROJECTED,
+           gpu_timed: Collection[str] = GPU_TIMED, benchmarked: Mapping = BENCHMARKED,
+           gpu_note: str = "`python benchmarks/gpu_check.py` on the GPU") -> str:  # fmt: skip
     """A Markdown table: per rule the measured jobs, time and RSS, the units, the projection
-    to the target's counts on this CPU, the target's request and whether it covers it."""
+    to the target's counts on this CPU, the target's request and whether it covers it (the
+    tables of rules not projected, timed on GPUs and benchmarked: the head-geometry study's
+    by default)."""
     lines = [
         "| rule | jobs measured → target | measured s (max) | max RSS MB | unit | "
         "units → target | projected / job (this CPU) | projected MB | request MB, min | covers |",
@@ -513,9 +519,9 @@ def report(projections, planned: Mapping[str, dict]) -> str:
         if p.rule not in planned:
             continue  # not a rule of the target's DAG
         mem, runtime = request(planned, p.rule)
-        if p.rule in NOT_PROJECTED:
+        if p.rule in not_projected:
             when, ok = "not projected", None
-        elif p.rule in GPU_TIMED and planned[p.rule].get("gpu"):
+        elif p.rule in gpu_timed and planned[p.rule].get("gpu"):
             gpu_rules.append(p.rule)
             when, ok = "GPU rule: gpu_check", p.memory_mb <= mem
         elif planned[p.rule].get("gpu"):
@@ -534,15 +540,15 @@ def report(projections, planned: Mapping[str, dict]) -> str:
             f"{p.memory_mb:,.0f} | {mem:,}, {runtime:,} | "
             f"{'—' if ok is None else 'yes' if ok else 'NO'} |"
         )
-    for rule, why in NOT_PROJECTED.items():
+    for rule, why in not_projected.items():
         if rule in planned:
             lines.append(f"\n{rule}: not projected ({why}).")
-    for rule, (_, source) in BENCHMARKED.items():
+    for rule, (_, source) in benchmarked.items():
         if rule in planned:
             lines.append(f"\n{rule}: at least the rate of {source}.")
     lines.append(f"\nProjected CPU time of the target study's CPU rules on this CPU: "
                  f"{_hours(total)} (one core per job); GPU rules ({', '.join(gpu_rules)}): "
-                 "`python benchmarks/gpu_check.py` on the GPU.")  # fmt: skip
+                 f"{gpu_note}.")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -550,8 +556,11 @@ def _study(path: str) -> Study:
     return Study.from_config(config_layers.load(path))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_cli(argv: list[str] | None, description: str,
+              measured_from: Callable[[str], dict[str, Measured]] = measured_of):  # fmt: skip
+    """The arguments of a cost CLI (this study's and the SA-MoE study's) and the measured
+    rules; ``summary`` is carried out here (None is returned then)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("command", choices=["report", "resources", "summary"])
     parser.add_argument("measured", help="a finished run's results/<study> folder or a summary")
     parser.add_argument("--configfile", required=True, help="the config of that run")
@@ -560,14 +569,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="summary: the TSV to write")
     parser.add_argument("--note", default="", help="summary: the machine and run it measures")
     args = parser.parse_args(argv)
-    measured = measured_of(args.measured)
+    measured = measured_from(args.measured)
     if args.command == "summary":
         if not args.out:
             parser.error("summary needs --out")
         write_summary(measured, args.out, args.note)
-        return 0
+        return None
     if not args.target:
         parser.error(f"{args.command} needs --target")
+    return args, measured
+
+
+def main(argv: list[str] | None = None) -> int:
+    parsed = parse_cli(argv, __doc__.split("\n\n")[0])
+    if parsed is None:
+        return 0
+    args, measured = parsed
     planned = planned_requests(args.target)
     on_gpu = {rule for rule, res in planned.items() if res.get("gpu")}
     projections = fit(measured, _study(args.configfile), _study(args.target), on_gpu)
