@@ -1,0 +1,107 @@
+"""Head patching, ours beside every peer a user would pick instead, each in its own
+environment (benchmarks/peers/envs.py), on the same model and examples, in one run.
+
+    python benchmarks/peers/envs.py            # once: one virtual environment per peer
+    python benchmarks/peer_patching.py         # paper shape, 4 and 16 SVA examples
+    python benchmarks/peer_patching.py --n-examples 4 --peers nnsight-0.8
+
+The model has the paper's shape (12 layers × 12 heads, D = 768, d_mlp = 3,072, GPT-2
+vocabulary V = 50,257, `learned` geometry, seeded GPT-2 initialisation: the engines' cost
+does not depend on the weights); the examples are the first n of the real SVA evaluation
+split (GPT-2 ids). Both go to an exchange folder (benchmarks/peers/exchange.py): the model
+as a `transformers` GPT-2 directory, the examples as Parquet. Each peer loads them in its
+own way and runs its own documented patching API (the script named per peer), one process
+per peer with the same torch threads; our engine (``patch_all_heads_fast``) runs here. Times
+are the sweep only (models loaded): wall and CPU seconds, the peer's over ours, and max |Δe|
+of the per-head mean effects against ours (an exact peer agrees to ≤ 1e-5).
+
+A peer whose environment is not there is listed as skipped, with the command that makes it
+(or pip's failing requirement, from envs.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from patching_engine import paper_model, task_examples  # noqa: E402
+from peers import envs, exchange  # noqa: E402
+
+#: Agreement an exact peer must reach (max |Δe| against ours, float32 both sides).
+EXACT = 1e-5
+
+
+def run_ours(model, pairs, repeats: int = 3) -> tuple[np.ndarray, float, float]:
+    """Our mean e_{l,h} and the best of ``repeats`` sweeps' (wall, CPU) seconds."""
+    from headgeom.analysis.patching import patch_all_heads_fast
+
+    best = (float("inf"), float("inf"))
+    for _ in range(repeats):
+        wall, cpu = time.perf_counter(), time.process_time()
+        clean_ld, patched = patch_all_heads_fast(model, *pairs, batch_size=len(pairs[0]))
+        best = min(best, (time.perf_counter() - wall, time.process_time() - cpu))
+    return (clean_ld[:, None, None] - patched).mean(axis=0), *best
+
+
+def run_peer(peer: envs.Peer, folder: Path, threads: int) -> dict:
+    out = folder / f"{peer.name}.npz"
+    cmd = [str(peer.python), str(HERE / "peers" / peer.script), "--exchange", str(folder),
+           "--out", str(out), "--threads", str(threads)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{peer.name} failed:\n{proc.stderr[-2000:]}")
+    return exchange.read_effects(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n-examples", type=int, nargs="+", default=[4, 16])
+    parser.add_argument("--peers", nargs="+", default=list(envs.PEERS), choices=list(envs.PEERS))
+    parser.add_argument("--threads", type=int, default=1, help="torch threads, every engine")
+    parser.add_argument("--keep", type=Path, help="keep the exchange folder here")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    model = paper_model(args.threads)
+    cfg = model.cfg
+    ready = [envs.PEERS[n] for n in args.peers if envs.PEERS[n].ready()]
+    for name in args.peers:
+        if not envs.PEERS[name].ready():
+            print(f"skipped {name}: no environment (python benchmarks/peers/envs.py {name})")
+    print(f"model: learned, L={cfg.n_layer} H={cfg.n_head} D={cfg.d_model} V={cfg.n_vocab}; "
+          f"{args.threads} torch thread(s) per engine; SVA evaluation examples; times: the "
+          "sweep, wall/CPU s")  # fmt: skip
+    print(f"{'n':>3} {'engine':22} {'version':26} {'wall s':>9} {'CPU s':>9} {'× ours':>14} "
+          f"{'max|Δe|':>9}  API")  # fmt: skip
+    root = args.keep or Path(tempfile.mkdtemp(prefix="peer-patching-"))
+    exchange.write_exchange(model, task_examples("sva", 1, "evaluation"), root)  # the model
+    failed = []
+    for n in args.n_examples:
+        pairs = task_examples("sva", n, "evaluation")
+        exchange.write_examples(root / "examples.parquet", pairs)
+        e, wall, cpu = run_ours(model, pairs)
+        print(f"{n:3d} {'headgeom (ours)':22} {'':26} {wall:9.2f} {cpu:9.2f} {'1.0/1.0':>14} "
+              f"{'—':>9}  patch_all_heads_fast (max |e| {np.abs(e).max():.2e})")  # fmt: skip
+        for peer in ready:
+            r = run_peer(peer, root, args.threads)
+            delta = float(np.abs(r["effects"] - e).max())
+            if delta > EXACT:
+                failed.append((n, peer.name, delta))
+            ratio = f"{r['wall'] / wall:.1f}/{r['cpu'] / cpu:.1f}"
+            print(f"{n:3d} {peer.name:22} {r['version']:26} {r['wall']:9.2f} {r['cpu']:9.2f} "
+                  f"{ratio:>14} {delta:9.2e}  {peer.what}")  # fmt: skip
+    for n, name, delta in failed:
+        print(f"NOT EXACT: {name} at n={n}: max |Δe| {delta:.2e} > {EXACT:g}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

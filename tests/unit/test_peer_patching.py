@@ -1,0 +1,67 @@
+"""The peer harness (benchmarks/peer_patching.py): the exchange round-trips, and every peer
+script whose environment exists agrees with our engine to 1e-5 on a tiny model. The peers'
+environments (benchmarks/peers/envs.py) are not needed for the suite: absent, their test
+is skipped with the command that makes one; the TransformerLens 3.9 script also runs in our
+own [dev] environment, so it is checked everywhere."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from peers import envs, exchange  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("exchange")
+    model, pairs = exchange.tiny(folder)
+    return folder, pairs
+
+
+def test_examples_round_trip(tiny, tmp_path):
+    folder, pairs = tiny
+    back = exchange.read_examples(folder / "examples.parquet")
+    for a, b in zip(pairs[0] + pairs[1], back[0] + back[1], strict=True):
+        assert np.array_equal(a, b)
+    assert np.array_equal(pairs[2], back[2]) and np.array_equal(pairs[3], back[3])
+    assert [g.tolist() for g in exchange.groups(back[0])] == [[0, 1, 2], [3, 4, 5]]
+    (tmp_path / "bad.parquet").write_bytes((folder / "examples.parquet").read_bytes())
+    import pyarrow.parquet as pq
+
+    pq.write_table(pq.read_table(folder / "examples.parquet").drop(["ref_ids"]),
+                   tmp_path / "bad.parquet")  # fmt: skip
+    with pytest.raises(ValueError, match="missing columns \\['ref_ids'\\]"):
+        exchange.read_examples(tmp_path / "bad.parquet")
+
+
+def _agreement(python: str, script: str, folder: Path, name: str) -> float:
+    out = folder / f"{name}.npz"
+    proc = subprocess.run([python, str(ROOT / "benchmarks" / "peers" / script), "--exchange",
+                           str(folder), "--out", str(out)], capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got, ours = exchange.read_effects(out), exchange.read_effects(folder / "ours.npz")
+    assert np.abs(ours["effects"]).max() > 1e-3  # the comparison has something to compare
+    return float(np.abs(got["effects"] - ours["effects"]).max())
+
+
+def test_transformer_lens_script_in_our_environment_agrees(tiny):
+    pytest.importorskip("transformer_lens", reason="transformer_lens is a [dev] extra")
+    folder, _ = tiny
+    assert _agreement(sys.executable, "patch_transformer_lens.py", folder, "ours-tl") <= 1e-5
+
+
+@pytest.mark.parametrize("name", list(envs.PEERS))
+def test_each_installed_peer_agrees(tiny, name):
+    peer = envs.PEERS[name]
+    if not peer.ready():
+        pytest.skip(f"no {name} environment (python benchmarks/peers/envs.py {name})")
+    folder, _ = tiny
+    assert _agreement(str(peer.python), peer.script, folder, name) <= 1e-5
