@@ -65,7 +65,8 @@ def run_peer(peer: envs.Peer, folder: Path, threads: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n-examples", type=int, nargs="+", default=[4, 16])
-    parser.add_argument("--peers", nargs="+", default=list(envs.PEERS), choices=list(envs.PEERS))
+    heads = [name for name, peer in envs.PEERS.items() if peer.task == "heads"]
+    parser.add_argument("--peers", nargs="+", default=heads, choices=heads)
     parser.add_argument("--threads", type=int, default=1, help="torch threads, every engine")
     parser.add_argument("--keep", type=Path, help="keep the exchange folder here")
     args = parser.parse_args(argv)

@@ -34,6 +34,7 @@ class Peer:
     requirements: tuple[str, ...]  # the peer's own pins
     script: str  # benchmarks/peers/<script>, run with the peer's python
     what: str  # the API the script uses, for the report
+    task: str = "heads"  # what its script computes: head patching or edge patching
 
     @property
     def python(self) -> Path:
@@ -53,11 +54,18 @@ PEERS = {
         Peer("transformer_lens-3.9", ("transformer_lens==3.9.0",), "patch_transformer_lens.py",
              "HookedTransformer + patching.get_act_patch_attn_head_out_all_pos"),
         Peer("transformer_lens-4.3", ("transformer_lens==4.3.0",), "patch_transformer_lens4.py",
-             "TransformerLens 4 (see the script)"),
+             "TransformerBridge.boot_transformers + the same patching helper"),
         Peer("nnsight-0.8", ("nnsight==0.8.1",), "patch_nnsight.py",
-             "NNsight trace, one intervention per head"),
+             "NNsight(model).trace, one trace per head (c_proj input slice)"),
         Peer("pyvene-0.1", ("pyvene==0.1.8",), "patch_pyvene.py",
-             "IntervenableModel + VanillaIntervention per head"),
+             "IntervenableModel, VanillaIntervention per head (reruns the source)"),
+        # auto-circuit imports HookedTransformerKeyValueCache (gone in TransformerLens 3, as
+        # is HookedTransformer in 4): TL 2, whose numpy < 2 needs a pyarrow built for it.
+        Peer("auto-circuit-1.0",
+             ("auto-circuit==1.0.1", "transformer_lens==2.18.0", "pyarrow==21.0.0"),
+             "edges_auto_circuit.py",
+             "patchable_model(factorized, separate_qkv) + patch_mode, one edge mask at a time",
+             task="edges"),
     )
 }  # fmt: skip
 

@@ -58,10 +58,34 @@ def test_transformer_lens_script_in_our_environment_agrees(tiny):
     assert _agreement(sys.executable, "patch_transformer_lens.py", folder, "ours-tl") <= 1e-5
 
 
-@pytest.mark.parametrize("name", list(envs.PEERS))
+@pytest.mark.parametrize("name", [n for n, p in envs.PEERS.items() if p.task == "heads"])
 def test_each_installed_peer_agrees(tiny, name):
     peer = envs.PEERS[name]
     if not peer.ready():
         pytest.skip(f"no {name} environment (python benchmarks/peers/envs.py {name})")
     folder, _ = tiny
     assert _agreement(str(peer.python), peer.script, folder, name) <= 1e-5
+
+
+def test_auto_circuit_edges_agree_with_ours(tiny):
+    peer = envs.PEERS["auto-circuit-1.0"]
+    if not peer.ready():
+        pytest.skip(f"no {peer.name} environment (python benchmarks/peers/envs.py {peer.name})")
+    import torch
+
+    from headgeom.analysis import edges as E
+
+    folder, pairs = tiny
+    out = folder / "edges.npz"
+    proc = subprocess.run([str(peer.python), str(ROOT / "benchmarks" / "peers" / peer.script),
+                           "--exchange", str(folder), "--out", str(out)], capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with np.load(out) as f:
+        got = f["kl"]
+    model, _ = exchange.tiny(folder / "again")  # the same seeded model
+    ours = E.edge_kl(model.to(torch.float64), pairs[0], pairs[1]).mean(axis=0)
+    assert len(got) == len(ours) == E.edge_count(3, 4)
+    big = ours >= 1e-9
+    assert big.sum() > 10 and np.abs(got - ours).max() <= 1e-12
+    assert (np.abs(got - ours)[big] / ours[big]).max() <= 1e-6
