@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-import warnings
 from functools import partial
 from importlib.metadata import version
 from pathlib import Path
@@ -51,30 +50,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import exchange  # noqa: E402
+from patch_transformer_lens import load_hooked  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 def load(model_dir: Path, dtype: torch.dtype):
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
-    from transformer_lens.pretrained.weight_conversions import convert_gpt2_weights
-    from transformers import GPT2LMHeadModel
-
-    hf = GPT2LMHeadModel.from_pretrained(model_dir, dtype=torch.float32).eval()
-    c = hf.config
-    cfg = HookedTransformerConfig(
-        n_layers=c.n_layer, d_model=c.n_embd, n_ctx=c.n_positions, d_head=c.n_embd // c.n_head,
-        n_heads=c.n_head, d_mlp=c.n_inner or 4 * c.n_embd, d_vocab=c.vocab_size,
-        act_fn=c.activation_function, normalization_type="LN", eps=c.layer_norm_epsilon,
-        positional_embedding_type="standard", default_prepend_bos=False,
-        original_architecture="GPT2LMHeadModel", device="cpu", dtype=dtype,
-        use_attn_result=True, use_split_qkv_input=True, use_hook_mlp_in=True,
-    )  # fmt: skip
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        tl = HookedTransformer(cfg)
-    tl.load_state_dict(convert_gpt2_weights(hf, cfg), strict=False)
-    return tl.to(dtype).eval()
+    """TransformerLens's GPT-2 with the three hooks auto-circuit's factorized graph needs."""
+    return load_hooked(model_dir, dtype, use_attn_result=True, use_split_qkv_input=True,
+                       use_hook_mlp_in=True)  # fmt: skip
 
 
 def head_edges(model, n_edges: int | None, seed: int = 0, chosen: Path | None = None):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +63,47 @@ def groups(clean) -> list[np.ndarray]:
     """Indices of each equal-length group of examples, shortest first."""
     lengths = np.array([len(x) for x in clean])
     return [np.flatnonzero(lengths == n) for n in np.unique(lengths)]
+
+
+def group_batches(pairs):
+    """Per equal-length group: (size, clean, ref, correct, incorrect) as torch tensors."""
+    import torch
+
+    clean, ref, correct, incorrect = pairs
+    for idx in groups(clean):
+        yield (len(idx), torch.as_tensor(np.stack([clean[i] for i in idx])),
+               torch.as_tensor(np.stack([ref[i] for i in idx])),
+               torch.as_tensor(correct[idx]), torch.as_tensor(incorrect[idx]))  # fmt: skip
+
+
+def mean_ld(last, correct, incorrect):
+    """The group's mean logit difference at the last position, of its logits ``last`` (B, V)."""
+    import torch
+
+    rows = torch.arange(len(last))
+    return (last[rows, correct] - last[rows, incorrect]).mean()
+
+
+def peer_main(load, sweep, name: str, argv: list[str] | None = None) -> int:
+    """A head-patching peer's command line: ``--exchange DIR --out FILE.npz [--threads N]``;
+    ``load(model_dir) -> (model, version)``, ``sweep(model, pairs) -> effects`` (L, H), timed
+    without gradients, the model already loaded."""
+    import torch
+
+    parser = argparse.ArgumentParser(description=f"{name} head patching on an exchange")
+    parser.add_argument("--exchange", required=True, type=Path)
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    model, version = load(args.exchange / "model")
+    pairs = read_examples(args.exchange / "examples.parquet")
+    with torch.no_grad():
+        wall, cpu = time.perf_counter(), time.process_time()
+        effects = sweep(model, pairs)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    write_effects(args.out, effects, wall, cpu, f"{name} {version}")
+    return 0
 
 
 def write_effects(path: str | Path, effects, wall: float, cpu: float, version: str) -> None:

@@ -14,9 +14,7 @@ one trace of the clean batch per head (l, h) assigns that head's columns of laye
 
 from __future__ import annotations
 
-import argparse
 import sys
-import time
 from importlib.metadata import version
 from pathlib import Path
 
@@ -40,24 +38,15 @@ def sweep(model, pairs) -> np.ndarray:
     cfg = model.config
     n_layer, n_head, d_head = cfg.n_layer, cfg.n_head, cfg.n_embd // cfg.n_head
     layers = model.transformer.h
-    clean, ref, correct, incorrect = pairs
     total = np.zeros((n_layer, n_head))
-    for idx in exchange.groups(clean):
-        c = torch.as_tensor(np.stack([clean[i] for i in idx]))
-        r = torch.as_tensor(np.stack([ref[i] for i in idx]))
-        rows = torch.arange(len(idx))
-        good, bad = torch.as_tensor(correct[idx]), torch.as_tensor(incorrect[idx])
-
-        def mean_ld(last, rows=rows, good=good, bad=bad) -> float:
-            return float((last[rows, good] - last[rows, bad]).mean())
-
+    for n, c, r, good, bad in exchange.group_batches(pairs):
         # use_cache=False: a single forward pass needs no key/value cache.
         with model.trace(r, use_cache=False):
             # A trace hands back only the names bound to saved objects: save the list.
             z_ref = nnsight.save([layer.attn.c_proj.input for layer in layers])
         with model.trace(c, use_cache=False):
             last = model.output.logits[:, -1].save()
-        clean_ld = mean_ld(last)
+        clean_ld = float(exchange.mean_ld(last, good, bad))
         patched = np.zeros((n_layer, n_head))
         for layer, z in enumerate(z_ref):
             for h in range(n_head):
@@ -65,27 +54,10 @@ def sweep(model, pairs) -> np.ndarray:
                 with model.trace(c, use_cache=False):
                     layers[layer].attn.c_proj.input[:, :, cols] = z[:, :, cols]
                     last = model.output.logits[:, -1].save()
-                patched[layer, h] = mean_ld(last)
-        total += len(idx) * (clean_ld - patched)
-    return total / len(clean)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--exchange", required=True, type=Path)
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    model, peer_version = load(args.exchange / "model")
-    pairs = exchange.read_examples(args.exchange / "examples.parquet")
-    with torch.inference_mode():
-        wall, cpu = time.perf_counter(), time.process_time()
-        effects = sweep(model, pairs)
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    exchange.write_effects(args.out, effects, wall, cpu, f"nnsight {peer_version}")
-    return 0
+                patched[layer, h] = float(exchange.mean_ld(last, good, bad))
+        total += n * (clean_ld - patched)
+    return total / len(pairs[0])
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exchange.peer_main(load, sweep, "nnsight"))

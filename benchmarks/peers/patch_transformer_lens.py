@@ -13,9 +13,7 @@ folding, no centring: those change logits). The sweep is TransformerLens's docum
 
 from __future__ import annotations
 
-import argparse
 import sys
-import time
 import warnings
 from importlib.metadata import version
 from pathlib import Path
@@ -27,7 +25,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 import exchange  # noqa: E402
 
 
-def load(model_dir: Path):
+def load_hooked(model_dir: Path, dtype: torch.dtype = torch.float32, **flags):
+    """The directory's GPT-2 as a ``HookedTransformer`` of its shape in ``dtype`` (TL 2 and 3;
+    ``flags``: extra config switches, e.g. the hooks auto-circuit needs)."""
     from transformer_lens import HookedTransformer, HookedTransformerConfig
     from transformer_lens.pretrained.weight_conversions import convert_gpt2_weights
     from transformers import GPT2LMHeadModel
@@ -39,54 +39,36 @@ def load(model_dir: Path):
         n_heads=c.n_head, d_mlp=c.n_inner or 4 * c.n_embd, d_vocab=c.vocab_size,
         act_fn=c.activation_function, normalization_type="LN", eps=c.layer_norm_epsilon,
         positional_embedding_type="standard", default_prepend_bos=False,
-        original_architecture="GPT2LMHeadModel", device="cpu", dtype=torch.float32,
+        original_architecture="GPT2LMHeadModel", device="cpu", dtype=dtype, **flags,
     )  # fmt: skip
     with warnings.catch_warnings():  # 3.9 announces HookedTransformer's removal in 4.0
-        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore")
         tl = HookedTransformer(cfg)
     tl.load_state_dict(convert_gpt2_weights(hf, cfg), strict=False)
-    return tl.eval(), version("transformer_lens")
+    return tl.to(dtype).eval()
+
+
+def load(model_dir: Path):
+    return load_hooked(model_dir), version("transformer_lens")
 
 
 def sweep(tl, pairs) -> np.ndarray:
-    """Mean e_{l,h} over examples (L, H), per equal-length group, groups weighted by size."""
+    """Mean e_{l,h} over examples (L, H), per equal-length group, groups weighted by size
+    (works on a HookedTransformer and on TL 4's TransformerBridge alike)."""
     from transformer_lens.patching import get_act_patch_attn_head_out_all_pos
 
-    clean, ref, correct, incorrect = pairs
     total = np.zeros((tl.cfg.n_layers, tl.cfg.n_heads))
-    for idx in exchange.groups(clean):
-        c = torch.as_tensor(np.stack([clean[i] for i in idx]))
-        r = torch.as_tensor(np.stack([ref[i] for i in idx]))
-        good, bad = torch.as_tensor(correct[idx]), torch.as_tensor(incorrect[idx])
-        rows = torch.arange(len(idx))
+    for n, c, r, good, bad in exchange.group_batches(pairs):
 
-        def mean_ld(logits, rows=rows, good=good, bad=bad):
-            last = logits[:, -1]
-            return (last[rows, good] - last[rows, bad]).mean()
+        def metric(logits, good=good, bad=bad):
+            return exchange.mean_ld(logits[:, -1], good, bad)
 
         _, ref_cache = tl.run_with_cache(r)
-        clean_ld = float(mean_ld(tl(c)))
-        patched = get_act_patch_attn_head_out_all_pos(tl, c, ref_cache, mean_ld)
-        total += len(idx) * (clean_ld - patched.double().numpy())
-    return total / len(clean)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--exchange", required=True, type=Path)
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    tl, peer_version = load(args.exchange / "model")
-    pairs = exchange.read_examples(args.exchange / "examples.parquet")
-    with torch.no_grad():
-        wall, cpu = time.perf_counter(), time.process_time()
-        effects = sweep(tl, pairs)
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    exchange.write_effects(args.out, effects, wall, cpu, f"transformer_lens {peer_version}")
-    return 0
+        clean_ld = float(metric(tl(c)))
+        patched = get_act_patch_attn_head_out_all_pos(tl, c, ref_cache, metric)
+        total += n * (clean_ld - patched.double().numpy())
+    return total / len(pairs[0])
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exchange.peer_main(load, sweep, "transformer_lens"))

@@ -17,17 +17,15 @@ with the group's mean logit difference.
 
 from __future__ import annotations
 
-import argparse
 import sys
-import time
 from importlib.metadata import version
 from pathlib import Path
 
-import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import exchange  # noqa: E402
+from patch_transformer_lens import sweep  # noqa: E402  (the same helper works on a bridge)
 
 
 def load(model_dir: Path):
@@ -40,45 +38,5 @@ def load(model_dir: Path):
     return bridge.eval(), version("transformer_lens")
 
 
-def sweep(tl, pairs) -> np.ndarray:
-    """Mean e_{l,h} over examples (L, H), per equal-length group, groups weighted by size."""
-    from transformer_lens.patching import get_act_patch_attn_head_out_all_pos
-
-    clean, ref, correct, incorrect = pairs
-    total = np.zeros((tl.cfg.n_layers, tl.cfg.n_heads))
-    for idx in exchange.groups(clean):
-        c = torch.as_tensor(np.stack([clean[i] for i in idx]))
-        r = torch.as_tensor(np.stack([ref[i] for i in idx]))
-        good, bad = torch.as_tensor(correct[idx]), torch.as_tensor(incorrect[idx])
-        rows = torch.arange(len(idx))
-
-        def mean_ld(logits, rows=rows, good=good, bad=bad):
-            last = logits[:, -1]
-            return (last[rows, good] - last[rows, bad]).mean()
-
-        _, ref_cache = tl.run_with_cache(r)
-        clean_ld = float(mean_ld(tl(c)))
-        patched = get_act_patch_attn_head_out_all_pos(tl, c, ref_cache, mean_ld)
-        total += len(idx) * (clean_ld - patched.double().numpy())
-    return total / len(clean)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--exchange", required=True, type=Path)
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    tl, peer_version = load(args.exchange / "model")
-    pairs = exchange.read_examples(args.exchange / "examples.parquet")
-    with torch.no_grad():
-        wall, cpu = time.perf_counter(), time.process_time()
-        effects = sweep(tl, pairs)
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    exchange.write_effects(args.out, effects, wall, cpu, f"transformer_lens {peer_version}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(exchange.peer_main(load, sweep, "transformer_lens"))
