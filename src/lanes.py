@@ -1,12 +1,13 @@
 """Lane score Λ and its within-layer permutation test (docs §10.5).
 
-    python src/lanes.py --heads heads.parquet --split discovery \\
-        --n-permutations 5000 --seed 5000 --out lanes.parquet
+    python src/lanes.py --heads sva.heads.parquet quote.heads.parquet --split discovery \\
+        --n-permutations 5000 --seed 5000 --out sva.parquet quote.parquet
 
-Reads the per-head effects of src/concentration.py and writes one row per
-(model, seed, task): Λ of the split's effects (null when undefined: no positive effects in
-two different layers), its one-sided upper permutation p-value (1 + #{Λ_perm ≥ Λ})/(1 + n),
-and the chance level 1/H (headgeom.analysis.lanes.lane_rows).
+Reads the per-head effects of src/concentration.py and writes, per heads file (one job per
+run: every task's file), one row per (model, seed, task): Λ of the split's effects (null
+when undefined: no positive effects in two different layers), its one-sided upper
+permutation p-value (1 + #{Λ_perm ≥ Λ})/(1 + n), and the chance level 1/H
+(headgeom.analysis.lanes.lane_rows).
 """
 
 from __future__ import annotations
@@ -22,12 +23,16 @@ from headgeom.io import read_parquet_metadata, read_table
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--heads", required=True, help="heads Parquet (src/concentration.py)")
+    parser.add_argument(
+        "--heads", nargs="+", required=True, help="heads Parquets (src/concentration.py)"
+    )
     parser.add_argument("--split", default="discovery", help="split of the effects to use")
     parser.add_argument("--n-permutations", type=int, default=5000)
     parser.add_argument("--seed", type=int, required=True, help="permutation RNG seed")
-    parser.add_argument("--out", required=True, help="lanes Parquet")
+    parser.add_argument("--out", nargs="+", required=True, help="lanes Parquet per --heads")
     args = parser.parse_args(argv)
+    if len(args.out) != len(args.heads):
+        parser.error(f"{len(args.heads)} --heads files but {len(args.out)} --out (one per file)")
     if args.n_permutations < 1:
         parser.error(f"--n-permutations must be at least 1, got {args.n_permutations}")
     return args
@@ -35,12 +40,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    heads = read_table(args.heads).to_pandas()
-    lanes = lane_rows(heads, args.split, args.n_permutations, args.seed, args.heads)
-    meta = read_parquet_metadata(args.heads)
+    for path, out in zip(args.heads, args.out, strict=True):
+        lanes_of(path, out, args)
+    return 0
+
+
+def lanes_of(path: str, out: str, args: argparse.Namespace) -> None:
+    """Λ and its permutation test of one heads file, written to ``out``."""
+    heads = read_table(path).to_pandas()
+    lanes = lane_rows(heads, args.split, args.n_permutations, args.seed, path)
+    meta = read_parquet_metadata(path)
     metadata = {
-        **results.file_metadata("lanes", carried=results.carried_provenance(meta, args.heads)),
-        "heads_sha256": sha256_file(args.heads),
+        **results.file_metadata("lanes", carried=results.carried_provenance(meta, path)),
+        "heads_sha256": sha256_file(path),
         **({"effects_sha256": meta["effects_sha256"]} if "effects_sha256" in meta else {}),
         "split": args.split,
         "n_permutations": args.n_permutations,
@@ -48,9 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         "p_value_definition": "(1 + #{perm >= obs}) / (1 + n), within-layer shuffles, "
         "no multiple-comparison correction",
     }
-    results.LANES.write(args.out, lanes, metadata)
-    print(f"wrote {len(lanes)} lane rows to {args.out}", file=sys.stderr)
-    return 0
+    results.LANES.write(out, lanes, metadata)
+    print(f"wrote {len(lanes)} lane rows to {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,15 @@
 """Single-head activation patching of every head on every example (docs §10.1).
 
-    python src/patch_heads.py --checkpoint CKPT --manifest MANIFEST --task TASK.parquet \\
-        --splits discovery,validation,evaluation,holdout --batch-size 128 --max-rows 4096 \\
-        --model-name learned --seed 42 --task-name sva --threads 1 --out effects.parquet \
-        [--mode mean --means means.safetensors]
+    python src/patch_heads.py --checkpoint CKPT --manifest MANIFEST \\
+        --task tasks/sva.parquet tasks/quote.parquet --splits discovery,validation,evaluation \\
+        --batch-size 128 --max-rows 4096 --model-name learned --seed 42 --threads 1 \\
+        --out sva.parquet quote.parquet [--mode mean --means means.safetensors]
 
-Writes one row per (split, example, layer, head) with the clean and patched logit
-differences and the drop ``effect = clean_ld − patched_ld``
-(headgeom.analysis.patch_effects.patch_task). The checkpoint is verified against its
-manifest before anything else is read; the file metadata carries the provenance keys.
+Writes, per task file, one Parquet with a row per (split, example, layer, head): the clean
+and patched logit differences and the drop ``effect = clean_ld − patched_ld``
+(headgeom.analysis.patch_effects.patch_task). One job per run: the checkpoint is verified
+against its manifest and loaded once for every task (a job's start-up, mostly torch, costs
+as much as patching a demo task); each file's metadata carries the provenance keys.
 ``--mode`` (ablation mode, docs §10.1): resample (the reference prompt's z, the default),
 mean (the head's mean z from ``--means``, the artifact of src/ablation_atlas.py, whose hash
 is recorded) or zero.
@@ -32,7 +33,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", required=True, help="safetensors checkpoint")
     parser.add_argument("--manifest", required=True, help="its JSON manifest")
-    parser.add_argument("--task", required=True, help="task Parquet (src/make_tasks.py)")
+    parser.add_argument(
+        "--task", nargs="+", required=True, help="task Parquets (src/make_tasks.py)"
+    )
     parser.add_argument(
         "--splits", default="discovery,validation,evaluation,holdout", help="comma-separated"
     )
@@ -45,7 +48,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--model-name", required=True)
     parser.add_argument("--seed", type=int, required=True, help="the model's training seed")
-    parser.add_argument("--task-name", required=True)
+    parser.add_argument(
+        "--task-name", nargs="+", help="one per --task (default: each file's own task name)"
+    )
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument(
@@ -57,8 +62,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--mode", choices=MODES, default="resample", help="ablation mode")
     parser.add_argument("--means", help="means artifact (needed with --mode mean)")
-    parser.add_argument("--out", required=True, help="effects Parquet")
+    parser.add_argument("--out", nargs="+", required=True, help="effects Parquet per --task")
     args = parser.parse_args(argv)
+    if len(args.out) != len(args.task):
+        parser.error(f"{len(args.task)} --task files but {len(args.out)} --out (one per task)")
+    if args.task_name is not None and len(args.task_name) != len(args.task):
+        parser.error(f"{len(args.task)} --task files but {len(args.task_name)} --task-name")
     if args.mode == "mean" and not args.means:
         parser.error("--mode mean needs --means (the run's means.safetensors)")
     args.splits = [s for s in args.splits.split(",") if s]
@@ -74,22 +83,30 @@ def main(argv: list[str] | None = None) -> int:
     model, vocab, manifest = load_verified(args.checkpoint, args.manifest)
     device = pick_device(args.device)
     model = model.to(device)  # analyses run in float32 (docs §0)
-    task = read_task(args.task, args.splits)
     means = None
     if args.mode == "mean":
         means = read_means(args.means, manifest["checkpoint_file_sha256"])
+    names = args.task_name or [None] * len(args.task)
+    for path, name, out in zip(args.task, names, args.out, strict=True):
+        patch_one_task(model, vocab, manifest, device, means, path, name, out, args)
+    return 0
+
+
+def patch_one_task(model, vocab, manifest, device, means, task_path, name, out, args) -> None:
+    """Patch every head on every example of one task file and write its effects Parquet."""
+    task = read_task(task_path, args.splits)
+    name = name or task.name
     effects = patch_task(
         model, vocab, task, args.splits, args.batch_size, args.max_rows, args.engine,
         args.mode, None if means is None else means.z,
     )  # fmt: skip
-    effects = effects.assign(model=args.model_name, seed=args.seed, task=args.task_name)
+    effects = effects.assign(model=args.model_name, seed=args.seed, task=name)
     table = results.EFFECTS.with_type("example_id", task.schema.field("example_id").type)
-    run = EffectsRun(args.model_name, args.seed, args.task_name, args.splits, args.batch_size,
+    run = EffectsRun(args.model_name, args.seed, name, args.splits, args.batch_size,
                      args.max_rows, args.engine, args.threads)  # fmt: skip
     metadata = effects_metadata(model, manifest, task, run, device, args.mode, means)
-    table.write(args.out, effects, metadata)
-    print(f"wrote {len(effects)} rows to {args.out}", file=sys.stderr)
-    return 0
+    table.write(out, effects, metadata)
+    print(f"wrote {len(effects)} rows to {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -77,9 +77,14 @@ def _split(study: Study, task: str, split: str) -> int:
     return int(_splits(study, task)[split])
 
 
+def _patched_task(study: Study, task: str = "sva") -> int:
+    """Examples patched of one task: every split of patching.splits."""
+    return sum(_split(study, task, s) for s in study.stage("patching")["splits"])
+
+
 def _patched(study: Study) -> int:
-    """Examples patched per task job: every split of patching.splits."""
-    return sum(_split(study, "sva", s) for s in study.stage("patching")["splits"])
+    """Examples patched per patch_heads job: one run, every task."""
+    return sum(_patched_task(study, t) for t in TASKS)
 
 
 def _tokens_trained(study: Study) -> float:
@@ -123,19 +128,20 @@ UNITS: dict[str, tuple[str, Callable[[Study], float]]] = {
     "train_timeline": ("forward-token equivalents (3 × trained + evaluated)", _tokens_trained),
     "evaluate_clean": ("task examples (every split)", _all_examples),
     "evaluate_step": ("task examples (every split, SVA)", _task_examples),
-    "patch_heads": ("examples patched", _patched),
+    "patch_heads": ("examples patched (every task)", _patched),
     "patch_step": ("examples patched (lanes split)", lambda s: _split(s, "sva", s.stage(
         "lanes")["split"])),
     "patch_modes": ("examples patched (tasks × extra modes)", _mode_patched),
-    "concentration": ("bootstrap + permutation draws", lambda s: s.stage("concentration")[
-        "n_bootstrap"] + s.stage("concentration")["n_permutations"]),
+    "concentration": ("bootstrap + permutation draws (every task)", lambda s: len(TASKS) * (
+        s.stage("concentration")["n_bootstrap"] + s.stage("concentration")["n_permutations"])),
     "concentration_step": ("bootstrap + permutation draws", lambda s: s.stage("concentration")[
         "n_bootstrap"] + s.stage("concentration")["n_permutations"]),
     "concentration_mode": ("bootstrap + permutation draws", lambda s: s.stage("concentration")[
         "n_bootstrap"] + s.stage("concentration")["n_permutations"]),
     "compare_concentration": ("bootstrap draws", lambda s: s.stage("concentration")[
         "n_bootstrap"]),
-    "lanes": ("permutations", lambda s: s.stage("lanes")["n_permutations"]),
+    "lanes": ("permutations (every task)", lambda s: len(TASKS) * s.stage("lanes")[
+        "n_permutations"]),
     "lanes_step": ("permutations", lambda s: s.stage("lanes")["n_permutations"]),
     "lanes_mode": ("permutations", lambda s: s.stage("lanes")["n_permutations"]),
     "leakage": ("examples", lambda s: _split(s, "sva", s.stage("leakage")["split"])),
@@ -155,7 +161,7 @@ UNITS: dict[str, tuple[str, Callable[[Study], float]]] = {
 ROWS: dict[str, Callable[[Study], float]] = {
     "train": lambda s: s.stage("training")["batch_size"],
     "train_timeline": lambda s: s.stage("training")["batch_size"],
-    "patch_heads": lambda s: min(_patched(s), s.stage("patching")["batch_size"]),
+    "patch_heads": lambda s: min(_patched_task(s), s.stage("patching")["batch_size"]),
     "patch_step": lambda s: min(UNITS["patch_step"][1](s), s.stage("patching")["batch_size"]),
     "leakage": lambda s: _split(s, "sva", s.stage("leakage")["split"]),
     "clamps": lambda s: min(_split(s, "sva", s.stage("clamps")["split"]),
@@ -230,12 +236,10 @@ def _mode_jobs(study: Study) -> list[Job]:
 
 
 def _lanes(study: Study) -> list[Job]:
-    """Λ of every task of the runs the outputs and the mode comparison read, and of SVA of
-    the timeline runs (rule dynamics)."""
-    every = set(_union(study, _read_by_outputs(study, "lanes"), study.run_set("ablation_modes")))
-    timeline = set(study.run_set("dynamics_timeline"))
-    return [job for job in _runs(study.runs, TASKS) if (job["model"], job["seed"]) in every
-            or ((job["model"], job["seed"]) in timeline and job["task"] == "sva")]  # fmt: skip
+    """Λ (every task, one job per run) of the runs the outputs and the mode comparison read,
+    and of the timeline runs (rule dynamics reads their SVA)."""
+    return _runs(_union(study, _read_by_outputs(study, "lanes"), study.run_set("ablation_modes"),
+                        study.run_set("dynamics_timeline")))  # fmt: skip
 
 
 def _once(condition: bool = True) -> list[Job]:
@@ -256,9 +260,9 @@ JOBS: dict[str, Callable[[Study], list[Job]]] = {
     "evaluate_clean": lambda s: _runs(_union(s, _read_by_outputs(s, "eval"),
                                              s.run_set("dynamics_timeline"))),
     "evaluate_step": _steps,
-    "patch_heads": lambda s: _runs(s.runs, TASKS),  # every run's concentration (rule all)
+    "patch_heads": lambda s: _runs(s.runs),  # every run's concentration (rule all), all tasks
     "patch_step": _steps,
-    "concentration": lambda s: _runs(s.runs, TASKS),
+    "concentration": lambda s: _runs(s.runs),
     "concentration_step": _steps,
     "compare_concentration": lambda s: [{"task": t} for t in TASKS] if s.pairs else [],
     "concentration_loss": lambda s: _once(),
@@ -379,6 +383,20 @@ class Projection:
     memory_mb: float
 
 
+#: Rules that became one job per run (every task) after earlier calibrations measured them
+#: one job per (run, task).
+PER_RUN_SINCE_CALIBRATED = ("patch_heads", "concentration", "lanes")
+
+
+def per_task_calibration(rule: str, m: Measured, study: Study) -> int:
+    """len(TASKS) when ``m`` measured ``rule`` one job per (run, task), i.e. in len(TASKS) ×
+    the jobs ``study`` now plans (benchmarks/rehearsal_cpu.tsv): a run's job then does at
+    most len(TASKS) × the largest task job's work; else 1."""
+    if rule not in PER_RUN_SINCE_CALIBRATED:
+        return 1
+    return len(TASKS) if m.jobs == len(TASKS) * len(JOBS[rule](study)) else 1
+
+
 def fit(
     measured: Mapping[str, Measured], study: Study, target: Study, on_gpu: Collection[str] = ()
 ) -> list[Projection]:
@@ -389,7 +407,8 @@ def fit(
     for rule, m in sorted(measured.items()):
         unit, units_of = UNITS.get(rule, ("job", _one))
         units, target_units = units_of(study), units_of(target)
-        seconds = m.seconds / units * target_units if units else m.seconds
+        measured_s = m.seconds * per_task_calibration(rule, m, study)
+        seconds = measured_s / units * target_units if units else measured_s
         if rule in BENCHMARKED:
             seconds = max(seconds, BENCHMARKED[rule][0] * target_units)
         base = 0.0 if rule in NO_MODEL else min(fixed, m.max_rss_mb)

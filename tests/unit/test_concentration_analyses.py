@@ -423,3 +423,58 @@ def test_bootstrap_cost_at_paper_scale():
     assert time.perf_counter() - start < 5.0
     assert boot.shape == (2000,) and np.all((boot >= 1) & (boot <= 144))
     assert concentration(d.mean(axis=0))["N_eff"] > 1
+
+
+# ----------------------------------------------------------------------- one job per run
+def test_one_job_for_every_task_equals_one_job_per_task(tmp_path):
+    """concentration.py and lanes.py take every task of a run in one job (the workflow's
+    granularity); each file's outputs are those of a job given that file alone, and a
+    missing output path per file is named."""
+    rng = np.random.default_rng(0)
+    labels = {"conditions": ["A"] * 4 + ["B"] * 4, "groups": list("uuvvwwww")}
+    tasks = {t: write_effects(tmp_path / f"{t}.parquet", rng.normal(size=(8, 2, 2)), task=t,
+                              extra_splits=[("discovery", rng.normal(size=(6, 2, 2)))], **labels)
+             for t in ("sva", "quote")}  # fmt: skip
+    kinds = ("summary", "heads", "robustness", "conditions", "logo")
+    settings = ["--bootstrap-seed", "3", "--permutation-seed", "4", "--n-bootstrap", "200",
+                "--n-permutations", "300"]  # fmt: skip
+    alone, together = tmp_path / "alone", tmp_path / "together"
+    for folder in (alone, together):
+        folder.mkdir()
+
+    def outs(folder, task):
+        return {k: folder / f"{task}.{k}.parquet" for k in kinds}
+
+    concentration, lanes = load_script("concentration"), load_script("lanes")
+    lane_args = ["--split", "discovery", "--n-permutations", "300", "--seed", "5"]
+    for task, path in tasks.items():
+        argv = ["--effects", str(path), *settings]
+        for k, p in outs(alone, task).items():
+            argv += [f"--out-{k}", str(p)]
+        assert concentration.main(argv) == 0
+        heads = outs(alone, task)["heads"]
+        assert lanes.main(["--heads", str(heads), *lane_args,
+                           "--out", str(alone / f"{task}.lanes.parquet")]) == 0  # fmt: skip
+    argv = ["--effects", *map(str, tasks.values()), *settings]
+    for k in kinds:
+        argv += [f"--out-{k}", *(str(outs(together, t)[k]) for t in tasks)]
+    assert concentration.main(argv) == 0
+    heads = [str(outs(together, t)["heads"]) for t in tasks]
+    lane_outs = [str(together / f"{t}.lanes.parquet") for t in tasks]
+    assert lanes.main(["--heads", *heads, *lane_args, "--out", *lane_outs]) == 0
+    for task in tasks:
+        for name in [*(f"{task}.{k}" for k in kinds), f"{task}.lanes"]:
+            a, b = (pq.read_table(f / f"{name}.parquet") for f in (alone, together))
+            assert a.num_rows > 0 and a.equals(b), name
+            assert a.to_pandas()["task"].eq(task).all(), name
+            # the provenance names the file's own effects, not the first task's
+            meta_a, meta_b = (read_parquet_metadata(f / f"{name}.parquet")
+                              for f in (alone, together))  # fmt: skip
+            assert meta_a["effects_sha256"] == meta_b["effects_sha256"], name
+    # one --out-heads for two files: refused before anything runs, naming the option
+    bad = ["--effects", *map(str, tasks.values()), *settings, "--out-summary", "a", "b",
+           "--out-heads", "c"]  # fmt: skip
+    with pytest.raises(SystemExit):
+        concentration.main(bad)
+    with pytest.raises(SystemExit):
+        lanes.main(["--heads", *heads, *lane_args, "--out", lane_outs[0]])

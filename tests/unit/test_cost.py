@@ -35,6 +35,26 @@ def test_benchmarks_are_read_per_rule_with_their_maxima(tmp_path):
     assert got["param_counts"] == cost.Measured("param_counts", 1, 1.5, 120.0)
 
 
+def test_a_calibration_measured_per_task_is_scaled_to_a_run():
+    """patch_heads, concentration and lanes are one job per run for every task; a
+    calibration that measured them one job per (run, task) (len(TASKS) × the jobs) has its
+    largest job's seconds × len(TASKS) (a run's jobs add up to no more), one that measured
+    them per run as measured."""
+    study = Study.from_config(MICRO)
+    runs, n_perm = len(study.runs), study.stage("lanes")["n_permutations"]
+    assert [len(cost.JOBS[r](study)) for r in ("patch_heads", "concentration")] == [runs, runs]
+    per_task = {"lanes": cost.Measured("lanes", 3 * runs, 2.0, 100.0)}
+    per_run = {"lanes": cost.Measured("lanes", runs, 2.0, 100.0)}
+    # units per job: every task's permutations; the study projected to itself
+    assert cost.UNITS["lanes"][1](study) == 3 * n_perm
+    (old,) = cost.fit(per_task, study, study)
+    (new,) = cost.fit(per_run, study, study)
+    assert old.seconds == pytest.approx(3 * 2.0) and new.seconds == pytest.approx(2.0)
+    # a rule that never was per task is never scaled, whatever its job count
+    clamps = cost.Measured("clamps", 3 * len(cost.JOBS["clamps"](study)), 2.0, 100.0)
+    assert cost.per_task_calibration("clamps", clamps, study) == 1
+
+
 def test_a_file_that_is_not_a_benchmark_is_refused_by_name(tmp_path):
     path = tmp_path / "benchmarks" / "lanes" / "x.tsv"
     path.parent.mkdir(parents=True)
@@ -60,8 +80,8 @@ def test_projection_by_hand():
     assert by_rule["lanes"].seconds == pytest.approx(40.0)
     assert by_rule["lanes"].memory_mb == pytest.approx(200.0)
     # patch_heads: same examples (time as measured); rows = min(examples, batch_size)
-    rows_small = min(cost._patched(small), small.stage("patching")["batch_size"])
-    rows_big = min(cost._patched(big), 2)
+    rows_small = min(cost._patched_task(small), small.stage("patching")["batch_size"])
+    rows_big = min(cost._patched_task(big), 2)
     want = 400.0 + (1000.0 - 400.0) * max(1.0, rows_big / rows_small)
     assert by_rule["patch_heads"].seconds == pytest.approx(8.0)
     assert by_rule["patch_heads"].memory_mb == pytest.approx(want)
@@ -94,7 +114,7 @@ def test_requests_are_what_the_dry_run_plans(tmp_path):
     (work / "slurm").symlink_to(REPO / "slurm")
     planned = cost.planned_requests("config.yaml", work)
     assert cost.request(planned, "lanes") == (1234, 7)
-    assert planned["lanes"]["jobs"] == len(Study.from_config(MICRO).runs) * 3
+    assert planned["lanes"]["jobs"] == len(Study.from_config(MICRO).runs)  # every task in one
     assert {"make_table", "catalog", "all"} <= cost.local_rules(REPO)
     assert "lanes" not in cost.local_rules(REPO)
 

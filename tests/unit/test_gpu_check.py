@@ -158,10 +158,10 @@ REHEARSAL_JOB_STATS = {
     "basis_family": 1, "make_tasks": 3, "param_counts": 1, "tokenize_corpus": 2, "train": 19,
     "train_timeline": 2, "evaluate_step": 2, "geometry_step": 2, "hash_checkpoint": 21,
     "make_table": 12, "patch_step": 2, "acdc": 1, "concentration_step": 2, "edges": 4,
-    "evaluate_clean": 21, "geometry_stats": 21, "patch_heads": 63, "scalar_ablation": 2,
-    "compare_concentration": 3, "concentration": 63, "lanes_step": 2, "leakage": 3,
+    "evaluate_clean": 21, "geometry_stats": 21, "patch_heads": 21, "scalar_ablation": 2,
+    "compare_concentration": 3, "concentration": 21, "lanes_step": 2, "leakage": 3,
     "make_figure": 10, "clamps": 3, "concentration_loss": 1, "coordinates": 4,
-    "exclusivity": 1, "lanes": 63, "checks": 1, "dynamics": 2, "make_document": 1, "catalog": 1,
+    "exclusivity": 1, "lanes": 21, "checks": 1, "dynamics": 2, "make_document": 1, "catalog": 1,
     "explorer": 1,
 }  # fmt: skip
 GPU_RULES = {"train", "train_timeline", "patch_heads", "patch_step", "edges", "coordinates"}
@@ -215,7 +215,8 @@ def test_projection_counts_the_paper_dag(dry_run):
     assert rows["train"]["jobs"] + rows["train_timeline"]["jobs"] == len(runs)
     assert rows["train_timeline"]["jobs"] == len(study.run_set("dynamics_timeline")) == 2
     assert rows["leakage"]["jobs"] == 3 * len(study.run_set("leakage")) == 15
-    assert rows["patch_heads"]["jobs"] == rows["concentration"]["jobs"] == 3 * len(runs)
+    # one job per run for every task: patch_heads, concentration, lanes
+    assert rows["patch_heads"]["jobs"] == rows["concentration"]["jobs"] == len(runs)
     assert rows["patch_step"]["jobs"] == 2 * len(study.timeline_steps) == 8
     assert rows["edges"]["jobs"] == len(study.run_set("edges")) == 15
     assert rows["acdc"]["jobs"] == len(study.run_set("acdc")) == 1
@@ -229,7 +230,7 @@ def test_projection_counts_the_paper_dag(dry_run):
     assert sec["jobs"] == sum(counts.values()) == sum(REHEARSAL_JOB_STATS.values()) + 30 + more
     # work per job: cost.UNITS (one task's examples per leakage job, §8's 240)
     assert rows["leakage"]["units_per_job"] == 240 and rows["clamps"]["units_per_job"] == 720
-    assert rows["patch_heads"]["units_per_job"] == 300 + 240 + 240  # holdout reserved
+    assert rows["patch_heads"]["units_per_job"] == 3 * (300 + 240 + 240)  # holdout reserved
     assert rows["patch_step"]["units_per_job"] == 300  # the lanes split only
     assert rows["train"]["units_per_job"] == 3 * 65_536 * 32 * 512 + 17 * 2_000_000
     # devices from config resources: training, patching, edges and coordinates in paper.yaml
@@ -367,8 +368,8 @@ def test_cpu_rules_come_from_a_rehearsals_benchmarks(tmp_path, monkeypatch):
     bench(results, "leakage", "learned-r-s42-sva", 2.0)
     bench(results, "leakage", "learned-r-s42-quote", 5.0)  # the max over jobs
     bench(results, "clamps", "learned-r-s42", 10.0)
-    bench(results, "lanes", "learned-r-s42-sva", 3.0)
-    bench(results, "patch_heads", "learned-r-s42-sva", 50.0)  # a GPU rule: not used
+    bench(results, "lanes", "learned-r-s42", 3.0)  # one job per run, every task
+    bench(results, "patch_heads", "learned-r-s42", 50.0)  # a GPU rule: not used
     sec, rows = projection(tmp_path, monkeypatch, rehearsal=results)
     assert sec["rehearsal"]["config"] == "config/rehearsal.yaml"
     # by hand, time ∝ units: rehearsal → paper (config/rehearsal.yaml's counts)
@@ -379,7 +380,7 @@ def test_cpu_rules_come_from_a_rehearsals_benchmarks(tmp_path, monkeypatch):
         "hash_checkpoint": 21 * 1.0,  # fixed work
         "leakage": 15 * 5.0 / n_eval * 240,  # evaluation examples → 240
         "clamps": 12 * 10.0 / (3 * n_eval) * (3 * 240),
-        "lanes": 63 * 3.0 / n_perm * 5000,  # permutations → 5,000
+        "lanes": 21 * 3.0 / (3 * n_perm) * (3 * 5000),  # per run: every task
     }
     for rule, seconds in want.items():
         row = rows[rule]

@@ -272,6 +272,32 @@ def run_patch_heads(paths, out: Path, splits="discovery,validation,evaluation"):
     )
 
 
+def test_patch_heads_takes_every_task_of_a_run_in_one_job(tmp_path):
+    """One job per run (the workflow's granularity): each task file's effects equal those of
+    a job given that file alone, the task named by the file; counts that differ are named."""
+    paths = make_fixture(tmp_path)
+    quote = tmp_path / "quote.parquet"  # the same examples under a second task's name
+    table = pq.read_table(paths["task"]).cast(TASK_SCHEMA)
+    meta = {"dataset_sha256": "cd" * 32, "task": "quote"}
+    write_parquet(quote, table, TASK_SCHEMA, metadata=meta)
+    base = ["--checkpoint", str(paths["checkpoint"]), "--manifest", str(paths["manifest"]),
+            "--splits", "discovery,evaluation", "--batch-size", "3", "--model-name", "learned",
+            "--seed", "42", "--device", "cpu"]  # fmt: skip
+    script = load_script("patch_heads")
+    alone = {t: tmp_path / f"alone-{t}.parquet" for t in ("sva", "quote")}
+    for task_file, out in zip((paths["task"], quote), alone.values(), strict=True):
+        assert script.main([*base, "--task", str(task_file), "--out", str(out)]) == 0
+    both = {t: tmp_path / f"both-{t}.parquet" for t in ("sva", "quote")}
+    argv = [*base, "--task", str(paths["task"]), str(quote), "--out", *map(str, both.values())]
+    assert script.main(argv) == 0
+    for task in ("sva", "quote"):
+        a, b = (pq.read_table(f[task]) for f in (alone, both))
+        assert a.num_rows > 0 and a.equals(b), task
+        assert set(a.column("task").to_pylist()) == {task}
+    with pytest.raises(SystemExit):  # two task files, one output
+        script.main([*base, "--task", str(paths["task"]), str(quote), "--out", str(alone["sva"])])
+
+
 def leakage_row_count() -> int:
     return sum(N_HEAD * (N_LAYER - 1 - l) * N_HEAD * 3 for l in range(N_LAYER))  # noqa: E741
 

@@ -1,5 +1,5 @@
 # Concentration of head-patching effects and the robustness analyses of docs §10.2–10.4
-# and §12: per (model, seed, task), then across models (paired bootstrap, loss vs N_eff).
+# and §12: per (model, seed) for every task, then across models (paired bootstrap, loss vs N_eff).
 # The pairs and models come from the study (headgeom.study, headgeom.selections).
 
 #: The bootstrap and permutation settings of every concentration job (final and per step).
@@ -9,19 +9,20 @@ RESAMPLING = {
 }
 
 
+# One job per run for every task (as patch_heads): the interpreter and its imports start once.
 rule concentration:
     input:
-        effects=PATHS["effects"],
+        effects=[PATHS["effects"].replace("{task}", t) for t in TASKS],
     output:
-        summary=PATHS["summary"],
-        heads=PATHS["heads"],
-        robustness=PATHS["robustness"],
-        conditions=PATHS["conditions"],
-        logo=PATHS["logo"],
+        summary=expand(PATHS["summary"], task=TASKS, allow_missing=True),
+        heads=expand(PATHS["heads"], task=TASKS, allow_missing=True),
+        robustness=expand(PATHS["robustness"], task=TASKS, allow_missing=True),
+        conditions=expand(PATHS["conditions"], task=TASKS, allow_missing=True),
+        logo=expand(PATHS["logo"], task=TASKS, allow_missing=True),
     log:
-        log_of("concentration", "{model}-s{seed}-{task}"),
+        log_of("concentration", "{model}-s{seed}"),
     benchmark:
-        benchmark_of("concentration", "{model}-s{seed}-{task}")
+        benchmark_of("concentration", "{model}-s{seed}")
     params:
         split=STUDY.stage("concentration")["split"],
         **RESAMPLING,

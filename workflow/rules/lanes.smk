@@ -1,12 +1,13 @@
+# One job per run for every task (as concentration): the interpreter and its imports start once.
 rule lanes:
     input:
-        heads=PATHS["heads"],
+        heads=[PATHS["heads"].replace("{task}", t) for t in TASKS],
     output:
-        PATHS["lanes"],
+        expand(PATHS["lanes"], task=TASKS, allow_missing=True),
     log:
-        log_of("lanes", "{model}-s{seed}-{task}"),
+        log_of("lanes", "{model}-s{seed}"),
     benchmark:
-        benchmark_of("lanes", "{model}-s{seed}-{task}")
+        benchmark_of("lanes", "{model}-s{seed}")
     params:
         split=STUDY.stage("lanes")["split"],
         n_permutations=STUDY.stage("lanes")["n_permutations"],
