@@ -356,6 +356,7 @@ def open_packed(path: str | os.PathLike, meta: Mapping[str, Any] | str | os.Path
 
 #: The files of a family's corpus, by manifest role.
 FILES = ("cpt_train", "cpt_train_meta", "pools")
+MANIFEST_RECORD = "samoe_hub_corpus_manifest"
 
 
 def build(cfg: Mapping[str, Any], out: Mapping[str, str | os.PathLike],
@@ -396,7 +397,7 @@ def build(cfg: Mapping[str, Any], out: Mapping[str, str | os.PathLike],
         write_json(out["cpt_train_meta"], meta)
         results.POOLS.write(out["pools"], pools, common)
         manifest = {
-            "record_type": "samoe_hub_corpus_manifest", **common,
+            "record_type": MANIFEST_RECORD, **common,
             "tokenizer": tok.provenance, "vocab_size": tok.vocab_size,
             "sources": {d: s.provenance for d, s in sources.items()},
             "n_tokens": {"cpt_train": stats.n_tokens}, "seq_len": T,
