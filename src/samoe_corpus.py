@@ -53,11 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cfg = json.loads(args.config_json)
     data, T, ds = cfg["data"], int(cfg["seq_len"]), cfg["downstream"]
-    if "sources" in data:
-        names = {d: s["repo_id"] for d, s in data["sources"].items()}
-        sys.exit(f"samoe_corpus: data.sources names the Hub corpora {names} (paper scale); this "
-                 "version builds the toy study's embedded domains only (SAMOE §3.3): streaming "
-                 "and packing the Hub corpora (§3.1) is not built yet")  # fmt: skip
+    if "sources" in data:  # SAMoEStudy.corpus_config never passes it
+        sys.exit("samoe_corpus: data.sources is read by the Hub families' own corpora "
+                 "(src/samoe_hub_corpus.py, rule samoe_hub_corpus); this job builds the toy "
+                 "study's embedded domains (SAMOE §3.3)")  # fmt: skip
     out = {name: args.out_dir / f"{name}.parquet" for name in FILES}
     manifest_path = args.out_dir / "manifest.json"
     tok = load_gpt2_tokenizer()

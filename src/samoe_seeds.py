@@ -10,6 +10,8 @@ models), K5 (each built model's total and active parameters are SAMOE §8's form
 
 ``samoe/seeds.json``: per run its init, checkpoint, dense-source and config hashes and the
 manifest content hash; per (family, seed) the logged checks; the registry's own content hash.
+``--pools`` and ``--corpus-manifest`` take one file per corpus, paired in order: the toy
+corpus's serve every toy family, a Hub family's (its manifest names the family) that family.
 """
 
 from __future__ import annotations
@@ -76,16 +78,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--init-manifests", nargs="+", type=Path, required=True)
     parser.add_argument("--manifests", nargs="+", type=Path, required=True)
     parser.add_argument("--dense-manifests-json", required=True)
-    parser.add_argument("--pools", required=True, type=Path)
-    parser.add_argument("--corpus-manifest", required=True, type=Path)
+    # one pools file per corpus: the toy corpus (every toy family) and each Hub family's own
+    parser.add_argument("--pools", required=True, nargs="+", type=Path)
+    parser.add_argument("--corpus-manifest", required=True, nargs="+", type=Path)
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
     runs = [tuple(r) for r in json.loads(args.runs_json)]
     if not len(runs) == len(args.step0) == len(args.init_manifests) == len(args.manifests):
         raise ValueError("samoe_seeds: one step-0 checkpoint, init manifest and manifest per run")
     dense = json.loads(args.dense_manifests_json)
-    verified_inputs(args.corpus_manifest, {"pools": args.pools})
-    frame = read_pools(args.pools)
+    frames = {}  # a Hub family's corpus manifest names it; the toy corpus's names none
+    for pools, corpus_manifest in zip(args.pools, args.corpus_manifest, strict=True):
+        frames[verified_inputs(corpus_manifest, {"pools": pools}).get("family")] = read_pools(pools)
     torch.set_num_threads(1)
     groups: dict[tuple, dict] = defaultdict(dict)
     inits, records = {}, []
@@ -108,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     for (family, seed), paths in groups.items():
         mine = {v: inits[(family, v, seed)] for v in paths}
         seed_checks.append({"family": family, "seed": int(seed),
-                            **step0_checks(paths, frame, mine)})  # fmt: skip
+                            **step0_checks(paths, frames.get(family, frames.get(None)),
+                                           mine)})  # fmt: skip
     registry = {"record_type": "samoe_seed_registry", "runs": records, "checks": seed_checks}
     registry["content_hash"] = content_hash({k: registry[k] for k in ("runs", "checks")})
     write_json(args.out, registry)

@@ -13,7 +13,6 @@ import json
 import sys
 from pathlib import Path
 
-from headgeom.data.tokenizer import EOT_ID
 from headgeom.hashing import content_hash
 from headgeom.samoe import results
 from headgeom.samoe.manifest import verified_inputs
@@ -29,7 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus-manifest", required=True, type=Path)
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)
-    verified_inputs(args.corpus_manifest, {"pools": args.pools})
+    # the corpus's EOS: GPT-2's for the toy corpus, the family tokenizer's for a Hub family
+    eos = verified_inputs(args.corpus_manifest, {"pools": args.pools})["eot_id"]
     layers = json.loads(args.layers_json)
     frame = read_pools(args.pools)
     sub = frame[(frame["role"] == "final") & frame["intervention"]]
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         sub["seq_id"].tolist(),
         gpt2_tokens(frame, "final", intervention=True),
         layers,
-        EOT_ID,
+        eos,
     )
     targets.insert(0, "family", args.family)
     registry = content_hash(targets.drop(columns="family").to_dict("list"))

@@ -7,7 +7,9 @@ only, the auxiliary losses; the same loop for all three variants.
         --checkpoint model.safetensors --train-log train_log.parquet --manifest manifest.json
 
 The step-0 checkpoint and the corpus files are verified against their manifests first; a
-config that differs from the one the step-0 model was upcycled with is refused.
+config that differs from the one the step-0 model was upcycled with is refused. A Hub
+family's stream (``samoe_hub_corpus``: ``cpt_train.bin``) is memory-mapped, never read into
+memory; the toy's (``cpt_train.parquet``) is read and mapped to the compact vocabulary.
 
 On CUDA when one is present (``--device``); under ``torchrun`` one rank per GPU (NCCL; gloo
 on CPUs), each on its share of every batch (``headgeom.samoe.cpt``), rank 0 writing.
@@ -32,11 +34,14 @@ import torch
 from headgeom.data.corpus import compact, read_tokens
 from headgeom.data.corpus_sources import all_or_nothing
 from headgeom.hashing import content_hash, manifest_hash
+from headgeom.io import read_json
 from headgeom.runtime import set_threads
 from headgeom.samoe import results
 from headgeom.samoe.checkpoint import load_verified_moe, save_moe
 from headgeom.samoe.config import CPTConfig
 from headgeom.samoe.cpt import continued_pretraining
+from headgeom.samoe.hub_corpus import MANIFEST_RECORD as HUB_CORPUS
+from headgeom.samoe.hub_corpus import open_cpt_stream
 from headgeom.samoe.manifest import run_manifest, verified_inputs, write_run_manifest
 from headgeom.training.loop import resolve_device, seed_everything
 from headgeom.training.preemption import EXIT_PREEMPTED, Preempted, on_signals
@@ -84,9 +89,16 @@ def main(argv: list[str] | None = None) -> int:
         raise ValueError(f"{args.init_manifest}: the step-0 model was upcycled with config "
                          f"{init['config_hash'][:12]}, this job's is {content_hash(cfg)[:12]}; "
                          "rerun samoe_upcycle")  # fmt: skip
-    files = {"cpt_train": args.corpus_dir / "cpt_train.parquet"}
-    verified_inputs(args.corpus_dir / "manifest.json", files)
-    tokens = compact(read_tokens(files["cpt_train"]), vocab)
+    corpus_manifest = args.corpus_dir / "manifest.json"
+    manifests = {"init": args.init_manifest}
+    if read_json(corpus_manifest)["record_type"] == HUB_CORPUS:  # a Hub family: memory-mapped
+        tokens = open_cpt_stream(args.corpus_dir, vocab)  # verified against the manifest
+        files = {"cpt_train_meta": args.corpus_dir / "cpt_train.json"}  # the manifest binds
+        manifests["corpus"] = corpus_manifest  # the stream's SHA-256: not hashed twice
+    else:
+        files = {"cpt_train": args.corpus_dir / "cpt_train.parquet"}
+        verified_inputs(corpus_manifest, files)
+        tokens = compact(read_tokens(files["cpt_train"]), vocab)
     cpt = CPTConfig.from_dict(cfg["cpt"])
     seed_everything(cfg["seed"])  # nothing in the loop draws, but the global RNG is fixed
     resume = None
@@ -131,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                               {"config": cfg, "config_hash": content_hash(cfg)})  # fmt: skip
         write_run_manifest(args.manifest, run_manifest(
             "samoe_run_manifest", cfg, args.checkpoint,
-            {"step0": args.step0, **files}, {"init": args.init_manifest},
+            {"step0": args.step0, **files}, manifests,
             init_content_sha256=init["init"]["content_sha256"],
             final_loss=float(log["loss"].iloc[-1]), seconds=seconds,
             threads=args.threads, device=device.type, ranks=n_ranks))  # fmt: skip

@@ -53,6 +53,9 @@ NOT_PROJECTED = {
     "corpora (not built yet)",
     "samoe_dense": "the toy trains its dense source; the paper imports a Hub checkpoint",
     "samoe_import_dense": "a download of the pinned checkpoint (network bound)",
+    "samoe_hub_corpus": "a Hub family's corpus: streaming and tokenizing ~30B tokens (network "
+    "bound; the toy has no such job)",
+    "samoe_hub_downstream": "the paper's harness suite (not built yet)",
 }
 
 

@@ -30,6 +30,10 @@ SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "samoe.s
 TORCHRUN_SHUTDOWN_S = 150
 #: The CPT keys resolved per run (paper scale: the global batch, per-variant micro-batches).
 _PAPER_CPT_KEYS = ("global_batch_seqs", "microbatch")
+#: The data keys only the Hub families' corpora read (samoe_hub_corpus).
+_HUB_DATA_KEYS = ("sources", "batch_docs", "hub_timeout_s")
+#: The data keys only the toy corpus reads (samoe_corpus).
+_TOY_DATA_KEYS = ("dense_train_tokens", "val_tokens")
 
 
 def is_samoe(config: Mapping) -> bool:
@@ -66,6 +70,7 @@ class SAMoEStudy(ResourceRequests):
         yield self._check_batches
         yield self._check_sampling
         yield self._check_pools
+        yield self._check_hub_corpus
         yield self._check_resources
         for family in self.families:
             if self.is_toy(family):
@@ -99,6 +104,27 @@ class SAMoEStudy(ResourceRequests):
                 f"config probes.budgets: the top budget {top} exceeds the construction pool's "
                 f"{positions} positions ({pools['construction']} × {n_ctx})"
             )
+
+    def _check_hub_corpus(self) -> None:
+        """Hub families read their documents from data.sources, in whole sequences."""
+        if not self.hub_families:
+            return
+        data = self.config["data"]
+        if "sources" not in data:
+            raise ValueError(f"config data.sources: missing; the Hub families "
+                             f"{self.hub_families} read their corpus from it (a Hub dataset "
+                             "or local files per domain: prose, code, math)")  # fmt: skip
+        for domain, spec in data["sources"].items():
+            hub_keys = sorted(set(spec) & {"config", "data_dir", "split", "revision"})
+            if "files" in spec and hub_keys:
+                raise ValueError(f"config data.sources.{domain}: local files take no Hub keys "
+                                 f"{hub_keys}")  # fmt: skip
+        for family in self.hub_families:
+            n, T = data["cpt_train_tokens"], self.n_ctx(family)
+            if n % T:
+                raise ValueError(f"config data.cpt_train_tokens: {n} is not a multiple of "
+                                 f"{T}, the sequence length of family {family} (the stream "
+                                 "is whole packed sequences)")  # fmt: skip
 
     def _check_layers(self, family: str) -> None:
         n = self.n_layer(family)
@@ -248,13 +274,24 @@ class SAMoEStudy(ResourceRequests):
         return self.config[name]
 
     def corpus_config(self) -> dict:
-        """What rule samoe_corpus hashes: the data block, the toy families' context lengths
-        (pool sequence length) and the downstream suite."""
+        """What rule samoe_corpus hashes: the data block (less the Hub corpora's keys), the
+        toy families' context lengths (pool sequence length) and the downstream suite."""
+        data = {k: v for k, v in self.config["data"].items() if k not in _HUB_DATA_KEYS}
         return {
-            "data": self.config["data"],
-            "seq_len": min(self.n_ctx(f) for f in self.families),
+            "data": data,
+            "seq_len": min(self.n_ctx(f) for f in self.toy_families or self.families),
             "downstream": self.config["downstream"],
         }
+
+    def hub_corpus_config(self, family: str) -> dict:
+        """What rule samoe_hub_corpus hashes for a Hub family: its tokenizer (the dense
+        import's repository and revision), its sequence length and the data block (less the
+        toy corpus's keys)."""
+        if self.is_toy(family):
+            raise ValueError(f"family {family} reads the study's toy corpus (samoe_corpus)")
+        data = {k: v for k, v in self.config["data"].items() if k not in _TOY_DATA_KEYS}
+        return {"family": family, "tokenizer": dict(self.hf(family)),
+                "seq_len": self.n_ctx(family), "data": data}  # fmt: skip
 
     def dense_run_config(self, family: str) -> dict:
         return {"family": family, "dense": self.dense_config(family).to_dict(),

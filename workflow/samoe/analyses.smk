@@ -4,8 +4,8 @@
 
 rule samoe_targets:
     input:
-        pools=PATHS["pools"],
-        corpus_manifest=PATHS["corpus_manifest"],
+        pools=corpus_file("pools"),
+        corpus_manifest=corpus_file("corpus_manifest"),
     output:
         targets=PATHS["targets"],
     log:
@@ -29,9 +29,9 @@ rule samoe_quality:
     input:
         checkpoint=PATHS["checkpoint"],
         manifest=PATHS["manifest"],
-        pools=PATHS["pools"],
-        downstream=PATHS["downstream"],
-        corpus_manifest=PATHS["corpus_manifest"],
+        pools=corpus_file("pools"),
+        downstream=corpus_file("downstream"),
+        corpus_manifest=corpus_file("corpus_manifest"),
     output:
         quality=PATHS["quality"],
     log:
@@ -58,9 +58,9 @@ rule samoe_capture:
     input:
         checkpoint=PATHS["checkpoint"],
         manifest=PATHS["manifest"],
-        pools=PATHS["pools"],
+        pools=corpus_file("pools"),
         targets=PATHS["targets"],
-        corpus_manifest=PATHS["corpus_manifest"],
+        corpus_manifest=corpus_file("corpus_manifest"),
     output:
         state_geometry=PATHS["state_geometry"],
         local_suppression=PATHS["local_suppression"],
@@ -92,8 +92,8 @@ rule samoe_probes:
     input:
         checkpoint=PATHS["checkpoint"],
         manifest=PATHS["manifest"],
-        pools=PATHS["pools"],
-        corpus_manifest=PATHS["corpus_manifest"],
+        pools=corpus_file("pools"),
+        corpus_manifest=corpus_file("corpus_manifest"),
     output:
         probes=PATHS["probes"],
     log:
@@ -123,9 +123,9 @@ rule samoe_interventions:
     input:
         checkpoint=PATHS["checkpoint"],
         manifest=PATHS["manifest"],
-        pools=PATHS["pools"],
+        pools=corpus_file("pools"),
         targets=PATHS["targets"],
-        corpus_manifest=PATHS["corpus_manifest"],
+        corpus_manifest=corpus_file("corpus_manifest"),
     output:
         interventions=PATHS["interventions"],
         rankings=PATHS["rankings"],
@@ -154,9 +154,9 @@ rule samoe_li:
     input:
         checkpoint=PATHS["checkpoint"],
         manifest=PATHS["manifest"],
-        pools=PATHS["pools"],
+        pools=corpus_file("pools"),
         targets=PATHS["targets"],
-        corpus_manifest=PATHS["corpus_manifest"],
+        corpus_manifest=corpus_file("corpus_manifest"),
     output:
         li=PATHS["li"],
         rankings=PATHS["li_rankings"],
@@ -185,9 +185,9 @@ rule samoe_audit_cost:
     input:
         checkpoints=lambda w: cost_runs("checkpoint", w.family),
         manifests=lambda w: cost_runs("manifest", w.family),
-        pools=PATHS["pools"],
+        pools=corpus_file("pools"),
         targets=PATHS["targets"],
-        corpus_manifest=PATHS["corpus_manifest"],
+        corpus_manifest=corpus_file("corpus_manifest"),
     output:
         audit_cost=PATHS["audit_cost"],
         runtime=PATHS["runtime"],

@@ -60,6 +60,31 @@ def run_json(wildcards):
 
 
 
+#: The corpus files a family's jobs read: the study's toy corpus (rule samoe_corpus) for a
+#: toy family, the family's own (rule samoe_hub_corpus) for a Hub family.
+CORPUS_FILES = {
+    "cpt_train": ("corpus_cpt_train", "hub_cpt_train"),
+    "pools": ("pools", "hub_pools"),
+    "downstream": ("downstream", "hub_downstream"),
+    "corpus_manifest": ("corpus_manifest", "hub_corpus_manifest"),
+}
+
+
+def corpus_file(name):
+    """An input function: the corpus file ``name`` of the job's family."""
+    toy, hub = CORPUS_FILES[name]
+    return lambda wildcards: (
+        PATHS[toy]
+        if STUDY.is_toy(wildcards["family"])
+        else PATHS[hub].format(family=wildcards["family"])
+    )
+
+
+def corpus_files_of(name, families):
+    """The corpus file ``name`` of each of ``families`` (one per corpus, in family order)."""
+    return list(dict.fromkeys(corpus_file(name)({"family": f}) for f in families))
+
+
 def directory_of(key):
     """A params function: the directory of the job's input or output file ``key``."""
     return lambda wildcards, input, output: os.path.dirname(

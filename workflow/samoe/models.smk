@@ -55,6 +55,56 @@ rule samoe_dense:
         "--threads {threads} 2> {log}"
 
 
+# Paper scale: a Hub family's own corpus (its tokenizer, the three Hub corpora packed into a
+# memory-mapped stream, its held-out pools).
+rule samoe_hub_corpus:
+    wildcard_constraints:
+        family=STUDY.pattern(STUDY.hub_families),
+    output:
+        cpt_train=PATHS["hub_cpt_train"],
+        cpt_train_meta=PATHS["hub_cpt_train_meta"],
+        pools=PATHS["hub_pools"],
+        manifest=PATHS["hub_corpus_manifest"],
+    log:
+        log_of("samoe_hub_corpus", "{family}"),
+    benchmark:
+        benchmark_of("samoe_hub_corpus", "{family}")
+    params:
+        cfg=json_param(STUDY.hub_corpus_config, "family"),
+        out_dir=directory_of("manifest"),
+    threads: STUDY.threads("samoe_hub_corpus")
+    resources:
+        **STUDY.resources("samoe_hub_corpus", mem_mb=8000, runtime=1440),
+    conda:
+        "../../envs/headgeom.yaml"
+    shell:
+        "python src/samoe_hub_corpus.py --config-json {params.cfg:q} --out-dir {params.out_dir} "
+        "--threads {threads} 2> {log}"
+
+
+# The paper's downstream suite (lm-evaluation-harness tasks in the family's tokenizer) is not
+# built: this job stops and says so.
+rule samoe_hub_downstream:
+    wildcard_constraints:
+        family=STUDY.pattern(STUDY.hub_families),
+    output:
+        downstream=PATHS["hub_downstream"],
+    log:
+        log_of("samoe_hub_downstream", "{family}"),
+    benchmark:
+        benchmark_of("samoe_hub_downstream", "{family}")
+    params:
+        cfg=lambda wildcards: as_json(STUDY.config["downstream"]),
+    threads: 1
+    resources:
+        **STUDY.resources("samoe_hub_downstream", mem_mb=1000, runtime=10),
+    conda:
+        "../../envs/headgeom.yaml"
+    shell:
+        "python src/samoe_hub_downstream.py --family {wildcards.family} "
+        "--downstream-json {params.cfg:q} --out {output.downstream} 2> {log}"
+
+
 # Paper scale: the family's pinned Hub checkpoint instead of a toy dense training.
 rule samoe_import_dense:
     wildcard_constraints:
@@ -108,8 +158,8 @@ rule samoe_train:
     input:
         step0=PATHS["step0"],
         init=PATHS["init_manifest"],
-        corpus=PATHS["corpus_cpt_train"],
-        corpus_manifest=PATHS["corpus_manifest"],
+        corpus=corpus_file("cpt_train"),
+        corpus_manifest=corpus_file("corpus_manifest"),
     output:
         checkpoint=PATHS["checkpoint"],
         log=PATHS["train_log"],
@@ -145,8 +195,8 @@ rule samoe_seeds:
         init=per_run("init_manifest", STUDY.runs),
         manifests=per_run("manifest", STUDY.runs),
         dense=[PATHS["dense_manifest"].format(family=f) for f in STUDY.families],
-        pools=PATHS["pools"],
-        corpus_manifest=PATHS["corpus_manifest"],
+        pools=corpus_files_of("pools", STUDY.families),
+        corpus_manifest=corpus_files_of("corpus_manifest", STUDY.families),
     output:
         seeds=PATHS["seeds"],
     log:

@@ -208,40 +208,49 @@ def _hub_dataset_info(repo_id: str, revision: str, timeout: float) -> Any:
     )
 
 
-def check_hub(cfg: Mapping[str, Any]) -> str:
+def check_hub(cfg: Mapping[str, Any], *, key: str = "corpus", hint: str = LOCAL_HINT) -> str:
     """Ask the Hub for the pinned revision before reading anything; return the commit.
 
     Raises CorpusSourceError at once when offline, unreachable, the dataset is missing or the
-    revision does not exist.
+    revision does not exist. ``key`` is the config block the messages tell the user to set
+    and ``hint`` how to avoid the Hub (the SA-MoE corpora pass their own). A revision that is
+    not a full commit (a branch such as ``main``) is resolved, and the commit returned.
     """
     from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
 
     repo, revision = cfg["dataset"], cfg["revision"]
+    repo_key = "dataset" if key == "corpus" else "repo_id"
     where = f"dataset {repo} (config {cfg['dataset_config']}) at revision {revision}"
     if _offline():
         raise CorpusSourceError(
             f"cannot read {where}: offline mode is set (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE). "
-            + LOCAL_HINT
+            + hint
         )
     try:
         info = _hub_dataset_info(repo, revision, float(cfg["hub_timeout_s"]))
     except RevisionNotFoundError as err:
         raise CorpusSourceError(
             f"revision {revision} of dataset {repo} does not exist on the Hub ({err}); set "
-            "corpus.revision to a full commit of that repository (docs §3.1 pins "
-            "87f09149ef4734204d70ed1d046ddc9ca3f2b8f9 for FineWeb-Edu)"
+            f"{key}.revision to a full commit of that repository"
+            + (
+                " (docs §3.1 pins 87f09149ef4734204d70ed1d046ddc9ca3f2b8f9 for FineWeb-Edu)"
+                if key == "corpus"
+                else ""
+            )
         ) from None
     except RepositoryNotFoundError as err:
         raise CorpusSourceError(
-            f"dataset {repo} was not found on the Hub ({err}); check corpus.dataset. " + LOCAL_HINT
+            f"dataset {repo} was not found on the Hub ({err}); check {key}.{repo_key}. " + hint
         ) from None
     except Exception as err:  # noqa: BLE001 - any transport failure means "no Hub"
         endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
         raise CorpusSourceError(
             f"cannot reach the Hugging Face Hub at {endpoint} for {where} "
-            f"({type(err).__name__}: {err}; timeout {cfg['hub_timeout_s']} s). " + LOCAL_HINT
+            f"({type(err).__name__}: {err}; timeout {cfg['hub_timeout_s']} s). " + hint
         ) from None
     sha = getattr(info, "sha", None)
+    if not REVISION_RE.match(revision):  # a branch: the commit it names now
+        return sha or revision
     if sha is not None and sha != revision:
         raise CorpusSourceError(f"{where}: the Hub resolved the revision to {sha}, not the pin")
     return revision

@@ -16,6 +16,12 @@ TEMPLATES = {
     "pools": "samoe/corpus/pools.parquet",
     "downstream": "samoe/corpus/downstream.parquet",
     "corpus_manifest": "samoe/corpus/manifest.json",
+    # the corpus of a Hub family (SAMOE §3.1, §3.2): its own tokenizer, one job per family
+    "hub_cpt_train": "samoe/corpus/{family}/cpt_train.bin",
+    "hub_cpt_train_meta": "samoe/corpus/{family}/cpt_train.json",
+    "hub_pools": "samoe/corpus/{family}/pools.parquet",
+    "hub_downstream": "samoe/corpus/{family}/downstream.parquet",
+    "hub_corpus_manifest": "samoe/corpus/{family}/manifest.json",
     # the dense source of a family (SAMOE §4)
     "dense": "samoe/{family}/dense/model.safetensors",
     "dense_log": "samoe/{family}/dense/train_log.parquet",

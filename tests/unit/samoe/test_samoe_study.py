@@ -110,11 +110,21 @@ def test_every_problem_is_reported_at_once():
     assert len(lines) == 2
 
 
-def test_paper_family_has_the_published_shape():
-    config = copy.deepcopy(DEMO)
+LOCAL_SOURCES = {d: {"files": [f"/data/{d}/*.parquet"], "format": "parquet"}
+                 for d in ("prose", "code", "math")}  # fmt: skip
+
+
+def _hub(config: dict) -> dict:
+    """``config`` with one Hub family (SmolLM2) and its corpus keys."""
     config["families"] = {"smollm2": {"hf": {"repo_id": "HuggingFaceTB/SmolLM2-135M",
                                              "revision": "a" * 40}}}  # fmt: skip
     config["interventions"]["target_layers"] = [12, 16, 21, 25]
+    config["data"].update(sources=copy.deepcopy(LOCAL_SOURCES), cpt_train_tokens=64 * 2048)
+    return config
+
+
+def test_paper_family_has_the_published_shape():
+    config = _hub(copy.deepcopy(DEMO))
     s = Study.from_config(config)
     assert s.n_layer("smollm2") == 30 and s.n_ctx("smollm2") == 2048
     assert not s.is_toy("smollm2")
@@ -156,3 +166,51 @@ def test_paper_runs_train_on_eight_ranks_with_each_variants_micro_batches():
     demo = Study.from_config(DEMO)
     assert demo.train_launcher == "python"
     assert demo.run_config("toy", "latest", 42)["cpt"]["micro_batch"] == 0  # one pass
+
+
+def test_hub_corpus_config_and_its_keys():
+    s = Study.from_config(_hub(copy.deepcopy(DEMO)))
+    cfg = s.hub_corpus_config("smollm2")
+    # the tokenizer is the dense import's own repository and revision
+    assert cfg["tokenizer"] == s.import_config("smollm2")["hf"] and cfg["seq_len"] == 2048
+    assert cfg["data"]["sources"] == LOCAL_SOURCES and cfg["data"]["cpt_train_tokens"] == 131072
+    assert "dense_train_tokens" not in cfg["data"] and "val_tokens" not in cfg["data"]
+    # the toy corpus's hashed config never sees the Hub keys (the toy demo's bytes)
+    toy = Study.from_config(DEMO)
+    assert "sources" not in toy.corpus_config()["data"]
+    mixed = _hub(copy.deepcopy(DEMO))
+    mixed["families"]["toy"] = DEMO["families"]["toy"]
+    mixed["interventions"]["target_layers"] = [6, 7, 6, 7]
+    pairs = [[14, 15]]
+    mixed["families"]["smollm2"].update(target_layers=[12, 16, 21, 25], probe_pairs=pairs,
+                                        long_horizon=pairs)  # fmt: skip
+    m = Study.from_config(mixed)
+    expected = copy.deepcopy(toy.corpus_config())  # the toy corpus beside a Hub one: only the
+    expected["data"]["cpt_train_tokens"] = 131072  # shared budget differs
+    assert m.corpus_config() == expected
+    assert m.hub_families == ["smollm2"] and m.toy_families == ["toy"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: d.pop("sources"), "config data.sources: missing; the Hub families ['smollm2']"),
+        (lambda d: d.update(cpt_train_tokens=1_000_000),
+         "config data.cpt_train_tokens: 1000000 is not a multiple of 2048"),
+        (lambda d: d["sources"]["code"].update(fmt="csv"),
+         "config data.sources.code: unknown key 'fmt' (did you mean 'format'?)"),
+        (lambda d: d["sources"]["math"].update(format="csv"),
+         "config data.sources.math.format: 'csv' is not allowed"),
+        (lambda d: d["sources"]["math"].update(config="x"),
+         "config data.sources.math: local files take no Hub keys ['config']"),
+        (lambda d: d["sources"].update(code={"text_column": "content"}), "data.sources.code"),
+        (lambda d: d["sources"].update(prose={"repo_id": "x/y", "revision": "main"}),
+         "data.sources.prose"),
+        (lambda d: d["sources"].update(poetry={"repo_id": "x/y"}), "poetry"),
+        (lambda d: d.update(batch_docs=0), "data.batch_docs"),
+    ],
+)  # fmt: skip
+def test_bad_hub_corpus_keys_are_named(edit, message):
+    config = _hub(copy.deepcopy(DEMO))
+    edit(config["data"])
+    assert message in problems(config)
