@@ -144,7 +144,8 @@ UNITS: dict[str, tuple[str, Callable[[Study], float]]] = {
         "n_permutations"]),
     "lanes_step": ("permutations", lambda s: s.stage("lanes")["n_permutations"]),
     "lanes_mode": ("permutations", lambda s: s.stage("lanes")["n_permutations"]),
-    "leakage": ("examples", lambda s: _split(s, "sva", s.stage("leakage")["split"])),
+    "leakage": ("examples (every task)", lambda s: sum(_split(s, t, s.stage("leakage")[
+        "split"]) for t in TASKS)),
     "clamps": ("examples (3 tasks)", lambda s: 3 * _split(s, "sva", s.stage("clamps")["split"])),
     "edges": ("examples", lambda s: s.stage("edges")["n_examples"]),
     "acdc": ("examples", lambda s: s.stage("edges")["n_examples"]),
@@ -268,7 +269,7 @@ JOBS: dict[str, Callable[[Study], list[Job]]] = {
     "concentration_loss": lambda s: _once(),
     "lanes": _lanes,
     "lanes_step": _steps,
-    "leakage": lambda s: _runs(s.run_set("leakage"), TASKS),
+    "leakage": lambda s: _runs(s.run_set("leakage")),
     "exclusivity": lambda s: _once(bool(s.run_set("leakage"))),
     "clamps": lambda s: _runs(s.run_set("clamps")),
     "geometry_stats": lambda s: _runs(s.runs),  # every run's summary (rule checks)
@@ -385,7 +386,7 @@ class Projection:
 
 #: Rules that became one job per run (every task) after earlier calibrations measured them
 #: one job per (run, task).
-PER_RUN_SINCE_CALIBRATED = ("patch_heads", "concentration", "lanes")
+PER_RUN_SINCE_CALIBRATED = ("patch_heads", "concentration", "lanes", "leakage")
 
 
 def per_task_calibration(rule: str, m: Measured, study: Study) -> int:

@@ -159,7 +159,7 @@ REHEARSAL_JOB_STATS = {
     "train_timeline": 2, "evaluate_step": 2, "geometry_step": 2, "hash_checkpoint": 21,
     "make_table": 12, "patch_step": 2, "acdc": 1, "concentration_step": 2, "edges": 4,
     "evaluate_clean": 21, "geometry_stats": 21, "patch_heads": 21, "scalar_ablation": 2,
-    "compare_concentration": 3, "concentration": 21, "lanes_step": 2, "leakage": 3,
+    "compare_concentration": 3, "concentration": 21, "lanes_step": 2, "leakage": 1,
     "make_figure": 10, "clamps": 3, "concentration_loss": 1, "coordinates": 4,
     "exclusivity": 1, "lanes": 21, "checks": 1, "dynamics": 2, "make_document": 1, "catalog": 1,
     "explorer": 1,
@@ -208,14 +208,14 @@ def test_projection_counts_the_paper_dag(dry_run):
                                       "compare_modes"}  # fmt: skip
     assert {r: row["jobs"] for r, row in rows.items()} == {r: n for r, n in counts.items() if n}
     # the Study's run sets, by hand for the paper: 12 clamp runs, 21 runs trained (2 of them
-    # timelines), 5 leakage runs × 3 tasks, 4 timeline steps × 2 timeline runs (SVA)
+    # timelines), 5 leakage runs (every task in one job), 4 timeline steps × 2 timeline runs
     runs = study.runs
     assert sec["runs"] == len(runs) == 21
     assert rows["clamps"]["jobs"] == len(study.run_set("clamps")) == 12
     assert rows["train"]["jobs"] + rows["train_timeline"]["jobs"] == len(runs)
     assert rows["train_timeline"]["jobs"] == len(study.run_set("dynamics_timeline")) == 2
-    assert rows["leakage"]["jobs"] == 3 * len(study.run_set("leakage")) == 15
-    # one job per run for every task: patch_heads, concentration, lanes
+    # one job per run for every task: patch_heads, concentration, lanes, leakage
+    assert rows["leakage"]["jobs"] == len(study.run_set("leakage")) == 5
     assert rows["patch_heads"]["jobs"] == rows["concentration"]["jobs"] == len(runs)
     assert rows["patch_step"]["jobs"] == 2 * len(study.timeline_steps) == 8
     assert rows["edges"]["jobs"] == len(study.run_set("edges")) == 15
@@ -225,11 +225,11 @@ def test_projection_counts_the_paper_dag(dry_run):
     assert rows["scalar_ablation"]["jobs"] == len(study.run_set("dynamics_ablation")) == 5
     # the paper's DAG: the rehearsal's, with 3 more timeline steps (4, not 1) in 5 step rules
     # and the analyses on all their runs (the rehearsal: one run of each family)
-    analyses = {"clamps": 12, "edges": 15, "leakage": 15, "scalar_ablation": 5, "coordinates": 13}
+    analyses = {"clamps": 12, "edges": 15, "leakage": 5, "scalar_ablation": 5, "coordinates": 13}
     more = sum(n - REHEARSAL_JOB_STATS[r] for r, n in analyses.items())
     assert sec["jobs"] == sum(counts.values()) == sum(REHEARSAL_JOB_STATS.values()) + 30 + more
-    # work per job: cost.UNITS (one task's examples per leakage job, §8's 240)
-    assert rows["leakage"]["units_per_job"] == 240 and rows["clamps"]["units_per_job"] == 720
+    # work per job: cost.UNITS (every task's examples per leakage job, §8's 240 each)
+    assert rows["leakage"]["units_per_job"] == 3 * 240 and rows["clamps"]["units_per_job"] == 720
     assert rows["patch_heads"]["units_per_job"] == 3 * (300 + 240 + 240)  # holdout reserved
     assert rows["patch_step"]["units_per_job"] == 300  # the lanes split only
     assert rows["train"]["units_per_job"] == 3 * 65_536 * 32 * 512 + 17 * 2_000_000
@@ -324,7 +324,7 @@ def test_each_rule_runs_on_its_resources_device(tmp_path, monkeypatch):
     sec, rows = projection(tmp_path, monkeypatch, config, **shared)
     assert {r for r, row in rows.items() if row["device"] == "GPU"} == GPU_RULES | {
         "leakage", "clamps", "edges"}  # fmt: skip
-    # leakage: 15 jobs of 240 examples at 4 examples/s of learned, × each model's FLOPs ratio
+    # leakage: 5 jobs of 3 × 240 examples at 4 examples/s of learned, × each model's FLOPs ratio
     leak = rows["leakage"]
     assert leak["rate_source"] == "GPU measured in this run"
     assert leak["seconds"] == pytest.approx(
@@ -365,8 +365,8 @@ def bench(root, rule, job, s, rss=100.0):
 def test_cpu_rules_come_from_a_rehearsals_benchmarks(tmp_path, monkeypatch):
     results = tmp_path / "rehearsal"
     bench(results, "hash_checkpoint", "learned-r-s42", 1.0)
-    bench(results, "leakage", "learned-r-s42-sva", 2.0)
-    bench(results, "leakage", "learned-r-s42-quote", 5.0)  # the max over jobs
+    bench(results, "leakage", "learned-r-s42", 2.0)
+    bench(results, "leakage", "learned-r-s43", 5.0)  # the max over jobs
     bench(results, "clamps", "learned-r-s42", 10.0)
     bench(results, "lanes", "learned-r-s42", 3.0)  # one job per run, every task
     bench(results, "patch_heads", "learned-r-s42", 50.0)  # a GPU rule: not used
@@ -378,7 +378,7 @@ def test_cpu_rules_come_from_a_rehearsals_benchmarks(tmp_path, monkeypatch):
     n_perm = rehearsal["lanes"]["n_permutations"]  # the paper's: 5,000
     want = {
         "hash_checkpoint": 21 * 1.0,  # fixed work
-        "leakage": 15 * 5.0 / n_eval * 240,  # evaluation examples → 240
+        "leakage": 5 * 5.0 / (3 * n_eval) * (3 * 240),  # evaluation examples → 240 a task
         "clamps": 12 * 10.0 / (3 * n_eval) * (3 * 240),
         "lanes": 21 * 3.0 / (3 * n_perm) * (3 * 5000),  # per run: every task
     }

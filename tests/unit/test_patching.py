@@ -296,6 +296,26 @@ def test_patch_heads_takes_every_task_of_a_run_in_one_job(tmp_path):
         assert set(a.column("task").to_pylist()) == {task}
     with pytest.raises(SystemExit):  # two task files, one output
         script.main([*base, "--task", str(paths["task"]), str(quote), "--out", str(alone["sva"])])
+    # leakage, one job per run too: each task's file that of a job given that task alone
+    leakage = load_script("leakage")
+    common = ["--checkpoint", str(paths["checkpoint"]), "--manifest", str(paths["manifest"]),
+              "--split", "evaluation", "--batch-size", "2", "--device", "cpu"]  # fmt: skip
+    tasks = {"sva": paths["task"], "quote": quote}
+    one = {t: tmp_path / f"leak-alone-{t}.parquet" for t in tasks}
+    for t, task_file in tasks.items():
+        argv = ["--task", str(task_file), "--effects", str(alone[t]), "--out", str(one[t])]
+        assert leakage.main([*common, *argv]) == 0
+    two = {t: tmp_path / f"leak-both-{t}.parquet" for t in tasks}
+    argv = ["--task", *map(str, tasks.values()), "--effects", *(str(both[t]) for t in tasks),
+            "--out", *map(str, two.values())]  # fmt: skip
+    assert leakage.main([*common, *argv]) == 0
+    for t in tasks:
+        a, b = pq.read_table(one[t]), pq.read_table(two[t])
+        assert a.num_rows > 0 and a.equals(b), t
+        assert read_parquet_metadata(two[t])["effects_sha256"] == sha256_file(both[t])
+    with pytest.raises(SystemExit):  # two tasks, one effects file
+        leakage.main([*common, "--task", *map(str, tasks.values()), "--effects", str(both["sva"]),
+                      "--out", *map(str, two.values())])  # fmt: skip
 
 
 def leakage_row_count() -> int:

@@ -1,15 +1,16 @@
+# One job per run for every task (as patch_heads): the checkpoint is verified and loaded once.
 rule leakage:
     input:
         checkpoint=PATHS["checkpoint"],
         manifest=PATHS["manifest"],
-        task=PATHS["task"],
-        effects=PATHS["effects"],
+        task=[PATHS["task"].format(task=t) for t in TASKS],
+        effects=[PATHS["effects"].replace("{task}", t) for t in TASKS],
     output:
-        PATHS["leakage"],
+        expand(PATHS["leakage"], task=TASKS, allow_missing=True),
     log:
-        log_of("leakage", "{model}-s{seed}-{task}"),
+        log_of("leakage", "{model}-s{seed}"),
     benchmark:
-        benchmark_of("leakage", "{model}-s{seed}-{task}")
+        benchmark_of("leakage", "{model}-s{seed}")
     params:
         split=STUDY.stage("leakage")["split"],
     threads: STUDY.threads("leakage")
