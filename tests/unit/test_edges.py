@@ -50,6 +50,27 @@ def test_kl_by_hand_and_its_float64_floor():
         E.kl_from_logits(torch.log_softmax(a, -1) - 1e-6, a)
 
 
+def test_kl_of_rows_is_the_plain_kl_bit_for_bit():
+    """The in-place, index_select KL of the engine's chunks (E.kl_of_rows) is
+    kl_from_logits on the gathered rows, bit for bit (same operations on the same values),
+    including a row equal to its example's logits (KL at the float64 floor: clamped to 0
+    or tiny, never negative)."""
+    torch.manual_seed(3)
+    V, B = 1000, 3
+    clean_logits = 4 * torch.randn(B, V, dtype=torch.float64)
+    clean_logp = torch.log_softmax(clean_logits, -1)
+    rows = torch.tensor([2, 0, 0, 1, 2, 1, 0])
+    logits = clean_logits[rows] + 0.3 * torch.randn(len(rows), V, dtype=torch.float64)
+    logits[3] = clean_logits[1]  # the clean distribution itself: KL at the floor
+    logits32 = logits.float()  # a float32 model's logits, log-softmaxed in float64
+    for lg in (logits, logits32):
+        got = E.kl_of_rows(clean_logp, clean_logp.exp(), rows, lg)
+        want = E.kl_from_logits(clean_logp[rows], lg)
+        assert torch.equal(got, want)
+        others = got[torch.arange(len(rows)) != 3]
+        assert (got >= 0).all() and got[3] < 1e-12 and (others > 1e-3).all()
+
+
 def test_edge_counts_at_paper_shape():
     # Σ_{l<l'} H·H·3 by direct enumeration, not the closed form
     def count(L, H):

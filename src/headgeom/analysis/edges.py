@@ -213,15 +213,37 @@ def final_state(model, x: torch.Tensor) -> torch.Tensor:
 def final_kl(model, clean_logp: torch.Tensor, rows: torch.Tensor, x: torch.Tensor, chunk=256):
     """KL(P_clean ‖ Q) (R,) float64 from the residual ``x`` (R, S, D) leaving the last block,
     row r against example ``rows[r]`` of ``clean_logp`` (B, V) float64: the logits in the
-    model's dtype, then :func:`kl_from_logits`, ``chunk`` rows at a time (memory: a few
+    model's dtype, then :func:`kl_of_rows`, ``chunk`` rows at a time (memory: a few
     chunk × V float64 arrays)."""
     h = final_state(model, x)
+    clean_p = clean_logp.exp()  # (B, V): once, not once per row
     return torch.cat(
         [
-            kl_from_logits(clean_logp[rows[i : i + chunk]], h[i : i + chunk] @ model.wte.weight.T)
+            kl_of_rows(
+                clean_logp, clean_p, rows[i : i + chunk], h[i : i + chunk] @ model.wte.weight.T
+            )
             for i in range(0, len(h), chunk)
         ]
     )
+
+
+def kl_of_rows(
+    clean_logp: torch.Tensor, clean_p: torch.Tensor, rows: torch.Tensor, logits: torch.Tensor
+) -> torch.Tensor:
+    """:func:`kl_from_logits` of row r of ``logits`` (R, V) against example ``rows[r]`` of
+    ``clean_logp`` (B, V), with ``clean_p`` = its exp: the same operations on the same
+    values, bit for bit, with the rows gathered by ``index_select`` and the difference and
+    product written in place (the KL is a fifth of the edge engine's time: three (R, V)
+    float64 passes and two allocations fewer)."""
+    logq = F.log_softmax(logits.double(), dim=-1)
+    buf = torch.index_select(clean_logp, 0, rows)
+    terms = torch.sub(buf, logq, out=logq)  # log p − log q
+    terms.mul_(torch.index_select(clean_p, 0, rows, out=buf))
+    kl = terms.sum(-1)
+    if (kl < 0).any():  # rare: recompute those rows for the floor check of kl_of_logp
+        neg = (kl < 0).nonzero()[:, 0]
+        kl[neg] = kl_from_logits(clean_logp[rows[neg]], logits[neg])
+    return kl
 
 
 def writer_deltas(model, z_clean: dict, z_ref: dict, layers: range) -> list[torch.Tensor]:
