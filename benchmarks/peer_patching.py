@@ -33,7 +33,8 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from patching_engine import paper_model, task_examples  # noqa: E402
+from patching_engine import engine_flops, paper_model, task_examples, tl_flops  # noqa: E402
+from peer_edges import matmul_rate  # noqa: E402
 from peers import envs, exchange  # noqa: E402
 
 #: Agreement an exact peer must reach (max |Δe| against ours, float32 both sides).
@@ -50,6 +51,22 @@ def run_ours(model, pairs, repeats: int = 3) -> tuple[np.ndarray, float, float]:
         clean_ld, patched = patch_all_heads_fast(model, *pairs, batch_size=len(pairs[0]))
         best = min(best, (time.perf_counter() - wall, time.process_time() - cpu))
     return (clean_ld[:, None, None] - patched).mean(axis=0), *best
+
+
+def flop_bounds(model, pairs) -> tuple[float, float]:
+    """Matmul FLOPs of our engine on ``pairs`` and of one full forward per head with every
+    position's logits (what TransformerLens's and nnsight's per-head loops run; pyvene runs
+    the source forward again each time), per equal-length group as both engines batch."""
+    from headgeom.analysis.batching import first_difference
+
+    clean, ref = pairs[0], pairs[1]
+    ours = full = 0
+    for T in sorted({len(c) for c in clean}):
+        group = [i for i, c in enumerate(clean) if len(c) == T]
+        p = min(min(first_difference(clean[i], ref[i]) for i in group), T - 1)
+        ours += engine_flops(model.cfg, len(group), T, p)
+        full += tl_flops(model.cfg, len(group), T)
+    return ours, full
 
 
 def run_peer(peer: envs.Peer, folder: Path, threads: int) -> dict:
@@ -85,12 +102,21 @@ def main(argv: list[str] | None = None) -> int:
     root = args.keep or Path(tempfile.mkdtemp(prefix="peer-patching-"))
     exchange.write_exchange(model, task_examples("sva", 1, "evaluation"), root)  # the model
     failed = []
+    rate = matmul_rate(next(model.parameters()).dtype)
     for n in args.n_examples:
         pairs = task_examples("sva", n, "evaluation")
         exchange.write_examples(root / "examples.parquet", pairs)
         e, wall, cpu = run_ours(model, pairs)
         print(f"{n:3d} {'headgeom (ours)':22} {'':26} {wall:9.2f} {cpu:9.2f} {'1.0/1.0':>14} "
               f"{'—':>9}  patch_all_heads_fast (max |e| {np.abs(e).max():.2e})")  # fmt: skip
+        ours_flops, loop_flops = flop_bounds(model, pairs)
+        floor = ours_flops / rate  # our engine's time were every FLOP at the matmul rate
+        print(f"    FLOP model: ours {ours_flops / 1e9:.0f} GFLOP ({ours_flops / wall / 1e9:.0f} "
+              f"GFLOP/s, {ours_flops / wall / rate:.2f} of this CPU's matmul rate "
+              f"{rate / 1e9:.0f} GFLOP/s); a full forward per head {loop_flops / 1e9:.0f} "
+              f"GFLOP, ×{loop_flops / ours_flops:.1f} ours. At the matmul rate ours would take "
+              f"{floor:.2f} s: a peer taking t s is at most t / {floor:.2f} × ours for any exact "
+              "engine doing our FLOPs")  # fmt: skip
         for peer in ready:
             r = run_peer(peer, root, args.threads)
             delta = float(np.abs(r["effects"] - e).max())
@@ -98,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
                 failed.append((n, peer.name, delta))
             ratio = f"{r['wall'] / wall:.1f}/{r['cpu'] / cpu:.1f}"
             print(f"{n:3d} {peer.name:22} {r['version']:26} {r['wall']:9.2f} {r['cpu']:9.2f} "
-                  f"{ratio:>14} {delta:9.2e}  {peer.what}")  # fmt: skip
+                  f"{ratio:>14} {delta:9.2e}  {peer.what} (bound at the matmul rate: "
+                  f"{r['wall'] / floor:.0f}×; runs at {loop_flops / r['wall'] / 1e9:.0f} "
+                  "GFLOP/s of a per-head loop's FLOPs)")  # fmt: skip
     for n, name, delta in failed:
         print(f"NOT EXACT: {name} at n={n}: max |Δe| {delta:.2e} > {EXACT:g}")
     return 1 if failed else 0
