@@ -6,13 +6,14 @@ not telescope into causal terms, so its history metrics are 0 / 1 / 1 by constru
 (state bounds), K6 (ledger), K7 (logits), K8 (state-only replay; Persistent only, where
 writes add) and K9 (λ = 1) run first:
 a failure stops the job before any output is written, and the residuals are recorded in the
-metadata of the files they guard.
+metadata of the files they guard. ``--device`` (auto: CUDA when present) holds the model and
+every tensor; the frames are built from host copies, and each file records the device.
 
     python src/samoe_capture.py --run-json '{"family":"toy","variant":"persistent","seed":42}' \\
         --config-json '{...analysis config...}' --checkpoint model.safetensors \\
         --manifest manifest.json --pools pools.parquet --targets targets.parquet \\
         --corpus-manifest manifest.json --state-geometry g.parquet \\
-        --local-suppression l.parquet --history h.parquet
+        --local-suppression l.parquet --history h.parquet [--device auto|cpu|cuda]
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import pandas as pd
 import torch
 
 from headgeom.data.corpus_sources import all_or_nothing
-from headgeom.runtime import set_threads
+from headgeom.runtime import analysis_device, set_threads
 from headgeom.samoe import results
 from headgeom.samoe.capture import capture, check_state_bounds, state_geometry
 from headgeom.samoe.checkpoint import load_verified_moe
@@ -52,11 +53,17 @@ def main(argv: list[str] | None = None) -> int:
                  "state-geometry", "local-suppression", "history"):  # fmt: skip
         parser.add_argument(f"--{name}", required=True, type=Path)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
     args = parser.parse_args(argv)
+    try:
+        device = analysis_device(args.device)
+    except ValueError as err:
+        parser.error(str(err))
     run, cfg = json.loads(args.run_json), json.loads(args.config_json)
     set_threads(args.threads)
     verified_inputs(args.corpus_manifest, {"pools": args.pools})
     model, vocab, manifest = load_verified_moe(args.checkpoint, args.manifest)
+    model = model.to(device)
     clamp = model.moe_cfg.clamp
     frame = read_pools(args.pools)
     final = pool(frame, "final", vocab)
@@ -83,23 +90,26 @@ def main(argv: list[str] | None = None) -> int:
         k8 = {}
         attribution = structural_attribution(led, targets)
     hist = history_metrics(attribution, targets.layer)
-    kept = hist.kept.numpy()
+    kept = hist.kept.cpu().numpy()
+
+    def host(values: torch.Tensor) -> np.ndarray:
+        return values.cpu().double().numpy()
 
     def at_kept(values: torch.Tensor) -> np.ndarray:
         out = np.full(len(targets), np.nan)
-        out[kept] = values.double().numpy()
+        out[kept] = host(values)
         return out
 
     history = targets_frame[["seq_id", "slot", "layer", "position"]].assign(
-        e2=led.e2.numpy(), e3=led.e3.numpy(), margin=led.margin.double().numpy(),
-        hidden_term=led.hidden_term.double().numpy(), state_term=led.state_term.double().numpy(),
+        e2=led.e2.cpu().numpy(), e3=led.e3.cpu().numpy(), margin=host(led.margin),
+        hidden_term=host(led.hidden_term), state_term=host(led.state_term),
         mass=at_kept(hist.mass), non_recent=at_kept(hist.non_recent), ess=at_kept(hist.ess),
         max_share=at_kept(hist.max_share),
         contributions=[row[:L].double().tolist() for row, L in
-                       zip(attribution, targets.layer.tolist(), strict=True)],
+                       zip(attribution.cpu(), targets.layer.tolist(), strict=True)],
         **run)  # fmt: skip
     geometry = pd.DataFrame(state_geometry(cap, clamp)).assign(**run)
-    meta = run_metadata(run, manifest, cfg)
+    meta = run_metadata(run, manifest, cfg, device)
     with all_or_nothing(args.state_geometry, args.local_suppression, args.history):
         results.STATE_GEOMETRY.write(args.state_geometry, geometry, {**meta, **k2})
         results.LOCAL_SUPPRESSION.write(args.local_suppression, pd.DataFrame(local).assign(**run),

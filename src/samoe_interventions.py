@@ -8,10 +8,12 @@ ledger-selected source and its matched controls (Eq. 47) and the persistence end
     python src/samoe_interventions.py --run-json '{...}' --config-json '{...}' \\
         --checkpoint model.safetensors --manifest manifest.json --pools pools.parquet \\
         --targets targets.parquet --corpus-manifest manifest.json \\
-        --out interventions.parquet --rankings rankings.parquet
+        --out interventions.parquet --rankings rankings.parquet [--device auto|cpu|cuda]
 
 Checks first: K11 (the hook at α = 1 is bitwise the plain forward) and K13 (gradient×write
 against the finite difference at ε = 1e-3 on 8 targets without a selection flip, in float64).
+``--device`` (auto: CUDA when present) holds the model and runs every forward, backward and
+the float64 K13 copy; the scores come to the host for the numpy metrics and the bootstrap.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import numpy as np
 
 from headgeom.data.corpus_sources import all_or_nothing
 from headgeom.hashing import content_hash
-from headgeom.runtime import set_threads
+from headgeom.runtime import analysis_device, set_threads
 from headgeom.samoe import results
 from headgeom.samoe.capture import capture
 from headgeom.samoe.checkpoint import load_verified_moe
@@ -53,7 +55,8 @@ METHODS = ("ledger", "norm", "recency", "gradient", "random")
 def gradient_check(model, ids, targets: Targets, e2, e3) -> dict:
     """K13 in float64 on a copy of the model: in float32 a margin of a few units resolves
     differences of ~1e-6, so (m(1) − m(1 − ε))/ε at ε = 1e-3 carries ~1e-3 of rounding
-    noise, the size of the smaller sources' gradients (float64: agreement to ~1e-5)."""
+    noise, the size of the smaller sources' gradients (float64: agreement to ~1e-5). The copy
+    stays on the model's device (CUDA runs float64 too)."""
     m64 = copy.deepcopy(model).double()
     few = Targets(*(v[:K13_TARGETS] for v in (targets.batch, targets.position, targets.layer)))
     e2, e3 = e2[:K13_TARGETS], e3[:K13_TARGETS]
@@ -76,31 +79,41 @@ def main(argv: list[str] | None = None) -> int:
                  "rankings"):  # fmt: skip
         parser.add_argument(f"--{name}", required=True, type=Path)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
     args = parser.parse_args(argv)
+    try:
+        device = analysis_device(args.device)
+    except ValueError as err:
+        parser.error(str(err))
     run, cfg = json.loads(args.run_json), json.loads(args.config_json)
     icfg = cfg["interventions"]
     set_threads(args.threads)
     verified_inputs(args.corpus_manifest, {"pools": args.pools})
     model, vocab, manifest = load_verified_moe(args.checkpoint, args.manifest)
+    model = model.to(device)
     sub, frame, targets = intervention_targets(read_pools(args.pools), args.targets, vocab)
     n, N = len(targets), len(model.blocks)
-    ids = sub.ids
+    ids, targets = sub.ids.to(device), targets.to(device)
 
     k11 = check_hook_no_op(model, ids, Rows(targets.batch, targets.position, targets.layer - 1))
     cap = capture(model, ids)
     led = ledger(model, cap, targets)
-    grad = gradient_x_write(model, ids, targets, led.e2, led.e3).numpy()
+    grad = gradient_x_write(model, ids, targets, led.e2, led.e3).cpu().numpy()
     k13 = gradient_check(model, ids, targets, led.e2, led.e3)
 
     out = suppression_outcomes(model, ids, cap, targets)
-    tgt, src = out.target.numpy(), out.source.numpy()
-    effects = grid(out.margin_change.abs().double().numpy(), tgt, src, n, N)
+
+    def host(values):
+        return values.cpu().double().numpy()
+
+    tgt, src = out.target.cpu().numpy(), out.source.cpu().numpy()
+    effects = grid(host(out.margin_change.abs()), tgt, src, n, N)
     persistent = model.variant == "persistent"
     attribution = led.contributions if persistent else structural_attribution(led, targets)
     eligible = np.arange(N)[None, :] < frame["layer"].to_numpy()[:, None]
     scores = {
-        "ledger": np.where(eligible, attribution.abs().double().numpy(), np.nan),
-        "norm": np.where(eligible, led.write_norm.double().numpy(), np.nan),
+        "ledger": np.where(eligible, host(attribution.abs()), np.nan),
+        "norm": np.where(eligible, host(led.write_norm), np.nan),
         "recency": recency_scores(frame["layer"].to_numpy(), N),
         "gradient": np.where(eligible, grad, np.nan),
         "random": random_scores(run["family"], sub.seq_ids, frame, N),
@@ -110,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         selected = ranking_metrics(scores["ledger"], effects, spearman=False).selected
     else:
         selected = frame["layer"].to_numpy() - 1
-    controls = matched_controls(run["family"], frame, selected, led.write_norm.double().numpy())
+    controls = matched_controls(run["family"], frame, selected, host(led.write_norm))
     role = {}
     for i in range(n):
         role[(i, int(selected[i]))] = "selected"
@@ -120,11 +133,11 @@ def main(argv: list[str] | None = None) -> int:
                 role.setdefault((i, c), name)
     rows = frame.iloc[tgt][["seq_id", "slot", "layer", "position"]].reset_index(drop=True)
     rows = rows.assign(
-        source=src, margin_change=out.margin_change.double().numpy(),
-        abs_margin_change=out.margin_change.abs().double().numpy(),
-        jaccard_downstream=out.jaccard_downstream.double().numpy(),
-        jaccard_after_target=out.jaccard_after_target.double().numpy(),
-        output_kl=out.output_kl.double().numpy(),
+        source=src, margin_change=host(out.margin_change),
+        abs_margin_change=host(out.margin_change.abs()),
+        jaccard_downstream=host(out.jaccard_downstream),
+        jaccard_after_target=host(out.jaccard_after_target),
+        output_kl=host(out.output_kl),
         ledger=scores["ledger"][tgt, src], norm=scores["norm"][tgt, src],
         gradient=scores["gradient"][tgt, src],
         role=[role.get((int(i), int(s)), "") for i, s in zip(tgt, src, strict=True)],
@@ -133,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     # ranking metrics with paired sequence-bootstrap intervals (shared resamples)
     rankings = ranking_table({m: scores[m] for m in METHODS}, effects, frame["seq_id"],
                              icfg["bootstrap"], icfg["bootstrap_seed"])  # fmt: skip
-    meta = {**run_metadata(run, manifest, cfg), **k11, **k13,
+    meta = {**run_metadata(run, manifest, cfg, device), **k11, **k13,
             "targets_registry_sha256": content_hash(
                 frame.drop(columns="family").to_dict("list"))}  # fmt: skip
     with all_or_nothing(args.out, args.rankings):

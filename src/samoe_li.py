@@ -7,7 +7,10 @@ target token, the full forward rerun). K14: the parts rebuild x_L and z_L within
     python src/samoe_li.py --run-json '{"family":"toy","variant":"ordinary","seed":42}' \\
         --config-json '{...}' --checkpoint model.safetensors --manifest manifest.json \\
         --pools pools.parquet --targets targets.parquet --corpus-manifest manifest.json \\
-        --out li.parquet --rankings rankings.parquet
+        --out li.parquet --rankings rankings.parquet [--device auto|cpu|cuda]
+
+``--device`` (auto: CUDA when present) holds the model and runs the capture, attribution,
+backwards and oracle forwards; the scores come to the host for the metrics and the bootstrap.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from headgeom.data.corpus_sources import all_or_nothing
-from headgeom.runtime import set_threads
+from headgeom.runtime import analysis_device, set_threads
 from headgeom.samoe import li, results
 from headgeom.samoe.capture import capture
 from headgeom.samoe.checkpoint import load_verified_moe
@@ -42,31 +45,39 @@ def main(argv: list[str] | None = None) -> int:
                  "rankings"):  # fmt: skip
         parser.add_argument(f"--{name}", required=True, type=Path)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
     args = parser.parse_args(argv)
+    try:
+        device = analysis_device(args.device)
+    except ValueError as err:
+        parser.error(str(err))
     run, cfg = json.loads(args.run_json), json.loads(args.config_json)
     icfg = cfg["interventions"]
     set_threads(args.threads)
     verified_inputs(args.corpus_manifest, {"pools": args.pools})
     model, vocab, manifest = load_verified_moe(args.checkpoint, args.manifest)
+    model = model.to(device)
     sub, frame, targets = intervention_targets(read_pools(args.pools), args.targets, vocab)
+    ids, targets = sub.ids.to(device), targets.to(device)
     N, K = len(model.blocks), len(li.KINDS)
-    cap = capture(model, sub.ids)
+    cap = capture(model, ids)
     e2, e3 = boundary_pair(cap, targets)
-    att = li.attribute(model, sub.ids, cap, targets, e2, e3)
+    att = li.attribute(model, ids, cap, targets, e2, e3)
     k14 = li.check_reconstruction(att)
-    grad = li.gradient_x_component(model, sub.ids, targets, e2, e3).numpy()
+    grad = li.gradient_x_component(model, ids, targets, e2, e3).cpu().numpy()
     effects = np.concatenate([
-        li.oracle_effects(model, sub.ids, Targets(*(v[i : i + TARGETS_PER_FORWARD] for v in
+        li.oracle_effects(model, ids, Targets(*(v[i : i + TARGETS_PER_FORWARD] for v in
                           (targets.batch, targets.position, targets.layer))),
-                          e2[i : i + TARGETS_PER_FORWARD], e3[i : i + TARGETS_PER_FORWARD]).numpy()
+                          e2[i : i + TARGETS_PER_FORWARD],
+                          e3[i : i + TARGETS_PER_FORWARD]).cpu().numpy()
         for i in range(0, len(targets), TARGETS_PER_FORWARD)
     ])  # fmt: skip
     layers = frame["layer"].to_numpy()
     eligible = np.arange(K * N)[None, :] < K * layers[:, None]
     scores = {
-        "li_variance": np.where(eligible, att.variance.double().numpy(), np.nan),
-        "li_boundary": np.where(eligible, att.boundary.double().numpy(), np.nan),
-        "norm": np.where(eligible, att.norm.double().numpy(), np.nan),
+        "li_variance": np.where(eligible, att.variance.cpu().double().numpy(), np.nan),
+        "li_boundary": np.where(eligible, att.boundary.cpu().double().numpy(), np.nan),
+        "norm": np.where(eligible, att.norm.cpu().double().numpy(), np.nan),
         "recency": li.recency_scores(layers, N),
         "random": li.random_scores(run["family"], frame["seq_id"].tolist(),
                                    frame["position"].to_numpy(), layers, N),
@@ -83,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                          "effect": float(effects[i, j])})  # fmt: skip
     rankings = ranking_table(scores, effects, frame["seq_id"], icfg["bootstrap"],
                              icfg["bootstrap_seed"])  # fmt: skip
-    meta = {**run_metadata(run, manifest, cfg), **k14}
+    meta = {**run_metadata(run, manifest, cfg, device), **k14}
     with all_or_nothing(args.out, args.rankings):
         results.LI.write(args.out, pd.DataFrame(rows).assign(**run), meta)
         results.RANKINGS.write(args.rankings, rankings.assign(**run), meta)

@@ -6,12 +6,16 @@ the calibration pool; score transition-only, sequence-clustered accuracy on the 
     python src/samoe_probes.py --run-json '{"family":"toy","variant":"persistent","seed":42}' \\
         --config-json '{...analysis config...}' --checkpoint model.safetensors \\
         --manifest manifest.json --pools pools.parquet --corpus-manifest manifest.json \\
-        --out probes.parquet
+        --out probes.parquet [--device auto|cpu|cuda]
 
 Both state variants fit the native state at every budget. The Persistent run also fits its
 hidden stream: the full linear probe and the supervised r-dimensional subspace (P hidden-r)
 at every budget, and the supplementary controls (PCA-r, random projections, the MLP) at the
 top budget (``controls_at_top_budget_only``). Every fit must converge (K10).
+
+``--device`` (auto: CUDA when present) runs the captures and the fits (float64 L-BFGS, the
+MLP, PCA's randomized SVD); features come to the host once per pool, where the scalers,
+projections and scores stay.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from headgeom.runtime import set_threads
+from headgeom.runtime import analysis_device, set_threads
 from headgeom.samoe import probes, results
 from headgeom.samoe.capture import capture
 from headgeom.samoe.checkpoint import load_verified_moe
@@ -39,14 +43,15 @@ def seeded(*parts: object) -> int:
 
 
 class PoolData:
-    """Router inputs, states and Top-2 of one pool's clean capture, flattened over (seq, t)."""
+    """Router inputs, states and Top-2 of one pool's clean capture (on the model's device),
+    flattened over (seq, t), as host arrays."""
 
     def __init__(self, model, ids: torch.Tensor, seq_ids: list[str]):
         cap = capture(model, ids)
         S, T = ids.shape
-        self.hidden = cap.router_in.reshape(cap.n_layer, S * T, -1).numpy()
-        self.state = cap.state[:-1].reshape(cap.n_layer, S * T, -1).numpy()
-        self.top2 = cap.top_ids[..., :2].reshape(cap.n_layer, S * T, 2).numpy()
+        self.hidden = cap.router_in.reshape(cap.n_layer, S * T, -1).cpu().numpy()
+        self.state = cap.state[:-1].reshape(cap.n_layer, S * T, -1).cpu().numpy()
+        self.top2 = cap.top_ids[..., :2].reshape(cap.n_layer, S * T, 2).cpu().numpy()
         self.sequence = np.repeat(np.asarray(seq_ids), T)
 
 
@@ -57,12 +62,18 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("checkpoint", "manifest", "pools", "corpus-manifest", "out"):
         parser.add_argument(f"--{name}", required=True, type=Path)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
     args = parser.parse_args(argv)
+    try:
+        device = analysis_device(args.device)
+    except ValueError as err:
+        parser.error(str(err))
     run, cfg = json.loads(args.run_json), json.loads(args.config_json)
     pcfg = cfg["probes"]
     set_threads(args.threads)
     verified_inputs(args.corpus_manifest, {"pools": args.pools})
     model, vocab, manifest = load_verified_moe(args.checkpoint, args.manifest)
+    model = model.to(device)
     frame = read_pools(args.pools)
     data = {}
     for role in ("construction", "calibration", "final"):
@@ -86,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             probe = probes.fit_selected((scaler(feats["construction"][train_idx]),
                                          y["construction"][train_idx]),
                                         (scaler(feats["calibration"]), y["calibration"]), E,
-                                        pcfg["C_grid"])  # fmt: skip
+                                        pcfg["C_grid"], device=device)  # fmt: skip
             fits.append(probe)
             predict = lambda x: probe.predict(scaler(x))  # noqa: E731
         final = data["final"]
@@ -118,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
             at_top = budget == budgets[-1]
             if not (at_top or not pcfg["controls_at_top_budget_only"]):
                 continue
-            pca = probes.pca_basis(scaler(hidden["construction"][order[:budget]]), r, seed=0)
+            pca = probes.pca_basis(scaler(hidden["construction"][order[:budget]]), r, seed=0,
+                                   device=device)  # fmt: skip
             evaluate("pca_r", src, tgt, budget, {k: scaler(v) @ pca for k, v in hidden.items()})
             first = len(rows)
             for i in range(pcfg["n_random_projections"]):
@@ -133,17 +145,17 @@ def main(argv: list[str] | None = None) -> int:
             calibration = (scaler(hidden["calibration"]), data["calibration"].top2[tgt][:, 0])
             mlp_seed = seeded(*run.values(), src, tgt, "mlp") % 2**31
             train = (scaler(hidden["construction"][train_idx]), y)
-            net = probes.fit_mlp(train, calibration, E, r, seed=mlp_seed)
+            net = probes.fit_mlp(train, calibration, E, r, seed=mlp_seed, device=device)
 
             def predict_mlp(x, net=net, scaler=scaler):
                 with torch.no_grad():
-                    return net(torch.as_tensor(scaler(x))).argmax(1).numpy()
+                    return net(torch.as_tensor(scaler(x), device=device)).argmax(1).cpu().numpy()
 
             evaluate("mlp_r", src, tgt, budget, hidden, probe=object(), predict=predict_mlp)
     k10 = probes.check_converged(fits)
     out = pd.DataFrame(rows).assign(**run)
     out["C"] = out["C"].astype(float)
-    results.PROBES.write(args.out, out, {**run_metadata(run, manifest, cfg), **k10,
+    results.PROBES.write(args.out, out, {**run_metadata(run, manifest, cfg, device), **k10,
                                          "n_fits": len(fits)})  # fmt: skip
     top = out[(out.budget == budgets[-1]) & (out.representation == "native")]
     print(f"probes {run}: {len(fits)} fits, native accuracy at {budgets[-1]}: "

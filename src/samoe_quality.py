@@ -4,7 +4,8 @@ the unweighted mean of the primaries).
 
     python src/samoe_quality.py --run-json '{"family":"toy","variant":"latest","seed":42}' \\
         --checkpoint model.safetensors --manifest manifest.json --pools pools.parquet \\
-        --downstream downstream.parquet --corpus-manifest corpus/manifest.json --out quality.parquet
+        --downstream downstream.parquet --corpus-manifest corpus/manifest.json \\
+        --out quality.parquet [--device auto|cpu|cuda]
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pandas as pd
 
 from headgeom.data.corpus import compact
 from headgeom.io import read_table
-from headgeom.runtime import set_threads
+from headgeom.runtime import analysis_device, set_threads
 from headgeom.samoe import downstream, results
 from headgeom.samoe.checkpoint import load_verified_moe
 from headgeom.samoe.manifest import run_metadata, verified_inputs
@@ -33,11 +34,17 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("checkpoint", "manifest", "pools", "downstream", "corpus-manifest", "out"):
         parser.add_argument(f"--{name}", required=True, type=Path)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
     args = parser.parse_args(argv)
+    try:
+        device = analysis_device(args.device)
+    except ValueError as err:
+        parser.error(str(err))
     run = json.loads(args.run_json)
     set_threads(args.threads)
     verified_inputs(args.corpus_manifest, {"pools": args.pools, "downstream": args.downstream})
     model, vocab, manifest = load_verified_moe(args.checkpoint, args.manifest)
+    model = model.to(device)  # perplexity and the suite score on the model's device
     final = pool(read_pools(args.pools), "final", vocab)
     rows = []
     domains = np.asarray(final.domains)
@@ -58,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     rows.append({"metric": "primary", "subset": "macro", "value": float(np.mean(primaries)),
                  "n": len(scored)})  # fmt: skip
     frame = pd.DataFrame(rows).assign(**run)
-    results.QUALITY.write(args.out, frame, run_metadata(run, manifest))
+    results.QUALITY.write(args.out, frame, run_metadata(run, manifest, device=device))
     print(
         f"quality {run}: ppl {rows[0]['value']:.4f}, macro {rows[-1]['value']:.4f}", file=sys.stderr
     )

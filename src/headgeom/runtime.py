@@ -70,6 +70,47 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def analysis_device(name: str, flag: str = "--device") -> torch.device:
+    """The device an analysis runs on: ``auto`` (CUDA when present, :func:`pick_device`),
+    ``cpu`` or ``cuda[:N]``; anything else, or a CUDA device torch cannot see, is refused
+    with a ``ValueError`` naming ``flag``. On CUDA the matmuls stay exact fp32 (TF32 off, as
+    the validation loss and benchmarks/gpu_check.py's analysis sections run): the analyses'
+    float32 checks have float32 tolerances. On the CPU nothing else is touched."""
+    try:
+        device = pick_device(name)
+    except RuntimeError:
+        device = None
+    if device is None or device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{flag} {name!r}: not a device here; use {flag} auto, cpu or cuda")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"{flag} {name}: torch sees no CUDA device on this machine (torch "
+                f"{torch.__version__}, CUDA build {torch.version.cuda}); use {flag} auto (CUDA "
+                f"when present, else the CPU) or {flag} cpu"
+            )
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"{flag} {name}: this machine has {torch.cuda.device_count()} "
+                             "CUDA device(s)")  # fmt: skip
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        if device.index is None:  # recorded as cuda:N
+            device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def module_device(module: torch.nn.Module) -> torch.device:
+    """The device of a module's parameters (the first one's; the CPU when it has none)."""
+    first = next(module.parameters(), None)
+    return torch.device("cpu") if first is None else first.device
+
+
+def synchronize(device: torch.device | None) -> None:
+    """Wait for the device's queued work (CUDA kernels run asynchronously): before reading a
+    wall clock. A no-op on the CPU (and for None)."""
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def _cpu_model() -> str:
     """The CPU's model name (/proc/cpuinfo on Linux, else what platform says)."""
     return cpuinfo_value("model name") or platform.processor() or platform.machine()

@@ -15,6 +15,13 @@ activations beyond the toy's measured peak are not modelled (the margin covers t
 sequence batches). Forward FLOPs per token are SAMOE §8's (``counts.flops_per_token``) of
 the largest family and the persistent variant; T is the family's sequence length.
 
+On GPUs in the paper study: continued pretraining, timed by the FLOP model
+(:data:`GPU_TIMED`), and the analyses that load a checkpoint (:data:`GPU_BOUNDED`: their
+``--device``), whose requests must still cover their CPU projection: no GPU rate of theirs
+is measured, and a job's work moved to the GPU takes no longer than on one core of this CPU
+(the argument of ``headgeom.cost`` for the head-geometry GPU rules). Their host memory keeps
+the CPU projection too (weights are loaded on the host before they move), an upper bound.
+
     python -m headgeom.samoe_cost report benchmarks/samoe_demo_cpu.tsv \\
         --configfile config/samoe.yaml --target config/samoe-paper.yaml
     python -m headgeom.samoe_cost summary results/samoe-demo --configfile config/samoe.yaml \\
@@ -44,9 +51,14 @@ COPIES = {"samoe_train": 4, "samoe_interventions": 2, "samoe_li": 2, "samoe_seed
           "samoe_paper": 0}  # fmt: skip
 #: Rules that run on GPUs in the paper study, timed by the FLOP model, not by this CPU.
 GPU_TIMED = {"samoe_train"}
+#: Rules that run on a GPU in the paper study (``--device``), their time bounded by the CPU
+#: projection (no GPU rate measured; the CUDA path has not been timed on a GPU).
+GPU_BOUNDED = {"samoe_capture", "samoe_quality", "samoe_probes", "samoe_interventions",
+               "samoe_li", "samoe_audit_cost"}  # fmt: skip
 GPU_NOTE = ("samoe_train's request covers the FLOP model (3 × SAMOE §8 forward FLOPs per "
             "token × tokens at 20% of an H100's bf16 peak on its GPUs; "
-            "headgeom.samoe.counts.cpt_hours)")  # fmt: skip
+            "headgeom.samoe.counts.cpt_hours); the analyses' requests cover their CPU "
+            "projection, an upper bound of their GPU time (no GPU rate measured)")  # fmt: skip
 #: Rules whose measured job does not do the target's kind of work, with the reason.
 NOT_PROJECTED = {
     "samoe_corpus": "the toy tokenizes the embedded domains; the paper streams the Hub "
@@ -161,7 +173,8 @@ def report(projections, planned: Mapping[str, dict]) -> str:
 def uncovered(projections, planned: Mapping[str, dict],
               margin: float = 1.0) -> list[str]:  # fmt: skip
     """Rules of the target whose request does not cover ``margin`` × the projection (time
-    for CPU rules, host memory for all; the GPU-timed rules' time is the FLOP model's)."""
+    for every rule but the GPU-timed ones, whose time is the FLOP model's: the analyses on a
+    GPU are held to their CPU projection; host memory for all)."""
     out = []
     for p in projections:
         if p.rule not in planned or p.rule in NOT_PROJECTED:

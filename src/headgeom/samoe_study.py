@@ -310,6 +310,11 @@ class SAMoEStudy(ResourceRequests):
             **({} if self.is_toy(family) else {"seq_len": self.n_ctx(family)}),
         }
 
+    @property
+    def analysis_device(self) -> str:
+        """The analyses' ``--device`` (config ``analysis_device``: auto, cpu, cuda[:N])."""
+        return self.config["analysis_device"]
+
     def analysis_config(self, family: str) -> dict:
         """What every per-run analysis of ``family`` hashes."""
         return {

@@ -1,5 +1,7 @@
 # The per-run analyses (SAMOE §10–§12): the audited targets of each family, quality of every
 # run, and one clean capture of every state run (state geometry, local suppression, ledger).
+# Every analysis that loads a checkpoint runs on config `analysis_device` (--device; auto =
+# CUDA when the job sees one, else the CPU); config resources give it a GPU (samoe-paper.yaml).
 
 
 rule samoe_targets:
@@ -40,6 +42,7 @@ rule samoe_quality:
         benchmark_of("samoe_quality", "{family}-{variant}-s{seed}")
     params:
         run=run_json,
+        device=STUDY.analysis_device,
     threads: STUDY.threads("samoe_quality")
     resources:
         **STUDY.resources("samoe_quality", mem_mb=2000, runtime=20),
@@ -49,7 +52,7 @@ rule samoe_quality:
         "python src/samoe_quality.py --run-json {params.run:q} --checkpoint {input.checkpoint} "
         "--manifest {input.manifest} --pools {input.pools} --downstream {input.downstream} "
         "--corpus-manifest {input.corpus_manifest} --out {output.quality} "
-        "--threads {threads} 2> {log}"
+        "--threads {threads} --device {params.device} 2> {log}"
 
 
 rule samoe_capture:
@@ -72,6 +75,7 @@ rule samoe_capture:
     params:
         run=run_json,
         cfg=json_param(STUDY.analysis_config, "family"),
+        device=STUDY.analysis_device,
     threads: STUDY.threads("samoe_capture")
     resources:
         **STUDY.resources("samoe_capture", mem_mb=3000, runtime=20),
@@ -83,7 +87,7 @@ rule samoe_capture:
         "--targets {input.targets} --corpus-manifest {input.corpus_manifest} "
         "--state-geometry {output.state_geometry} "
         "--local-suppression {output.local_suppression} --history {output.history} "
-        "--threads {threads} 2> {log}"
+        "--threads {threads} --device {params.device} 2> {log}"
 
 
 rule samoe_probes:
@@ -103,6 +107,7 @@ rule samoe_probes:
     params:
         run=run_json,
         cfg=json_param(STUDY.analysis_config, "family"),
+        device=STUDY.analysis_device,
     threads: STUDY.threads("samoe_probes")
     resources:
         **STUDY.resources("samoe_probes", mem_mb=3000, runtime=60),
@@ -114,7 +119,7 @@ rule samoe_probes:
         "python src/samoe_probes.py --run-json {params.run:q} --config-json {params.cfg:q} "
         "--checkpoint {input.checkpoint} --manifest {input.manifest} --pools {input.pools} "
         "--corpus-manifest {input.corpus_manifest} --out {output.probes} "
-        "--threads {threads} 2> {log}"
+        "--threads {threads} --device {params.device} 2> {log}"
 
 
 rule samoe_interventions:
@@ -136,6 +141,7 @@ rule samoe_interventions:
     params:
         run=run_json,
         cfg=json_param(STUDY.analysis_config, "family"),
+        device=STUDY.analysis_device,
     threads: STUDY.threads("samoe_interventions")
     resources:
         **STUDY.resources("samoe_interventions", mem_mb=3000, runtime=60),
@@ -145,7 +151,8 @@ rule samoe_interventions:
         "python src/samoe_interventions.py --run-json {params.run:q} --config-json {params.cfg:q} "
         "--checkpoint {input.checkpoint} --manifest {input.manifest} --pools {input.pools} "
         "--targets {input.targets} --corpus-manifest {input.corpus_manifest} "
-        "--out {output.interventions} --rankings {output.rankings} --threads {threads} 2> {log}"
+        "--out {output.interventions} --rankings {output.rankings} --threads {threads} "
+        "--device {params.device} 2> {log}"
 
 
 rule samoe_li:
@@ -167,6 +174,7 @@ rule samoe_li:
     params:
         run=run_json,
         cfg=json_param(STUDY.analysis_config, "family"),
+        device=STUDY.analysis_device,
     threads: STUDY.threads("samoe_li")
     resources:
         **STUDY.resources("samoe_li", mem_mb=4000, runtime=60),
@@ -176,7 +184,8 @@ rule samoe_li:
         "python src/samoe_li.py --run-json {params.run:q} --config-json {params.cfg:q} "
         "--checkpoint {input.checkpoint} --manifest {input.manifest} --pools {input.pools} "
         "--targets {input.targets} --corpus-manifest {input.corpus_manifest} "
-        "--out {output.li} --rankings {output.rankings} --threads {threads} 2> {log}"
+        "--out {output.li} --rankings {output.rankings} --threads {threads} "
+        "--device {params.device} 2> {log}"
 
 
 # Times of one family's ranking_seed checkpoints (descriptive, SAMOE §16): one job, alone on
@@ -197,6 +206,7 @@ rule samoe_audit_cost:
         benchmark_of("samoe_audit_cost", "{family}")
     params:
         seed=STUDY.config["interventions"]["ranking_seed"],
+        device=STUDY.analysis_device,
     threads: STUDY.threads("samoe_audit_cost")
     resources:
         **STUDY.resources("samoe_audit_cost", mem_mb=3000, runtime=20),
@@ -207,4 +217,4 @@ rule samoe_audit_cost:
         "--checkpoints {input.checkpoints} --manifests {input.manifests} "
         "--pools {input.pools} --targets {input.targets} "
         "--corpus-manifest {input.corpus_manifest} --audit-cost {output.audit_cost} "
-        "--runtime {output.runtime} --threads {threads} 2> {log}"
+        "--runtime {output.runtime} --threads {threads} --device {params.device} 2> {log}"

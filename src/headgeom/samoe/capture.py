@@ -63,8 +63,10 @@ class Capture:
 
 @torch.no_grad()
 def capture(model: MoEModel, ids: torch.Tensor, dtype: torch.dtype = torch.float32) -> Capture:
-    """One clean forward of ``ids`` (B, T) with every SAMOE §9 site recorded in ``dtype``."""
+    """One clean forward of ``ids`` (B, T) with every SAMOE §9 site recorded in ``dtype``, on
+    the model's device (``ids`` are moved there; so is every field of the capture)."""
     N = len(model.blocks)
+    ids = ids.to(model.wte.weight.device)
     names = ["hook_router_in", "hook_router_logits", "hook_attn_out", "hook_shared_out",
              "hook_routed_out"]  # fmt: skip
     if model.has_state:

@@ -22,6 +22,7 @@ from torch.nn import functional as F
 
 from headgeom.data import tasks as workspace_tasks
 from headgeom.data.tokenizer import encode
+from headgeom.runtime import module_device
 
 #: [CHOICE] The workspace tasks' generator seeds (config/config.yaml's).
 TASK_SEEDS = {"sva": 101, "quote": 102, "plural": 103}
@@ -90,7 +91,8 @@ def choice_logliks(model: torch.nn.Module, frame: pd.DataFrame, to_model_ids,
                    batch_size: int = 256) -> list[np.ndarray]:  # fmt: skip
     """Per example, the summed log p(choice | context) of each choice (float64). Every
     (example, choice) sequence is scored in length-sorted batches, right-padded: a causal
-    model's log-likelihood of a choice never sees the padding after it."""
+    model's log-likelihood of a choice never sees the padding after it. The batches are
+    built and scored on the model's device."""
     seqs, spans = [], []  # spans: (start, length) of the choice tokens in its sequence
     for ex in frame.itertuples(index=False):
         ctx = list(to_model_ids(ex.context))
@@ -100,17 +102,18 @@ def choice_logliks(model: torch.nn.Module, frame: pd.DataFrame, to_model_ids,
             spans.append((len(ctx), len(c)))
     ll = np.zeros(len(seqs))
     order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+    device = module_device(model)
     with torch.no_grad():
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
             width = max(len(seqs[i]) for i in chunk)
-            ids = torch.zeros(len(chunk), width, dtype=torch.long)
+            ids = torch.zeros(len(chunk), width, dtype=torch.long, device=device)
             for row, i in enumerate(chunk):
                 ids[row, : len(seqs[i])] = torch.as_tensor(seqs[i])
             logp = F.log_softmax(model(ids[:, :-1]).double(), dim=-1)
             for row, i in enumerate(chunk):
                 begin, n = spans[i]
-                pos = torch.arange(begin - 1, begin - 1 + n)
+                pos = torch.arange(begin - 1, begin - 1 + n, device=device)
                 ll[i] = logp[row, pos, ids[row, begin : begin + n]].sum().item()
     out, k = [], 0
     for ex in frame.itertuples(index=False):

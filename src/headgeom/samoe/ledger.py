@@ -32,16 +32,23 @@ class Targets:
 
     def __post_init__(self) -> None:
         for name in ("batch", "position", "layer"):
-            object.__setattr__(self, name, torch.as_tensor(getattr(self, name), dtype=torch.long))
+            value = getattr(self, name)  # a tensor keeps its device, anything else: the default
+            device = value.device if isinstance(value, torch.Tensor) else None
+            object.__setattr__(self, name, torch.as_tensor(value, dtype=torch.long, device=device))
         if not self.batch.shape == self.position.shape == self.layer.shape:
             raise ValueError("targets: batch, position and layer need one shape (n,)")
 
     def __len__(self) -> int:
         return len(self.batch)
 
+    def to(self, device: torch.device) -> Targets:
+        """The same targets on ``device`` (the same tensors when already there)."""
+        return Targets(*(v.to(device) for v in (self.batch, self.position, self.layer)))
+
 
 def boundary_pair(cap: Capture, targets: Targets) -> tuple[torch.Tensor, torch.Tensor]:
     """The clean (e2, e3) of each target (n,) each: rank 2 (selected) and 3 (excluded)."""
+    targets = targets.to(cap.logits.device)
     ranked = cap.top_ids[targets.layer, targets.batch, targets.position]  # (n, 3)
     return ranked[:, 1], ranked[:, 2]
 
@@ -73,18 +80,19 @@ def ledger(model: MoEModel, cap: Capture, targets: Targets) -> Ledger:
     """Contributions c_{l→L} of every earlier write to each target's boundary margin."""
     if cap.state is None:
         raise ValueError("the routing ledger needs a state variant (latest or persistent)")
-    dtype = cap.logits.dtype
+    dtype, device = cap.logits.dtype, cap.logits.device
     w_x, w_s = router_blocks(model, dtype)
+    targets = targets.to(device)
     b, t, L = targets.batch, targets.position, targets.layer
     e2, e3 = boundary_pair(cap, targets)
     omega = w_s[L, e2] - w_s[L, e3]  # (n, r)
     delta = cap.delta[:, b, t].transpose(0, 1)  # (N, n, r) -> (n, N, r)
     N = cap.n_layer
-    eligible = torch.arange(N)[None, :] < L[:, None]  # (n, N)
+    eligible = torch.arange(N, device=device)[None, :] < L[:, None]  # (n, N)
     c = torch.einsum("nr,nlr->nl", omega, delta) * eligible
     state_L = cap.state[L, b, t]  # (n, r)
     z_L = cap.logits[L, b, t]  # (n, E)
-    ar = torch.arange(len(targets))
+    ar = torch.arange(len(targets), device=device)
     return Ledger(
         e2=e2,
         e3=e3,
@@ -133,8 +141,9 @@ def structural_attribution(led: Ledger, targets: Targets) -> torch.Tensor:
     """LWO's native attribution (SAMOE §10.2): all of ωᵀ s_L to source L − 1, exactly 0 to
     every earlier source ("no direct path through the current state"). (n, N)."""
     out = torch.zeros_like(led.contributions)
+    targets = targets.to(out.device)
     has_source = targets.layer >= 1
-    rows = torch.arange(len(targets))[has_source]
+    rows = torch.arange(len(targets), device=out.device)[has_source]
     out[rows, targets.layer[has_source] - 1] = led.state_term[has_source]
     return out
 
@@ -155,12 +164,12 @@ class History:
 
 def history_metrics(contributions: torch.Tensor, layer: torch.Tensor) -> History:
     """E4 of contributions (n, N) (0 where l ≥ L) for targets at ``layer`` (n,)."""
-    layer = torch.as_tensor(layer, dtype=torch.long)
+    layer = torch.as_tensor(layer, dtype=torch.long, device=contributions.device)
     mass = contributions.abs().sum(-1)
     kept = mass > 0
     c, L, A = contributions[kept], layer[kept], mass[kept]
     p = c.abs() / A[:, None]
-    last = p[torch.arange(len(L)), L - 1]
+    last = p[torch.arange(len(L), device=p.device), L - 1]
     return History(kept=kept, mass=A, share=p, non_recent=1 - last, ess=1 / p.pow(2).sum(-1),
                    max_share=p.max(-1).values, signed=c.sum(-1))  # fmt: skip
 
@@ -180,17 +189,18 @@ def state_only_replay(model: MoEModel, cap: Capture, targets: Targets, led: Ledg
     """Replay only the state recurrence from each source to the target layer (K8)."""
     _, w_s = router_blocks(model, cap.logits.dtype)
     update, c = STATE_UPDATES[model.variant], model.moe_cfg.clamp
-    N, n = cap.n_layer, len(targets)
+    N, n, device = cap.n_layer, len(targets), cap.logits.device
+    targets = targets.to(device)
     b, t = targets.batch, targets.position
     s = cap.state[:, b, t]  # (N + 1, n, r)
     u = cap.write_proposal[:, b, t]  # (N, n, r)
     omega = w_s[targets.layer, led.e2] - w_s[targets.layer, led.e3]  # (n, r)
-    change = torch.zeros(n, N, dtype=s.dtype)
-    touched = torch.zeros(n, N, dtype=torch.bool)
+    change = torch.zeros(n, N, dtype=s.dtype, device=device)
+    touched = torch.zeros(n, N, dtype=torch.bool, device=device)
     persistent = model.variant == "persistent"
     for src in range(N):
         replay = s[src]  # s'_{src+1} = s_src
-        hit = torch.zeros(n, dtype=torch.bool)
+        hit = torch.zeros(n, dtype=torch.bool, device=device)
         for j in range(src + 1, N):
             # s'_j is ``replay`` (what router j reads); step j produces s'_{j+1}
             at_target = targets.layer == j

@@ -67,12 +67,12 @@ def attribute(
     """Component attributions of each target's router logits (SAMOE §15)."""
     if model.has_state:
         raise ValueError("post-hoc attribution audits the ordinary MoE (variant 'ordinary')")
-    N, dtype = cap.n_layer, cap.logits.dtype
+    N, dtype, device = cap.n_layer, cap.logits.dtype, cap.logits.device
     with torch.no_grad():
-        emb = model.embedding(ids).to(dtype)  # (B, T, d)
+        emb = model.embedding(ids.to(model.wte.weight.device)).to(dtype)  # (B, T, d)
     n, E = len(targets), cap.logits.shape[-1]
-    alpha = torch.zeros(n, len(KINDS) * N, E, dtype=dtype)
-    norm = torch.full((n, len(KINDS) * N), float("nan"), dtype=dtype)
+    alpha = torch.zeros(n, len(KINDS) * N, E, dtype=dtype, device=device)
+    norm = torch.full((n, len(KINDS) * N), float("nan"), dtype=dtype, device=device)
     in_res = logit_res = 0.0
     routers = [FrozenNorm.of(block.router_norm, dtype) for block in model.blocks]
     posts = [tuple(None if p is None else FrozenNorm.of(p, dtype) for p in block.post_norms)
@@ -97,7 +97,7 @@ def attribute(
             norm[i, : len(parts)] = torch.stack(parts).norm(dim=-1)
     eligible = ~torch.isnan(norm)
     variance = torch.where(eligible, alpha.var(-1, unbiased=False), torch.nan)
-    ar = torch.arange(n)
+    ar = torch.arange(n, device=device)
     boundary = torch.where(eligible, (alpha[ar, :, e2] - alpha[ar, :, e3]).abs(), torch.nan)
     return Attribution(alpha, norm, variance, boundary, in_res, logit_res)
 
@@ -170,8 +170,10 @@ def gradient_x_component(
 ) -> torch.Tensor:
     """|∇_{v_j} m · v_j| = |∂m/∂κ_j| at κ = 1 (n, 3N), v_j scaled by κ_j at the target
     token: one backward per target (NaN where l ≥ L)."""
-    N = len(model.blocks)
-    out = torch.full((len(targets), len(KINDS) * N), float("nan"), dtype=torch.float64)
+    N, device = len(model.blocks), model.wte.weight.device
+    ids = ids.to(device)
+    out = torch.full((len(targets), len(KINDS) * N), float("nan"), dtype=torch.float64,
+                     device=device)  # fmt: skip
     params = [p for p in model.parameters() if p.requires_grad]
     for p in params:
         p.requires_grad_(False)
@@ -179,7 +181,8 @@ def gradient_x_component(
         for i in range(len(targets)):
             b, t, L = int(targets.batch[i]), int(targets.position[i]), int(targets.layer[i])
             n = len(KINDS) * L
-            kappa = torch.ones(n, dtype=model.wte.weight.dtype, requires_grad=True)
+            kappa = torch.ones(n, dtype=model.wte.weight.dtype, device=device,
+                               requires_grad=True)  # fmt: skip
             z: dict[str, torch.Tensor] = {}
             fns = {}
             for j in range(n):
@@ -207,16 +210,18 @@ def oracle_effects(
 ) -> torch.Tensor:
     """|Δm| (n, 3N) of removing each component at the target token and rerunning the full
     forward, one component per batch row (NaN where l ≥ L)."""
-    N = len(model.blocks)
+    N, device = len(model.blocks), model.wte.weight.device
+    ids = ids.to(device)
     pairs = [(i, j) for i in range(len(targets)) for j in range(len(KINDS) * int(targets.layer[i]))]
     rows = [(r, j, int(targets.position[i])) for r, (i, j) in enumerate(pairs)]
-    scale = torch.ones(len(pairs), dtype=model.wte.weight.dtype)
+    scale = torch.ones(len(pairs), dtype=model.wte.weight.dtype, device=device)
     scale[:] = 0.0  # remove the component: v_j ← 0 at the selected token
     z: dict[int, torch.Tensor] = {}
     fns = _scaled(scale, rows)
     for layer in range(N):
         fns[site(layer, "hook_router_logits")] = lambda a, k=layer: z.__setitem__(k, a)
-    batch = torch.as_tensor([int(targets.batch[i]) for i, _ in pairs], dtype=torch.long)
+    batch = torch.as_tensor([int(targets.batch[i]) for i, _ in pairs], dtype=torch.long,
+                            device=device)  # fmt: skip
     with model.hooks(fns):
         model(ids[batch])
     clean: dict[int, torch.Tensor] = {}
@@ -226,7 +231,8 @@ def oracle_effects(
     }
     with model.hooks(keep):
         model(ids)
-    out = torch.full((len(targets), len(KINDS) * N), float("nan"), dtype=torch.float64)
+    out = torch.full((len(targets), len(KINDS) * N), float("nan"), dtype=torch.float64,
+                     device=device)  # fmt: skip
     for r, (i, j) in enumerate(pairs):
         b, t, L = int(targets.batch[i]), int(targets.position[i]), int(targets.layer[i])
         m0 = clean[L][b, t, e2[i]] - clean[L][b, t, e3[i]]

@@ -42,15 +42,19 @@ def run_manifest(
 
 
 def run_metadata(run: Mapping[str, Any], manifest: Mapping[str, Any],
-                 config: Mapping[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+                 config: Mapping[str, Any] | None = None,
+                 device: Any = None) -> dict[str, Any]:  # fmt: skip
     """The provenance every per-run SA-MoE Parquet carries: the run, the hash of the analysis
-    config it was computed with (when it has one), the checkpoint's SHA-256 and the content
-    hash of its manifest."""
+    config it was computed with (when it has one), the checkpoint's SHA-256, the content
+    hash of its manifest and, for an analysis, the torch device it ran on (``cpu``,
+    ``cuda:0``; not part of the config hash: where a job runs is not what it computes)."""
     out: dict[str, Any] = {"run": dict(run)}
     if config is not None:
         out["config_hash"] = content_hash(dict(config))
     out["checkpoint_sha256"] = manifest["checkpoint_file_sha256"]
     out["manifest_content_hash"] = content_hash(dict(manifest))
+    if device is not None:
+        out["device"] = str(device)
     return out
 
 

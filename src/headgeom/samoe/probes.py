@@ -14,6 +14,9 @@ expert from what an earlier router sees at the same position.
 * **Scoring**: accuracy only where the Top-2 sets of source and target differ (the
   transition mask E6), per sequence then an equal-weight mean over sequences (the
   "source-cluster" accuracy [CHOICE §13.2]); pooled accuracy is kept too.
+* **Devices**: the fits (L-BFGS, still float64; the MLP) and PCA's randomized SVD run on
+  ``device`` (default the CPU); features come in and probes go out as numpy arrays, and the
+  scalers, projections, predictions and scores stay on the host (cheap beside the fits).
 """
 
 from __future__ import annotations
@@ -63,23 +66,30 @@ class Probe:
         return np.argmax(np.asarray(x, dtype=np.float64) @ self.weight.T + self.bias, axis=1)
 
 
+def _device(device: torch.device | str | None) -> torch.device:
+    return torch.device("cpu") if device is None else torch.device(device)
+
+
 def fit_logistic(
-    x: np.ndarray, y: np.ndarray, n_classes: int, C: float, init: Probe | None = None
-) -> Probe:
+    x: np.ndarray, y: np.ndarray, n_classes: int, C: float, init: Probe | None = None,
+    device: torch.device | str | None = None,
+) -> Probe:  # fmt: skip
     """Minimise mean cross-entropy + ‖W‖²/(2 C n) by L-BFGS (sklearn's
     ``LogisticRegression(C=C)`` objective divided by n), stopping when the largest |gradient|
     is below ``TOL``; converged when it ends below ``CONVERGED_GRAD``. ``init`` warm-starts
     from another fit (the objective is strictly convex: the optimum does not depend on it).
-    The gradient is the closed form (p − onehot)ᵀX / n + W / (C n), no autograd graph."""
-    X = torch.as_tensor(np.asarray(x, dtype=np.float32), dtype=torch.float64)
-    Y = torch.as_tensor(np.asarray(y), dtype=torch.long)
+    The gradient is the closed form (p − onehot)ᵀX / n + W / (C n), no autograd graph. The
+    fit runs on ``device`` in float64 (CUDA has it; the CPU is the default)."""
+    device = _device(device)
+    X = torch.as_tensor(np.asarray(x, dtype=np.float32), dtype=torch.float64, device=device)
+    Y = torch.as_tensor(np.asarray(y), dtype=torch.long, device=device)
     n, d = X.shape
-    rows = torch.arange(n)
-    W = torch.zeros(n_classes, d, dtype=torch.float64)
-    b = torch.zeros(n_classes, dtype=torch.float64)
+    rows = torch.arange(n, device=device)
+    W = torch.zeros(n_classes, d, dtype=torch.float64, device=device)
+    b = torch.zeros(n_classes, dtype=torch.float64, device=device)
     if init is not None:
-        W.copy_(torch.as_tensor(init.weight))
-        b.copy_(torch.as_tensor(init.bias))
+        W.copy_(torch.as_tensor(init.weight, device=device))
+        b.copy_(torch.as_tensor(init.bias, device=device))
     W.grad, b.grad = torch.zeros_like(W), torch.zeros_like(b)
     opt = torch.optim.LBFGS([W, b], max_iter=MAX_ITER, tolerance_grad=TOL, tolerance_change=0,
                             history_size=20, line_search_fn="strong_wolfe")  # fmt: skip
@@ -102,8 +112,8 @@ def fit_logistic(
     closure()
     grad = max(W.grad.abs().max().item(), b.grad.abs().max().item())
     iterations = opt.state[opt._params[0]]["n_iter"]
-    return Probe(W.numpy().copy(), b.numpy().copy(), C, grad <= CONVERGED_GRAD, iterations,
-                 grad)  # fmt: skip
+    return Probe(W.cpu().numpy().copy(), b.cpu().numpy().copy(), C, grad <= CONVERGED_GRAD,
+                 iterations, grad)  # fmt: skip
 
 
 def check_converged(probes: Sequence[Probe]) -> dict:
@@ -114,13 +124,14 @@ def check_converged(probes: Sequence[Probe]) -> dict:
 
 def fit_selected(
     train: tuple[np.ndarray, np.ndarray], calibration: tuple[np.ndarray, np.ndarray],
-    n_classes: int, grid: Sequence[float] = C_GRID,
+    n_classes: int, grid: Sequence[float] = C_GRID, device: torch.device | str | None = None,
 ) -> Probe:  # fmt: skip
     """The probe of the C in ``grid`` with the best calibration accuracy (ties: smaller C).
-    The fits run in increasing C, each warm-started from the last (a regularisation path)."""
+    The fits run in increasing C, each warm-started from the last (a regularisation path),
+    on ``device``."""
     best, previous = None, None
     for C in sorted(grid):
-        probe = previous = fit_logistic(*train, n_classes, C, init=previous)
+        probe = previous = fit_logistic(*train, n_classes, C, init=previous, device=device)
         acc = float((probe.predict(calibration[0]) == calibration[1]).mean())
         if best is None or acc > best[0]:
             best = (acc, probe)
@@ -145,14 +156,18 @@ def clustered_accuracy(
     return float(np.mean(per)), float(hit.mean())
 
 
-def pca_basis(x: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
-    """The top-k principal directions (d, k) of standardised ``x`` (randomized SVD)."""
-    X = torch.as_tensor(np.asarray(x, dtype=np.float64))
+def pca_basis(
+    x: np.ndarray, k: int, seed: int = 0, device: torch.device | str | None = None
+) -> np.ndarray:
+    """The top-k principal directions (d, k) of standardised ``x`` (randomized SVD on
+    ``device``, float64; its Gaussian sketch comes from that device's generator)."""
+    device = _device(device)
+    X = torch.as_tensor(np.asarray(x, dtype=np.float64), device=device)
     X = X - X.mean(0)
     with torch.random.fork_rng():
         torch.manual_seed(seed)
         _, _, V = torch.svd_lowrank(X, q=min(k + 10, min(X.shape)), niter=4)
-    return V[:, :k].numpy()
+    return V[:, :k].cpu().numpy()
 
 
 def random_projection(d: int, k: int, seed: int) -> np.ndarray:
@@ -182,25 +197,29 @@ MLP_LR, MLP_BATCH, MLP_DECAYS, MLP_EPOCHS, MLP_PATIENCE = 1e-3, 1024, (0.0, 1e-4
 
 def fit_mlp(
     train: tuple[np.ndarray, np.ndarray], calibration: tuple[np.ndarray, np.ndarray],
-    n_classes: int, width: int, seed: int,
+    n_classes: int, width: int, seed: int, device: torch.device | str | None = None,
 ) -> torch.nn.Module:  # fmt: skip
     """A one-bottleneck ReLU MLP (d → width → classes), the best weight decay and epoch by
-    calibration accuracy (SAMOE §13.3 [CHOICE])."""
-    X = torch.as_tensor(np.asarray(train[0], dtype=np.float32))
-    Y = torch.as_tensor(np.asarray(train[1]), dtype=torch.long)
-    Xc = torch.as_tensor(np.asarray(calibration[0], dtype=np.float32))
-    Yc = torch.as_tensor(np.asarray(calibration[1]), dtype=torch.long)
+    calibration accuracy (SAMOE §13.3 [CHOICE]), trained on ``device`` (the returned net is
+    there). Its initial weights and batch order come from CPU generators, so every device
+    starts from the same net and visits the same batches."""
+    device = _device(device)
+    X = torch.as_tensor(np.asarray(train[0], dtype=np.float32), device=device)
+    Y = torch.as_tensor(np.asarray(train[1]), dtype=torch.long, device=device)
+    Xc = torch.as_tensor(np.asarray(calibration[0], dtype=np.float32), device=device)
+    Yc = torch.as_tensor(np.asarray(calibration[1]), dtype=torch.long, device=device)
     best = (-1.0, None)
     for decay in MLP_DECAYS:
         g = torch.Generator().manual_seed(seed)
-        with torch.random.fork_rng():
+        with torch.random.fork_rng(), torch.device("cpu"):  # drawn on the CPU, then moved
             torch.manual_seed(seed)
             net = torch.nn.Sequential(torch.nn.Linear(X.shape[1], width), torch.nn.ReLU(),
                                       torch.nn.Linear(width, n_classes))  # fmt: skip
+        net = net.to(device)
         opt = torch.optim.Adam(net.parameters(), lr=MLP_LR, weight_decay=decay)
         since = 0
         for _ in range(MLP_EPOCHS):
-            order = torch.randperm(len(X), generator=g)
+            order = torch.randperm(len(X), generator=g, device=g.device).to(device)
             for start in range(0, len(X), MLP_BATCH):
                 idx = order[start : start + MLP_BATCH]
                 opt.zero_grad()

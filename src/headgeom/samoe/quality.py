@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
+from headgeom.runtime import module_device
 from headgeom.samoe.stats import t_interval
 
 #: The paper's frozen bounds (SAMOE §11): PPL may rise by at most 1% relative, macro fall
@@ -31,10 +32,12 @@ PPL_REL_BOUND, MACRO_PP_BOUND = 0.01, 1.0
 
 @torch.no_grad()
 def perplexity(model: torch.nn.Module, sequences: torch.Tensor, batch_size: int = 8) -> float:
-    """exp(mean next-token NLL) over every predicted position of ``sequences`` (S, T)."""
+    """exp(mean next-token NLL) over every predicted position of ``sequences`` (S, T), on
+    the model's device."""
     total, count = 0.0, 0
+    device = module_device(model)
     for start in range(0, len(sequences), batch_size):
-        ids = sequences[start : start + batch_size]
+        ids = sequences[start : start + batch_size].to(device)
         logits = model(ids[:, :-1]).double()
         nll = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1),
                               reduction="sum")  # fmt: skip

@@ -99,15 +99,17 @@ def gradient_x_write(
     """|∂m/∂α_l| at α = 1 (n, N) for every source l < L of each target (0 for l ≥ L): one
     backward per target through the whole forward (gates, experts, later writes, hidden
     stream), E7's blend applied at the target token with a differentiable α per layer."""
-    N = len(model.blocks)
-    out = torch.zeros(len(targets), N, dtype=torch.float64)
+    N, device = len(model.blocks), model.wte.weight.device
+    ids = ids.to(device)
+    out = torch.zeros(len(targets), N, dtype=torch.float64, device=device)
     params = [p for p in model.parameters() if p.requires_grad]
     for p in params:  # only α needs a gradient
         p.requires_grad_(False)
     try:
         for i in range(len(targets)):
             b, t, L = (int(targets.batch[i]), int(targets.position[i]), int(targets.layer[i]))
-            alpha = torch.ones(N, dtype=model.wte.weight.dtype, requires_grad=True)
+            alpha = torch.ones(N, dtype=model.wte.weight.dtype, device=device,
+                               requires_grad=True)  # fmt: skip
             z: dict[str, torch.Tensor] = {}
             with torch.enable_grad(), model.hooks(_alpha_hooks(alpha, t, L, z)):
                 model(ids[b : b + 1])
@@ -128,18 +130,19 @@ def finite_difference(
     """(m(α_l = 1) − m(α_l = 1 − ε)) / ε (n, N) by the suppression engine, and whether any
     Top-k set of the target token changed at any layer (n, N): a selection flip."""
     n, N = len(targets), len(model.blocks)
+    ids = ids.to(model.wte.weight.device)
     pairs = [(i, src) for i in range(n) for src in range(int(targets.layer[i]))]
-    rows = Rows(
+    rows = Rows(*(torch.tensor(v, dtype=torch.long, device=ids.device) for v in (
         [int(targets.batch[i]) for i, _ in pairs],
         [int(targets.position[i]) for i, _ in pairs],
         [src for _, src in pairs],
-    )
+    )))  # fmt: skip
     clean_z, _ = suppressed_forward(model, ids, Rows(targets.batch, targets.position,
                                                      targets.layer), alpha=1.0)  # fmt: skip
     z, _ = suppressed_forward(model, ids, rows, alpha=1.0 - eps)
     k = model.moe_cfg.top_k
-    fd = torch.zeros(n, N, dtype=torch.float64)
-    flip = torch.zeros(n, N, dtype=torch.bool)
+    fd = torch.zeros(n, N, dtype=torch.float64, device=clean_z.device)
+    flip = torch.zeros(n, N, dtype=torch.bool, device=clean_z.device)
     for r, (i, src) in enumerate(pairs):
         t, L = int(targets.position[i]), int(targets.layer[i])
         a, c = e2[i], e3[i]

@@ -45,7 +45,13 @@ class Rows:
 
     def __post_init__(self) -> None:
         for name in ("batch", "position", "source"):
-            object.__setattr__(self, name, torch.as_tensor(getattr(self, name), dtype=torch.long))
+            value = getattr(self, name)  # a tensor keeps its device, anything else: the default
+            device = value.device if isinstance(value, torch.Tensor) else None
+            object.__setattr__(self, name, torch.as_tensor(value, dtype=torch.long, device=device))
+
+    def to(self, device: torch.device) -> Rows:
+        """The same rows on ``device`` (the same tensors when already there)."""
+        return Rows(*(v.to(device) for v in (self.batch, self.position, self.source)))
 
 
 def suppression_hooks(
@@ -93,6 +99,8 @@ def suppressed_forward(
     if not model.has_state:
         raise ValueError("source suppression needs a state variant (latest or persistent)")
     N = len(model.blocks)
+    ids = ids.to(model.wte.weight.device)
+    rows = rows.to(ids.device)
     fns = suppression_hooks(rows, N, alpha)
     z: dict[int, torch.Tensor] = {}
 
@@ -113,6 +121,8 @@ def check_hook_no_op(model: MoEModel, ids: torch.Tensor, rows: Rows, alpha: floa
     """K11 (SAMOE §14.2): the engine returns bitwise the logits of the plain forward of the
     same rows — at α = 1 on any model, and at α = 0 on one whose writes are all zero (step 0).
     The residual is the number of differing logits."""
+    ids = ids.to(model.wte.weight.device)
+    rows = rows.to(ids.device)
     _, out = suppressed_forward(model, ids, rows, alpha=alpha)
     with torch.no_grad():
         plain = model(ids[rows.batch])
@@ -149,31 +159,33 @@ def suppression_outcomes(
 ) -> Outcomes:
     """Suppress, for each target i, each source in ``sources[i]`` (default: every l < L_i)
     and measure the outcomes against the clean capture ``cap`` of ``ids``."""
-    N = cap.n_layer
+    N, device = cap.n_layer, cap.logits.device
+    targets = targets.to(device)
     if sources is None:
         sources = [range(int(L)) for L in targets.layer]
     pairs = [(i, int(s)) for i, srcs in enumerate(sources) for s in srcs]
     if any(not 0 <= s < int(targets.layer[i]) for i, s in pairs):
         raise ValueError("every suppressed source must lie below its target layer")
-    tgt = torch.tensor([i for i, _ in pairs], dtype=torch.long)
-    src = torch.tensor([s for _, s in pairs], dtype=torch.long)
+    tgt = torch.tensor([i for i, _ in pairs], dtype=torch.long, device=device)
+    src = torch.tensor([s for _, s in pairs], dtype=torch.long, device=device)
     b, t, L = targets.batch[tgt], targets.position[tgt], targets.layer[tgt]
     e2, e3 = (e[tgt] for e in boundary_pair(cap, targets))
     R = len(pairs)
-    ar = torch.arange(R)
-    z_int = torch.empty(N, R, cap.logits.shape[-1], dtype=torch.float32)  # at the token
-    logp_int = torch.empty(R, cap.output_logits.shape[-1], dtype=torch.float32)
+    ar = torch.arange(R, device=device)
+    z_int = torch.empty(N, R, cap.logits.shape[-1], dtype=torch.float32, device=device)
+    logp_int = torch.empty(R, cap.output_logits.shape[-1], dtype=torch.float32, device=device)
     for lo in range(0, R, rows_per_forward):
         part = slice(lo, lo + rows_per_forward)
         z, out = suppressed_forward(model, ids, Rows(b[part], t[part], src[part]), alpha)
         n = z.shape[1]
-        z_int[:, part] = z[:, torch.arange(n), t[part]].float()
-        logp_int[part] = F.log_softmax(out[torch.arange(n), t[part]].float(), dim=-1)
+        rows = torch.arange(n, device=device)
+        z_int[:, part] = z[:, rows, t[part]].float()
+        logp_int[part] = F.log_softmax(out[rows, t[part]].float(), dim=-1)
     z_clean = cap.logits[:, b, t].float()  # (N, R, E)
     margin = lambda zz: zz[L, ar, e2] - zz[L, ar, e3]  # noqa: E731
     # Downstream Top-2 sets at the selected token, clean vs intervened, per layer.
     dist = jaccard_distance(top_k(z_clean, 2)[0], top_k(z_int, 2)[0])  # (N, R)
-    layers = torch.arange(N)[:, None]
+    layers = torch.arange(N, device=device)[:, None]
 
     def mean_over(mask: torch.Tensor) -> torch.Tensor:
         count = mask.sum(0)

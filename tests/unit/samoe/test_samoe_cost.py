@@ -71,3 +71,34 @@ def test_paper_requests_cover_the_projected_cost():
     # and the check can fail: at twice the margin the suppression grids are not covered
     assert "samoe_li" in sc.uncovered(projections, planned, margin=2 * shared.MARGIN)
     assert planned["samoe_train"]["gpu"] == 8
+    # the analyses ask one GPU each; their time is still held to the CPU projection
+    assert {r for r, res in planned.items() if res.get("gpu")} == sc.GPU_TIMED | sc.GPU_BOUNDED
+    by_rule = {p.rule: p for p in projections}
+    for rule in sc.GPU_BOUNDED:
+        assert planned[rule]["gpu"] == 1
+        assert planned[rule]["runtime"] * 60 >= shared.MARGIN * by_rule[rule].seconds, rule
+    lines = sc.report(projections, planned).splitlines()
+    for rule in sc.GPU_BOUNDED:
+        (line,) = [x for x in lines if x.startswith(f"| {rule} |")]
+        assert "GPU (≤" in line and line.endswith("| yes |"), line
+
+
+def test_the_paper_analyses_ask_one_gpu_with_four_cpus_and_the_toy_none():
+    paper, toy = study("samoe-paper.yaml"), study("samoe.yaml")
+    for rule in sc.GPU_BOUNDED:
+        res = paper.resources(rule, mem_mb=1000, runtime=10)
+        assert (res["gpu"], res["cpus_per_gpu"], paper.threads(rule)) == (1, 4, 4), rule
+        assert "cpus_per_task" not in res
+        assert toy.resources(rule, mem_mb=1000, runtime=10)["gpu"] == 0
+        assert toy.threads(rule) == 1
+    # where they run: CUDA when the job sees one (the schema's default, named in the paper's)
+    assert paper.analysis_device == toy.analysis_device == "auto"
+    assert sc.GPU_BOUNDED.isdisjoint(sc.GPU_TIMED) and sc.GPU_BOUNDED <= set(sc.UNITS)
+
+
+def test_every_gpu_analysis_rule_passes_the_study_device():
+    text = (ROOT / "workflow" / "samoe" / "analyses.smk").read_text()
+    for rule in sc.GPU_BOUNDED:
+        body = text.split(f"\nrule {rule}:\n")[1].split("\nrule ")[0]
+        assert "device=STUDY.analysis_device," in body, rule
+        assert "--device {params.device}" in body, rule
