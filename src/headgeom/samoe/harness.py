@@ -266,12 +266,14 @@ def family_tokenizer(corpus_manifest: Mapping, family: str = ""):
     return tok
 
 
-def task_manager(task_dir: str | os.PathLike | None = None):
+def task_manager(task_dir: str | os.PathLike | None = None, include_defaults: bool = True):
     """The harness's task index; ``task_dir`` (local task YAMLs) is searched as well, its
-    tasks taking precedence over the harness's own of the same name."""
+    tasks taking precedence over the harness's own of the same name (``include_defaults``:
+    whether the harness's own are indexed at all; seconds)."""
     from lm_eval.tasks import TaskManager
 
-    return TaskManager(include_path=str(task_dir) if task_dir else None)
+    return TaskManager(include_path=str(task_dir) if task_dir else None,
+                       include_defaults=include_defaults)  # fmt: skip
 
 
 def _dataset_of(err: BaseException) -> str:

@@ -36,8 +36,9 @@ MOE = MoEConfig(n_experts=6, top_k=2, state_dim=8, router_x_init="state_block")
 HAS_HARNESS = importlib.util.find_spec("lm_eval") is not None
 needs_harness = pytest.mark.skipif(
     not HAS_HARNESS,
-    reason=f"lm-evaluation-harness is not installed in this environment (it has its own): "
-    f"`{harness.ENV_COMMAND}`, then `.lm-eval/bin/python -m pytest {Path(__file__).relative_to(ROOT)}`",
+    reason="lm-evaluation-harness is not installed in this environment (it has its own): "
+    f"`{harness.ENV_COMMAND}`, then "
+    f"`.lm-eval/bin/python -m pytest {Path(__file__).relative_to(ROOT)}`",
 )
 
 
@@ -302,7 +303,7 @@ def test_the_adapter_scores_requests_as_the_harness_encodes_them(tmp_path, model
 def test_simple_evaluate_gives_the_argmax_of_naive_loglikelihoods(tmp_path, model):
     tok = word_tokenizer(tmp_path, WORDS.split())
     task_dir, docs = mc_task(tmp_path)
-    manager = harness.task_manager(task_dir)
+    manager = harness.task_manager(task_dir, include_defaults=False)
     tasks = harness.load_tasks(["headgeom_mc"], manager)
     lm = harness.lm_class()(model, tok, max_len=64, batch_size=4)
     out = harness.evaluate(lm, tasks, manager)
@@ -314,6 +315,7 @@ def test_simple_evaluate_gives_the_argmax_of_naive_loglikelihoods(tmp_path, mode
         acc_norm.append(float(np.argmax(norm) == d["label"]))
     found = {"harness_version": "x", "harness_commit": None}
     rows = {r["metric"]: r for r in harness.result_frame(out, ["headgeom_mc"], found)}
+    assert 0 < np.mean(acc) < 1 or 0 < np.mean(acc_norm) < 1  # not a trivial suite
     assert rows["acc"]["value"] == pytest.approx(np.mean(acc))
     assert rows["acc_norm"]["value"] == pytest.approx(np.mean(acc_norm))
     assert rows["acc"]["n"] == 6 and len(rows["acc"]["task_config_sha256"]) == 64
@@ -332,6 +334,9 @@ def test_offline_the_stage_stops_naming_the_dataset_and_writes_nothing(tmp_path,
     monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True, raising=False)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     task_dir, _ = mc_task(tmp_path, name="headgeom_hub_mc", dataset_path="headgeom-tests/nowhere")
+    index = harness.task_manager
+    monkeypatch.setattr(harness, "task_manager",  # seconds saved: the harness's own not indexed
+                        lambda task_dir: index(task_dir, include_defaults=False))  # fmt: skip
     cfg = {"tasks": ["headgeom_hub_mc"], "max_len": 64, "task_dir": str(task_dir)}
     out = tmp_path / "out" / "harness.parquet"
     argv = ["--run-json", json.dumps({"family": "smollm2", "variant": "latest", "seed": 42}),
@@ -341,3 +346,57 @@ def test_offline_the_stage_stops_naming_the_dataset_and_writes_nothing(tmp_path,
     with pytest.raises(SystemExit, match=r"headgeom-tests/nowhere.*HF_DATASETS_OFFLINE.*task_dir"):
         samoe_harness.main(argv)
     assert not out.parent.exists()
+
+
+@needs_harness
+def test_the_stage_writes_a_runs_suite_that_quality_reads(tmp_path, model, monkeypatch):
+    import samoe_harness
+    import samoe_quality
+    from headgeom.samoe.hub_corpus import tokenizer_sha256
+
+    manifest = _hub_run(tmp_path, model)
+    tok = word_tokenizer(tmp_path, WORDS.split())
+    record = {"files": json.loads((tmp_path / "corpus.json").read_text())["files"],
+              "tokenizer": {"repo_id": str(tmp_path / "tok"), "revision": "a" * 40,
+                            "tokenizer_json_sha256": tokenizer_sha256(tok)}}  # fmt: skip
+    (tmp_path / "corpus.json").write_text(json.dumps(record))
+    task_dir, docs = mc_task(tmp_path)
+    index = harness.task_manager
+    monkeypatch.setattr(harness, "task_manager",  # seconds saved: the harness's own not indexed
+                        lambda task_dir: index(task_dir, include_defaults=False))  # fmt: skip
+    run = {"family": "smollm2", "variant": model.variant, "seed": 42}
+    cfg = {"tasks": ["headgeom_mc"], "max_len": 64, "batch_size": 3, "task_dir": str(task_dir),
+           "harness_commit": "b" * 40}  # fmt: skip
+    files = {k: str(tmp_path / v) for k, v in (("checkpoint", "model.safetensors"),
+             ("manifest", "manifest.json"), ("corpus-manifest", "corpus.json"))}  # fmt: skip
+    argv = ["--run-json", json.dumps(run), "--downstream-json", json.dumps(cfg),
+            *(x for k, v in files.items() for x in (f"--{k}", v)),
+            "--out", str(tmp_path / "harness.parquet")]  # fmt: skip
+    # the pinned commit is not what the registry installed: refused unless allowed
+    with pytest.raises(SystemExit, match="pins lm-evaluation-harness bbbb"):
+        samoe_harness.main(argv)
+    assert samoe_harness.main([*argv, "--allow-other-harness"]) == 0
+    suite = harness.read_run_suite(tmp_path / "harness.parquet", manifest)
+    assert suite["metric"].tolist() == ["acc", "acc_norm"] and (suite["n"] == 6).all()
+    assert suite["harness_version"].iloc[0] == harness.harness_provenance()["harness_version"]
+    # the stage's numbers are the ones simple_evaluate gives on the same model
+    manager = index(task_dir, include_defaults=False)
+    direct = harness.evaluate(harness.lm_class()(model, tok, 64),
+                              harness.load_tasks(["headgeom_mc"], manager), manager)  # fmt: skip
+    assert suite["value"].tolist() == pytest.approx(
+        [direct["results"]["headgeom_mc"][f"{m},none"] for m in ("acc", "acc_norm")]
+    )
+    argv = [
+        "--run-json",
+        json.dumps(run),
+        "--pools",
+        str(tmp_path / "pools.parquet"),
+        *(x for k, v in files.items() for x in (f"--{k}", v)),
+        "--harness",
+        str(tmp_path / "harness.parquet"),
+        "--out",
+        str(tmp_path / "q.parquet"),
+    ]
+    assert samoe_quality.main(argv) == 0
+    q = pd.read_parquet(tmp_path / "q.parquet").set_index(["metric", "subset"])["value"]
+    assert q[("primary", "macro")] == pytest.approx(suite[suite["primary"]]["value"].iloc[0])
