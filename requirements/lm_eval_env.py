@@ -1,8 +1,9 @@
 """The lm-evaluation-harness environment of the SA-MoE downstream suite (rule samoe_harness),
 outside the workspace's lock: a virtual environment cached under ``.lm-eval/`` (git-ignored)
-with the pins of ``envs/lm-eval.yaml`` (the rule's conda environment) and pytest, so the
-tests that need the harness run in it. Our environment and ``requirements/lock.txt`` are never
-touched; the lock constrains every package both install (numpy, torch, transformers...).
+with the pins of ``envs/lm-eval.yaml`` (the rule's conda environment) plus pytest and
+accelerate (:data:`TEST_ONLY`), so the tests that need the harness run in it. Our environment
+and ``requirements/lock.txt`` are never touched; the lock constrains every package both
+install (numpy, torch, transformers...).
 
     python requirements/lm_eval_env.py              # the harness at the pinned commit (GitHub)
     python requirements/lm_eval_env.py --registry   # no GitHub: the registry release nearest
@@ -31,19 +32,22 @@ LOCK = ROOT / "requirements" / "lock.txt"
 #: The registry's lm-eval release nearest the pinned commit (b954108c, 2026-09-01: after
 #: 0.4.13, the last release before it), for machines that cannot reach GitHub.
 REGISTRY_RELEASE = "lm-eval==0.4.13"
+#: What the tests add (not the rule's environment): pytest, and accelerate, which the
+#: harness's own Hugging Face model (the adapter's reference in the tests) imports.
+TEST_ONLY = ("pytest", "accelerate")
 PYTHON = HOME / "bin" / "python"
 MARKER = HOME / "installed.txt"
 
 
 def requirements(registry: bool = False) -> list[str]:
     """envs/lm-eval.yaml's pip lines (the harness as the registry release with ``registry``)
-    and the lock's pytest."""
+    and the lock's pins of :data:`TEST_ONLY`."""
     env = yaml.safe_load(ENV_FILE.read_text())
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
     if registry:
         pip = [REGISTRY_RELEASE if p.startswith("lm_eval @ ") else p for p in pip]
-    pytest = next(line for line in LOCK.read_text().splitlines() if line.startswith("pytest=="))
-    return [*pip, pytest]
+    lock = LOCK.read_text().splitlines()
+    return [*pip, *(next(x for x in lock if x.startswith(f"{name}==")) for name in TEST_ONLY)]
 
 
 def create(registry: bool = False) -> tuple[bool, str]:

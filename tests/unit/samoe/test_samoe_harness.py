@@ -400,3 +400,52 @@ def test_the_stage_writes_a_runs_suite_that_quality_reads(tmp_path, model, monke
     assert samoe_quality.main(argv) == 0
     q = pd.read_parquet(tmp_path / "q.parquet").set_index(["metric", "subset"])["value"]
     assert q[("primary", "macro")] == pytest.approx(suite[suite["primary"]]["value"].iloc[0])
+
+
+class _Logits(torch.nn.Module):
+    """A Hugging Face causal LM as the adapter calls models: ids -> logits."""
+
+    def __init__(self, hf):
+        super().__init__()
+        self.hf = hf
+
+    def forward(self, ids):
+        return self.hf(input_ids=ids, use_cache=False).logits
+
+
+@needs_harness
+def test_the_adapter_answers_as_the_harness_own_hf_model(tmp_path):
+    """The reference: lm_eval's HFLM on the same Hub model and tokenizer, with a max_length
+    short enough that contexts are cut, a trailing-space context, an empty context, a
+    one-token and a long continuation, and rolling log-likelihoods over several windows."""
+    pytest.importorskip("accelerate", reason="HFLM imports accelerate (lm_eval_env.py adds it)")
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    tok = word_tokenizer(tmp_path, WORDS.split())
+    hf = dense_lm("llama")
+    hf.save_pretrained(tmp_path / "hf")
+    ref = HFLM(pretrained=str(tmp_path / "hf"), tokenizer=str(tmp_path / "tok"), max_length=12,
+               batch_size=3, device="cpu", dtype="float32")  # fmt: skip
+    ours = harness.lm_class()(_Logits(hf), tok, max_len=12, batch_size=2)
+    words = WORDS.split()[:-2]
+    rng = random.Random(11)
+    pairs = [
+        (
+            " ".join(rng.choices(words, k=rng.randint(1, 20))),
+            " " + " ".join(rng.choices(words, k=rng.randint(1, 5))),
+        )
+        for _ in range(10)
+    ]
+    pairs += [("a big red fox ", "jumped over"), ("", "the blue fence"),
+              ("the cat", " " + " ".join(rng.choices(words, k=12)))]  # fmt: skip
+    reqs = [Instance(request_type="loglikelihood", doc={}, arguments=p, idx=i)
+            for i, p in enumerate(pairs)]  # fmt: skip
+    want, got = ref.loglikelihood(reqs), ours.loglikelihood(reqs)
+    np.testing.assert_allclose([g[0] for g in got], [w[0] for w in want], rtol=1e-5, atol=1e-4)
+    assert [g[1] for g in got] == [w[1] for w in want]
+    text = " ".join(rng.choices(words, k=40))
+    rolling = [Instance(request_type="loglikelihood_rolling", doc={}, arguments=(text,), idx=0)]
+    assert ours.loglikelihood_rolling(rolling)[0] == pytest.approx(
+        ref.loglikelihood_rolling(rolling)[0], rel=1e-5
+    )
