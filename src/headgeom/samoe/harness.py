@@ -43,6 +43,18 @@ from torch.nn import functional as F
 #: WinoGrande (partial scoring; the harness reports no acc_norm for it); macro = their mean.
 PRIMARY = {"hellaswag": "acc_norm", "arc_easy": "acc_norm", "piqa": "acc_norm",
            "winogrande": "acc"}  # fmt: skip
+#: [CHOICE] SAMOE §11: the harness-default evaluation split of each paper task, its examples,
+#: choices per example (ARC-Easy: mostly 4) and how a choice is scored (paper Table 6).
+SPLITS = {
+    "hellaswag": ("validation", 10_042, 4, "summed log-likelihood of each ending, divided by "
+                  "its character length"),
+    "arc_easy": ("test", 2_376, 4, "summed log-likelihood of each answer, divided by its "
+                 "character length"),
+    "piqa": ("validation", 1_838, 2, "summed log-likelihood of each solution, divided by its "
+             "character length"),
+    "winogrande": ("validation (xl)", 1_267, 2, "partial scoring: each option inserted in the "
+                   "prefix, the log-likelihood of the shared suffix"),
+}  # fmt: skip
 #: The metrics read from the harness's results, in this order, where a task reports them.
 METRICS = ("acc", "acc_norm")
 #: How to make the local harness environment (the tests that need it say so when it is absent).

@@ -144,6 +144,25 @@ def test_quality_rows_take_each_tasks_primary_and_their_mean():
                                "piqa": "acc_norm", "winogrande": "acc"}  # fmt: skip
 
 
+def test_table6_describes_each_suite_by_its_own_protocol():
+    from types import SimpleNamespace
+
+    from headgeom.paper.samoe import table6
+    from headgeom.study import Study
+
+    paper = Study.from_config(yaml.safe_load((ROOT / "config" / "samoe-paper.yaml").read_text()))
+    frame = table6(SimpleNamespace(config=paper.config)).frame.set_index("task")
+    assert frame["n"].to_dict() == {"hellaswag": 10_042, "arc_easy": 2_376, "piqa": 1_838,
+                                    "winogrande": 1_267}  # fmt: skip
+    assert frame["metric"].to_dict() == harness.PRIMARY
+    assert frame.loc["winogrande", "scoring"].startswith("partial scoring")
+    toy = Study.from_config(yaml.safe_load((ROOT / "config" / "samoe.yaml").read_text()))
+    frame = table6(SimpleNamespace(config=toy.config)).frame.set_index("task")
+    assert frame["metric"].to_dict() == {"sva": "acc", "quote": "acc", "plural": "acc",
+                                         "arith": "acc_norm"}  # fmt: skip
+    assert frame.loc["arith", "n"] == 512 and frame.loc["sva", "choices"] == 2
+
+
 def _hub_run(tmp_path, model):
     """A Hub run on disk as samoe_quality reads it: checkpoint, run manifest, pools, corpus
     manifest."""
