@@ -145,6 +145,8 @@ def test_quality_rows_take_each_tasks_primary_and_their_mean():
 
 
 def test_table6_describes_each_suite_by_its_own_protocol():
+    pytest.importorskip("matplotlib", reason="headgeom.paper draws figures: not installed in "
+                        "the harness's environment (the workspace's own runs this)")  # fmt: skip
     from types import SimpleNamespace
 
     from headgeom.paper.samoe import table6
