@@ -1,6 +1,7 @@
 """Quality of one SA-MoE run (SAMOE §11): perplexity on the final pool (all of it and per
-domain) and the toy downstream suite (acc, acc_norm and each task's primary metric; macro =
-the unweighted mean of the primaries).
+domain) and the downstream suite (acc, acc_norm and each task's primary metric; macro = the
+unweighted mean of the primaries): the toy suite scored here (``--downstream``), or a Hub
+run's lm-evaluation-harness results (``--harness``, written by samoe_harness).
 
     python src/samoe_quality.py --run-json '{"family":"toy","variant":"latest","seed":42}' \\
         --checkpoint model.safetensors --manifest manifest.json --pools pools.parquet \\
@@ -21,7 +22,7 @@ import pandas as pd
 from headgeom.data.corpus import compact
 from headgeom.io import read_table
 from headgeom.runtime import analysis_device, set_threads
-from headgeom.samoe import downstream, results
+from headgeom.samoe import downstream, harness, results
 from headgeom.samoe.checkpoint import load_verified_moe
 from headgeom.samoe.manifest import run_metadata, verified_inputs
 from headgeom.samoe.pools import pool, read_pools
@@ -31,8 +32,11 @@ from headgeom.samoe.quality import perplexity
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-json", required=True)
-    for name in ("checkpoint", "manifest", "pools", "downstream", "corpus-manifest", "out"):
+    for name in ("checkpoint", "manifest", "pools", "corpus-manifest", "out"):
         parser.add_argument(f"--{name}", required=True, type=Path)
+    suite_file = parser.add_mutually_exclusive_group(required=True)
+    suite_file.add_argument("--downstream", type=Path, help="the toy suite (samoe_corpus)")
+    suite_file.add_argument("--harness", type=Path, help="the run's lm-eval suite (samoe_harness)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
     args = parser.parse_args(argv)
@@ -42,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(err))
     run = json.loads(args.run_json)
     set_threads(args.threads)
-    verified_inputs(args.corpus_manifest, {"pools": args.pools, "downstream": args.downstream})
+    toy = {"downstream": args.downstream} if args.harness is None else {}
+    verified_inputs(args.corpus_manifest, {"pools": args.pools, **toy})
     model, vocab, manifest = load_verified_moe(args.checkpoint, args.manifest)
     model = model.to(device)  # perplexity and the suite score on the model's device
     final = pool(read_pools(args.pools), "final", vocab)
@@ -52,18 +57,23 @@ def main(argv: list[str] | None = None) -> int:
         ids = final.ids if subset == "all" else final.ids[domains == subset]
         rows.append({"metric": "ppl", "subset": subset, "value": perplexity(model, ids),
                      "n": ids[:, 1:].numel()})  # fmt: skip
-    suite = read_table(args.downstream, results.DOWNSTREAM.names).to_pandas()
-    scored = downstream.score(model, suite, lambda ids: compact(np.asarray(ids), vocab).tolist())
-    primaries = []
-    for task, group in scored.groupby("task", sort=False):
-        for metric in ("acc", "acc_norm"):
-            rows.append({"metric": metric, "subset": task, "value": group[metric].mean(),
-                         "n": len(group)})  # fmt: skip
-        value = group[downstream.PRIMARY[task]].mean()
-        primaries.append(value)
-        rows.append({"metric": "primary", "subset": task, "value": value, "n": len(group)})
-    rows.append({"metric": "primary", "subset": "macro", "value": float(np.mean(primaries)),
-                 "n": len(scored)})  # fmt: skip
+    if args.harness is not None:  # a Hub run: the harness's accuracies (samoe_harness)
+        rows += harness.quality_rows(harness.read_run_suite(args.harness, manifest))
+    else:
+        suite = read_table(args.downstream, results.DOWNSTREAM.names).to_pandas()
+        scored = downstream.score(
+            model, suite, lambda ids: compact(np.asarray(ids), vocab).tolist()
+        )
+        primaries = []
+        for task, group in scored.groupby("task", sort=False):
+            for metric in ("acc", "acc_norm"):
+                rows.append({"metric": metric, "subset": task, "value": group[metric].mean(),
+                             "n": len(group)})  # fmt: skip
+            value = group[downstream.PRIMARY[task]].mean()
+            primaries.append(value)
+            rows.append({"metric": "primary", "subset": task, "value": value, "n": len(group)})
+        rows.append({"metric": "primary", "subset": "macro", "value": float(np.mean(primaries)),
+                     "n": len(scored)})  # fmt: skip
     frame = pd.DataFrame(rows).assign(**run)
     results.QUALITY.write(args.out, frame, run_metadata(run, manifest, device=device))
     print(

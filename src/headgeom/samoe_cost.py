@@ -67,7 +67,8 @@ NOT_PROJECTED = {
     "samoe_import_dense": "a download of the pinned checkpoint (network bound)",
     "samoe_hub_corpus": "a Hub family's corpus: streaming and tokenizing ~30B tokens (network "
     "bound; the toy has no such job)",
-    "samoe_hub_downstream": "the paper's harness suite (not built yet)",
+    "samoe_harness": "the paper's downstream suite through lm-evaluation-harness on a GPU "
+    "(the toy scores its own suite inside samoe_quality)",
 }
 
 

@@ -71,6 +71,7 @@ class SAMoEStudy(ResourceRequests):
         yield self._check_sampling
         yield self._check_pools
         yield self._check_hub_corpus
+        yield self._check_downstream
         yield self._check_resources
         for family in self.families:
             if self.is_toy(family):
@@ -125,6 +126,31 @@ class SAMoEStudy(ResourceRequests):
                 raise ValueError(f"config data.cpt_train_tokens: {n} is not a multiple of "
                                  f"{T}, the sequence length of family {family} (the stream "
                                  "is whole packed sequences)")  # fmt: skip
+
+    def _check_downstream(self) -> None:
+        """Toy families score the toy suite; Hub families run the harness's tasks at a pinned
+        commit and max_len (SAMOE §11). (A study of both kinds has one task list for both:
+        each job refuses the other kind's tasks.)"""
+        from headgeom.samoe.downstream import TOY_TASKS
+
+        ds = self.config["downstream"]
+        toy = [t for t in ds["tasks"] if t in TOY_TASKS]
+        if self.toy_families and self.hub_families:
+            return
+        if self.toy_families and len(toy) < len(ds["tasks"]):
+            raise ValueError(f"config downstream.tasks: {sorted(set(ds['tasks']) - set(toy))} "
+                             f"are lm-eval tasks; the toy families {self.toy_families} score "
+                             f"the toy suite ({', '.join(TOY_TASKS)})")  # fmt: skip
+        if self.hub_families:
+            if toy:
+                raise ValueError(f"config downstream.tasks: {toy} are toy tasks; the Hub "
+                                 f"families {self.hub_families} run lm-eval tasks (hellaswag, "
+                                 "arc_easy, piqa, winogrande)")  # fmt: skip
+            missing = [k for k in ("harness_commit", "max_len") if k not in ds]
+            if missing:
+                raise ValueError(f"config downstream: {missing} missing; the Hub families "
+                                 f"{self.hub_families} run lm-evaluation-harness at a pinned "
+                                 "commit with a maximum length (SAMOE §11)")  # fmt: skip
 
     def _check_layers(self, family: str) -> None:
         n = self.n_layer(family)

@@ -32,7 +32,7 @@ rule samoe_quality:
         checkpoint=PATHS["checkpoint"],
         manifest=PATHS["manifest"],
         pools=corpus_file("pools"),
-        downstream=corpus_file("downstream"),
+        downstream=downstream_file,
         corpus_manifest=corpus_file("corpus_manifest"),
     output:
         quality=PATHS["quality"],
@@ -43,6 +43,7 @@ rule samoe_quality:
     params:
         run=run_json,
         device=STUDY.analysis_device,
+        suite=downstream_flag,
     threads: STUDY.threads("samoe_quality")
     resources:
         **STUDY.resources("samoe_quality", mem_mb=2000, runtime=20),
@@ -50,9 +51,40 @@ rule samoe_quality:
         "../../envs/headgeom.yaml"
     shell:
         "python src/samoe_quality.py --run-json {params.run:q} --checkpoint {input.checkpoint} "
-        "--manifest {input.manifest} --pools {input.pools} --downstream {input.downstream} "
+        "--manifest {input.manifest} --pools {input.pools} {params.suite} {input.downstream} "
         "--corpus-manifest {input.corpus_manifest} --out {output.quality} "
         "--threads {threads} --device {params.device} 2> {log}"
+
+
+# Paper scale: a Hub run's downstream suite through lm-evaluation-harness at the pinned commit,
+# in the harness's own environment (envs/lm-eval.yaml); samoe_quality reads its accuracies.
+rule samoe_harness:
+    wildcard_constraints:
+        family=STUDY.pattern(STUDY.hub_families),
+    input:
+        checkpoint=PATHS["checkpoint"],
+        manifest=PATHS["manifest"],
+        corpus_manifest=PATHS["hub_corpus_manifest"],
+    output:
+        harness=PATHS["harness"],
+    log:
+        log_of("samoe_harness", "{family}-{variant}-s{seed}"),
+    benchmark:
+        benchmark_of("samoe_harness", "{family}-{variant}-s{seed}")
+    params:
+        run=run_json,
+        cfg=as_json(STUDY.config["downstream"]),
+        device=STUDY.analysis_device,
+    threads: STUDY.threads("samoe_harness")
+    resources:
+        **STUDY.resources("samoe_harness", mem_mb=16000, runtime=120),
+    conda:
+        "../../envs/lm-eval.yaml"
+    shell:
+        "python src/samoe_harness.py --run-json {params.run:q} --checkpoint {input.checkpoint} "
+        "--manifest {input.manifest} --corpus-manifest {input.corpus_manifest} "
+        "--downstream-json {params.cfg:q} --out {output.harness} --threads {threads} "
+        "--device {params.device} 2> {log}"
 
 
 rule samoe_capture:

@@ -65,7 +65,6 @@ def run_json(wildcards):
 CORPUS_FILES = {
     "cpt_train": ("corpus_cpt_train", "hub_cpt_train"),
     "pools": ("pools", "hub_pools"),
-    "downstream": ("downstream", "hub_downstream"),
     "corpus_manifest": ("corpus_manifest", "hub_corpus_manifest"),
 }
 
@@ -78,6 +77,19 @@ def corpus_file(name):
         if STUDY.is_toy(wildcards["family"])
         else PATHS[hub].format(family=wildcards["family"])
     )
+
+
+def downstream_file(wildcards):
+    """samoe_quality's downstream suite: the study's toy suite (samoe_corpus) for a toy
+    family, the run's lm-evaluation-harness results (samoe_harness) for a Hub family."""
+    if STUDY.is_toy(wildcards["family"]):
+        return PATHS["downstream"]
+    return PATHS["harness"].format(**{k: wildcards[k] for k in ("family", "variant", "seed")})
+
+
+def downstream_flag(wildcards):
+    """samoe_quality's option for that file."""
+    return "--downstream" if STUDY.is_toy(wildcards["family"]) else "--harness"
 
 
 def corpus_files_of(name, families):

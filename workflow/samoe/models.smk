@@ -82,29 +82,6 @@ rule samoe_hub_corpus:
         "--threads {threads} 2> {log}"
 
 
-# The paper's downstream suite (lm-evaluation-harness tasks in the family's tokenizer) is not
-# built: this job stops and says so.
-rule samoe_hub_downstream:
-    wildcard_constraints:
-        family=STUDY.pattern(STUDY.hub_families),
-    output:
-        downstream=PATHS["hub_downstream"],
-    log:
-        log_of("samoe_hub_downstream", "{family}"),
-    benchmark:
-        benchmark_of("samoe_hub_downstream", "{family}")
-    params:
-        cfg=lambda wildcards: as_json(STUDY.config["downstream"]),
-    threads: 1
-    resources:
-        **STUDY.resources("samoe_hub_downstream", mem_mb=1000, runtime=10),
-    conda:
-        "../../envs/headgeom.yaml"
-    shell:
-        "python src/samoe_hub_downstream.py --family {wildcards.family} "
-        "--downstream-json {params.cfg:q} --out {output.downstream} 2> {log}"
-
-
 # Paper scale: the family's pinned Hub checkpoint instead of a toy dense training.
 rule samoe_import_dense:
     wildcard_constraints:

@@ -477,12 +477,19 @@ def table22(x: Inputs) -> Table:
 
 
 def table6(x: Inputs) -> Table:
-    """The downstream protocol (paper Table 6; the toy suite's)."""
+    """The downstream protocol (paper Table 6): the toy suite's, or the paper's tasks through
+    lm-evaluation-harness (their harness-default splits)."""
+    from headgeom.samoe import harness
     from headgeom.samoe.downstream import PRIMARY
 
     ds = x.config["downstream"]
     rows = []
     for task in ds["tasks"]:
+        if task in harness.SPLITS:
+            _, n, choices, scoring = harness.SPLITS[task]
+            rows.append({"task": task, "metric": harness.PRIMARY[task], "n": n,
+                         "choices": choices, "scoring": scoring})  # fmt: skip
+            continue
         n = ds["arith"]["n"] if task == "arith" else ds["n_per_task"]
         choices = 4 if task == "arith" else 2
         scoring = "summed log-likelihood of each choice"

@@ -143,9 +143,11 @@ class FamilyTokenizer:
         return [np.asarray(e.ids, dtype=TOKEN_DTYPE) for e in encodings]
 
 
-def load_tokenizer(repo_id: str, revision: str, family: str = "") -> FamilyTokenizer:
-    """The family's tokenizer from its own pinned revision (the dense import's repository and
-    revision; a local ``save_pretrained`` directory is read from there)."""
+def load_hf_tokenizer(repo_id: str, revision: str, family: str = "", needs: str = "the paper "
+                      "corpus"):  # fmt: skip
+    """The family's ``transformers`` fast tokenizer from its own pinned revision (the dense
+    import's repository and revision; a local ``save_pretrained`` directory is read from
+    there); HubCorpusError naming it (and what ``needs`` it) when it cannot be loaded."""
     from transformers import AutoTokenizer
 
     where = f"families.{family}.hf" if family else "the family's hf source"
@@ -154,14 +156,25 @@ def load_tokenizer(repo_id: str, revision: str, family: str = "") -> FamilyToken
     except (OSError, ValueError) as err:  # no route, offline without a cache, no revision
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise HubCorpusError(f"cannot load the tokenizer of {repo_id}@{revision} ({where}; "
-                             f"{first}); the paper corpus needs the Hugging Face Hub (or a "
+                             f"{first}); {needs} needs the Hugging Face Hub (or a "
                              "warm cache, or a local model directory as repo_id) for "
                              "it") from None  # fmt: skip
     if not getattr(tok, "is_fast", False) or tok.eos_token_id is None:
         raise HubCorpusError(f"the tokenizer of {repo_id}@{revision} ({where}) is not a fast "
                              "tokenizer with an EOS token")  # fmt: skip
+    return tok
+
+
+def tokenizer_sha256(tok) -> str:
+    """SHA-256 of a fast tokenizer's full definition (its ``tokenizer.json`` text)."""
+    return hashlib.sha256(tok.backend_tokenizer.to_str().encode("utf-8")).hexdigest()
+
+
+def load_tokenizer(repo_id: str, revision: str, family: str = "") -> FamilyTokenizer:
+    """The family's tokenizer (:func:`load_hf_tokenizer`) with its provenance."""
+    tok = load_hf_tokenizer(repo_id, revision, family)
     backend = tok.backend_tokenizer
-    sha = hashlib.sha256(backend.to_str().encode("utf-8")).hexdigest()
+    sha = tokenizer_sha256(tok)
     provenance = {"repo_id": repo_id, "revision": revision,
                   "resolved_commit": getattr(tok, "_commit_hash", None) or None,
                   "class": type(tok).__name__, "tokenizer_json_sha256": sha}  # fmt: skip

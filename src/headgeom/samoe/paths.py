@@ -20,7 +20,6 @@ TEMPLATES = {
     "hub_cpt_train": "samoe/corpus/{family}/cpt_train.bin",
     "hub_cpt_train_meta": "samoe/corpus/{family}/cpt_train.json",
     "hub_pools": "samoe/corpus/{family}/pools.parquet",
-    "hub_downstream": "samoe/corpus/{family}/downstream.parquet",
     "hub_corpus_manifest": "samoe/corpus/{family}/manifest.json",
     # the dense source of a family (SAMOE §4)
     "dense": "samoe/{family}/dense/model.safetensors",
@@ -34,6 +33,7 @@ TEMPLATES = {
     "train_log": f"{RUN}/train_log.parquet",
     "manifest": f"{RUN}/manifest.json",
     "quality": f"{RUN}/quality.parquet",
+    "harness": f"{RUN}/harness.parquet",  # a Hub run's lm-eval suite (samoe_harness)
     "state_geometry": f"{RUN}/state_geometry.parquet",
     "local_suppression": f"{RUN}/local_suppression.parquet",
     "history": f"{RUN}/history.parquet",

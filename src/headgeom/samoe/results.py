@@ -107,6 +107,28 @@ QUALITY = _table(
      "n": "predicted positions (ppl) or examples"},
     "quality metric of one run",
 )  # fmt: skip
+#: The paper's downstream suite of one run through lm-evaluation-harness (samoe_harness).
+HARNESS = _table(
+    "samoe_harness",
+    [*_RUN, ("task", pa.string()), ("metric", pa.string()), ("value", pa.float64()),
+     ("stderr", pa.float64()), ("n", pa.int64()), ("primary", pa.bool_()),
+     ("task_version", pa.string()), ("task_config_sha256", pa.string()),
+     ("harness_version", pa.string()), ("harness_commit", pa.string())],
+    {"task": "lm-eval task: hellaswag, arc_easy, piqa or winogrande (SAMOE §11)",
+     "metric": "acc (argmax of the summed log-likelihood) or acc_norm (divided by the "
+               "choice's character length), as the harness reports them",
+     "value": "accuracy in [0, 1] over the task's examples (zero-shot)",
+     "stderr": "the harness's standard error of the accuracy (null where it gives none)",
+     "n": "examples scored (the harness's effective sample count)",
+     "primary": "the task's reported metric (acc_norm; WinoGrande acc); macro = their mean",
+     "task_version": "the task config's metadata version",
+     "task_config_sha256": "SHA-256 of the task's full config as the harness ran it "
+                           "(canonical JSON)",
+     "harness_version": "installed lm-eval version",
+     "harness_commit": "the harness's git commit where installed from git (the pin), else "
+                       "null (a registry release)"},
+    "metric of one lm-eval task for one run",
+)  # fmt: skip
 TARGETS = _table(
     "samoe_targets",
     [("family", pa.string()), ("seq_index", pa.int64()), ("seq_id", pa.string()),
@@ -164,7 +186,7 @@ HISTORY = _table(
 )  # fmt: skip
 
 TABLES = {t.name: t for t in (POOLS, DOWNSTREAM, DENSE_LOG, CPT_LOG, COUNTS,
-                              QUALITY, TARGETS, STATE_GEOMETRY, LOCAL_SUPPRESSION,
+                              QUALITY, HARNESS, TARGETS, STATE_GEOMETRY, LOCAL_SUPPRESSION,
                               HISTORY)}  # fmt: skip
 
 # --------------------------------------------------------------------------- statistics

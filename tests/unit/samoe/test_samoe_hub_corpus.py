@@ -254,14 +254,3 @@ def test_an_unloadable_tokenizer_is_named(world, tmp_path):
     with pytest.raises(SystemExit, match=r"tokenizer of .*no-such-model@bbbb.*families.smollm2"):
         _run(world, tmp_path / "a", cfg)
     assert not (tmp_path / "a").exists()
-
-
-def test_the_paper_downstream_suite_refuses_naming_the_harness(tmp_path):
-    import samoe_hub_downstream
-
-    cfg = {"tasks": ["hellaswag"], "harness_commit": "b" * 40, "max_len": 2048}
-    argv = ["--family", "gemma", "--downstream-json", json.dumps(cfg), "--out",
-            str(tmp_path / "d.parquet")]  # fmt: skip
-    with pytest.raises(SystemExit, match=r"lm-evaluation-harness at commit bbbb.*not built"):
-        samoe_hub_downstream.main(argv)
-    assert not list(tmp_path.iterdir())

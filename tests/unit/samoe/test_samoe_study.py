@@ -120,7 +120,21 @@ def _hub(config: dict) -> dict:
                                              "revision": "a" * 40}}}  # fmt: skip
     config["interventions"]["target_layers"] = [12, 16, 21, 25]
     config["data"].update(sources=copy.deepcopy(LOCAL_SOURCES), cpt_train_tokens=64 * 2048)
+    config["downstream"] = {"tasks": ["hellaswag", "arc_easy", "piqa", "winogrande"],
+                            "harness_commit": "b" * 40, "max_len": 2048}  # fmt: skip
     return config
+
+
+def test_each_kind_of_family_gets_its_own_downstream_suite():
+    hub = _hub(copy.deepcopy(DEMO))
+    hub["downstream"]["tasks"] = ["piqa", "arith"]
+    assert "['arith'] are toy tasks; the Hub families ['smollm2']" in problems(hub)
+    hub = _hub(copy.deepcopy(DEMO))
+    del hub["downstream"]["harness_commit"]
+    assert "['harness_commit'] missing" in problems(hub)
+    toy = copy.deepcopy(DEMO)
+    toy["downstream"] = {"tasks": ["sva", "hellaswag"]}
+    assert "['hellaswag'] are lm-eval tasks; the toy families ['toy']" in problems(toy)
 
 
 def test_paper_family_has_the_published_shape():
@@ -181,6 +195,7 @@ def test_hub_corpus_config_and_its_keys():
     mixed = _hub(copy.deepcopy(DEMO))
     mixed["families"]["toy"] = DEMO["families"]["toy"]
     mixed["interventions"]["target_layers"] = [6, 7, 6, 7]
+    mixed["downstream"] = copy.deepcopy(DEMO["downstream"])  # one task list: the toy's
     pairs = [[14, 15]]
     mixed["families"]["smollm2"].update(target_layers=[12, 16, 21, 25], probe_pairs=pairs,
                                         long_horizon=pairs)  # fmt: skip
