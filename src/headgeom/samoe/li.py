@@ -77,21 +77,23 @@ def attribute(
     routers = [FrozenNorm.of(block.router_norm, dtype) for block in model.blocks]
     posts = [tuple(None if p is None else FrozenNorm.of(p, dtype) for p in block.post_norms)
              for block in model.blocks]  # fmt: skip
+    rows, cols = cap.where(targets.batch, targets.position)  # the targets in ``cap``
     for i in range(n):
         b, t, L = int(targets.batch[i]), int(targets.position[i]), int(targets.layer[i])
+        cb, ct = int(rows[i]), int(cols[i])
         router = routers[L]
         w_x = model.blocks[L].moe.router.W_x.detach().to(dtype)  # (E, d)
-        parts = [v for layer in range(L) for v in _joined(cap, posts[layer], layer, b, t)]
-        rest = emb[b, t] + _joined(cap, posts[L], L, b, t)[0]
+        parts = [v for layer in range(L) for v in _joined(cap, posts[layer], layer, cb, ct)]
+        rest = emb[b, t] + _joined(cap, posts[L], L, cb, ct)[0]
         m = rest + sum(parts)
         sigma = router.sigma(m)
         mapped = (torch.stack([router.phi(v, sigma) for v in parts]) if parts
                   else emb.new_zeros(0, emb.shape[-1]))  # fmt: skip
         x_rebuilt = mapped.sum(0) + router.phi(rest, sigma) + router.offset()
-        in_res = max(in_res, (x_rebuilt - cap.router_in[L, b, t]).abs().max().item())
+        in_res = max(in_res, (x_rebuilt - cap.router_in[L, cb, ct]).abs().max().item())
         a = mapped @ w_x.T  # (3L, E)
         z_rebuilt = a.sum(0) + (router.phi(rest, sigma) + router.offset()) @ w_x.T
-        logit_res = max(logit_res, (z_rebuilt - cap.logits[L, b, t]).abs().max().item())
+        logit_res = max(logit_res, (z_rebuilt - cap.logits[L, cb, ct]).abs().max().item())
         alpha[i, : len(parts)] = a
         if parts:
             norm[i, : len(parts)] = torch.stack(parts).norm(dim=-1)
