@@ -117,17 +117,25 @@ def suppressed_forward(
     return torch.stack([z[layer] for layer in range(N)]), out
 
 
-def check_hook_no_op(model: MoEModel, ids: torch.Tensor, rows: Rows, alpha: float = 1.0) -> dict:
+def check_hook_no_op(model: MoEModel, ids: torch.Tensor, rows: Rows, alpha: float = 1.0,
+                     rows_per_forward: int | None = None) -> dict:  # fmt: skip
     """K11 (SAMOE §14.2): the engine returns bitwise the logits of the plain forward of the
     same rows — at α = 1 on any model, and at α = 0 on one whose writes are all zero (step 0).
-    The residual is the number of differing logits."""
+    The residual is the number of differing logits; all rows in one forward, or
+    ``rows_per_forward`` rows a forward (each compared with the plain forward of those rows)."""
     ids = ids.to(model.wte.weight.device)
     rows = rows.to(ids.device)
-    _, out = suppressed_forward(model, ids, rows, alpha=alpha)
-    with torch.no_grad():
-        plain = model(ids[rows.batch])
+    step = max(len(rows.batch), 1) if rows_per_forward is None else rows_per_forward
+    differ = 0
+    for lo in range(0, len(rows.batch), step):
+        part = Rows(*(v[lo : lo + step] for v in (rows.batch, rows.position, rows.source)))
+        _, out = suppressed_forward(model, ids, part, alpha=alpha)
+        with torch.no_grad():
+            plain = model(ids[part.batch])
+        differ += int((out != plain).sum())
+        del out, plain
     what = f"logits changed by the suppression hook at α = {alpha}"
-    return checks.enforce("K11", int((out != plain).sum()), 0, "count", what=what)
+    return checks.enforce("K11", differ, 0, "count", what=what)
 
 
 def jaccard_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -36,6 +36,7 @@ from headgeom.samoe.ledger import (
     logit_reconstruction_residual,
     state_only_replay,
 )
+from headgeom.samoe.quality import perplexity
 from headgeom.samoe.suppression import (
     PoolSetChanges,
     check_unit_lambda,
@@ -43,7 +44,7 @@ from headgeom.samoe.suppression import (
     suppression_outcomes,
 )
 from tests.helpers import samoe as h
-from tests.unit.samoe.test_samoe_device_scripts import SCRIPTS, argv, inputs, samoe_capture, tables
+from tests.unit.samoe.test_samoe_device_scripts import SCRIPTS, argv, inputs, tables
 from tests.unit.samoe.test_samoe_devices import same
 
 __all__ = ["inputs"]  # the scripts' fixture: tiny pools, targets and checkpoints
@@ -227,6 +228,17 @@ def test_li_attribution_from_the_targets_tokens(ordinary, batch):
         assert max(got.input_residual, got.logit_residual) < li.RECONSTRUCTION_TOL
 
 
+# --------------------------------------------------------------------------- perplexity
+def test_perplexity_in_smaller_batches(persistent):
+    """The default batch (8 ≥ the pool) is the one-forward value; smaller batches add the
+    float64 NLL sums in another grouping of float32-rounded logits: ~1e-7 relative."""
+    model, ids, _ = persistent
+    whole = perplexity(model, ids)
+    assert perplexity(model, ids, batch_size=5) == whole
+    for batch in SIZES:
+        assert perplexity(model, ids, batch_size=batch) == pytest.approx(whole, rel=1e-6)
+
+
 # --------------------------------------------------------------------------- probes
 @pytest.mark.parametrize("batch", [None, *SIZES])
 def test_probe_features_keep_the_budget_positions_in_order(persistent, batch):
@@ -260,26 +272,33 @@ def test_probe_features_keep_the_budget_positions_in_order(persistent, batch):
 def test_scripts_with_one_chunk_write_the_default_tables(script, variant, inputs, tmp_path):
     """--batch-sequences ≥ every pool (6 sequences): bitwise the default's tables; the
     metadata adds only ``capture_batch_sequences``."""
-    default, chunked = tmp_path / "default", tmp_path / "chunked"
-    default.mkdir(), chunked.mkdir()
-    assert SCRIPTS[script].main(argv(script, inputs, variant, default)) == 0
-    assert SCRIPTS[script].main([*argv(script, inputs, variant, chunked),
-                                 "--batch-sequences", "6"]) == 0  # fmt: skip
-    got, want = tables(chunked), tables(default)
+    got, want = _run_both(script, variant, inputs, tmp_path, "6")
     assert list(got) == list(want) and got
     for name, (data, meta) in want.items():
         assert got[name][0].equals(data), name
         assert {**meta, b"capture_batch_sequences": b"6"} == got[name][1], name
 
 
-def test_capture_script_in_chunks_of_one_agrees_to_float32_rounding(inputs, tmp_path):
-    default, chunked = tmp_path / "default", tmp_path / "chunked"
-    default.mkdir(), chunked.mkdir()
-    assert samoe_capture.main(argv("capture", inputs, "persistent", default)) == 0
-    assert samoe_capture.main([*argv("capture", inputs, "persistent", chunked),
-                               "--batch-sequences", "1"]) == 0  # fmt: skip
-    got, want = tables(chunked), tables(default)
-    for name, (data, _) in want.items():
+@pytest.mark.parametrize("script, variant, batch", [("capture", "persistent", "1"),
+                                                    ("capture", "latest", "2"),
+                                                    ("interventions", "persistent", "1"),
+                                                    ("interventions", "persistent", "6"),
+                                                    ("li", "ordinary", "2")])  # fmt: skip
+def test_scripts_in_chunks_agree_to_float32_rounding(script, variant, batch, inputs, tmp_path):
+    """Smaller chunks, or suppression and oracle forwards of other row counts (interventions
+    and Li at 6: their default puts 64 rows, or every row, in one forward): every float
+    within ATOL/RTOL of the default's, everything else (Top-k ids, roles, counts) equal."""
+    got, want = _run_both(script, variant, inputs, tmp_path, batch)
+    assert list(got) == list(want) and got
+    for name, (data, meta) in want.items():
+        got_meta = got[name][1]
+        assert set(got_meta) == {*meta, b"capture_batch_sequences"}, name
+        assert got_meta[b"capture_batch_sequences"] == batch.encode()
+        for key, value in meta.items():  # a check's residual moves with the rounding
+            if key.startswith(b"check_") and b"residual" in key:
+                assert float(got_meta[key]) == pytest.approx(float(value), abs=1e-6), key
+            else:
+                assert got_meta[key] == value, key
         a, b = got[name][0].to_pandas(), data.to_pandas()
         assert list(a.columns) == list(b.columns), name
         for column in a.columns:
@@ -291,3 +310,12 @@ def test_capture_script_in_chunks_of_one_agrees_to_float32_rounding(inputs, tmp_
                                            rtol=RTOL, err_msg=f"{name}:{column}")  # fmt: skip
             else:
                 np.testing.assert_array_equal(x, y, err_msg=f"{name}:{column}")
+
+
+def _run_both(script, variant, inputs, tmp_path, batch):
+    default, chunked = tmp_path / "default", tmp_path / "chunked"
+    default.mkdir(), chunked.mkdir()
+    assert SCRIPTS[script].main(argv(script, inputs, variant, default)) == 0
+    assert SCRIPTS[script].main([*argv(script, inputs, variant, chunked),
+                                 "--batch-sequences", batch]) == 0  # fmt: skip
+    return tables(chunked), tables(default)
