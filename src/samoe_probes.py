@@ -17,9 +17,10 @@ top budget (``controls_at_top_budget_only``). Every fit must converge (K10).
 MLP, PCA's randomized SVD); features come to the host once per pool, where the scalers,
 projections and scores stay. ``--batch-sequences`` (config ``capture.batch_sequences``;
 default: a whole pool in one forward) captures each pool that many sequences a forward, and
-only what the probes read is kept: router inputs and states at the pairs' source layers,
-Top-2 sets at their layers, and of the construction pool only the positions of the largest
-budget (the first of the seeded permutation, in its order).
+only what the probes read is kept: router inputs and states of one source layer at a time
+(the pools captured again for each), Top-2 sets at its pairs' layers, and of the
+construction pool only the positions of the largest budget (the first of the seeded
+permutation, in its order).
 """
 
 from __future__ import annotations
@@ -109,19 +110,29 @@ def main(argv: list[str] | None = None) -> int:
     budgets = sorted(pcfg["budgets"])
     pairs = [tuple(p) for p in pcfg["pairs"]]
     sources = sorted({src for src, _ in pairs})
-    layers = sorted({layer for pair in pairs for layer in pair})
-    data = {}
-    for role in ("construction", "calibration", "final"):
-        p = pool(frame, role, vocab)
-        keep = None
-        if role == "construction":
-            # one nested permutation per (family, seed): a seed's variants train on the same
-            # examples; only the largest budget's positions are kept, in the permutation's order
-            order = np.random.default_rng(seeded(run["family"], run["seed"], "probes")).permutation(
-                p.ids.numel())  # fmt: skip
-            keep = order[: budgets[-1]]
-        data[role] = PoolData(model, p.ids, p.seq_ids, sources, layers, keep,
-                              args.batch_sequences)  # fmt: skip
+    roles = ("construction", "calibration", "final")
+    pools = {role: pool(frame, role, vocab) for role in roles}
+    # one nested permutation per (family, seed): a seed's variants train on the same examples;
+    # of the construction pool only the largest budget's positions are kept, in its order
+    order = np.random.default_rng(seeded(run["family"], run["seed"], "probes")).permutation(
+        pools["construction"].ids.numel())  # fmt: skip
+    keep = {"construction": order[: budgets[-1]], "calibration": None, "final": None}
+    # the features of every source layer at once, or (chunked: bounded memory) of one source
+    # layer at a time, the pools captured again for the next (the same values either way)
+    groups = [sources] if args.batch_sequences is None else [[src] for src in sources]
+    data, loaded = {}, []
+
+    def load(src: int) -> None:
+        group = next(g for g in groups if src in g)
+        if loaded == group:
+            return
+        data.clear()  # the previous group's features go before the next are captured
+        layers = sorted({*group, *(t for s, t in pairs if s in group)})
+        for role in roles:
+            data[role] = PoolData(model, pools[role].ids, pools[role].seq_ids, group, layers,
+                                  keep[role], args.batch_sequences)  # fmt: skip
+        loaded[:] = group
+
     long_pairs = {tuple(p) for p in pcfg["long_horizon"]}
     rows, fits = [], []
 
@@ -152,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
 
     persistent = model.variant == "persistent"
     for src, tgt in pairs:
+        load(src)
         native = {role: data[role].state[src] for role in data}
         hidden = {role: data[role].hidden[src] for role in data}
         for budget in budgets:
@@ -190,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                     return net(torch.as_tensor(scaler(x), device=device)).argmax(1).cpu().numpy()
 
             evaluate("mlp_r", src, tgt, budget, hidden, probe=object(), predict=predict_mlp)
+        native = hidden = None  # nothing holds this source's features past its pairs
     k10 = probes.check_converged(fits)
     out = pd.DataFrame(rows).assign(**run)
     out["C"] = out["C"].astype(float)

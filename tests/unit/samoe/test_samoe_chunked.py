@@ -283,11 +283,14 @@ def test_scripts_with_one_chunk_write_the_default_tables(script, variant, inputs
                                                     ("capture", "latest", "2"),
                                                     ("interventions", "persistent", "1"),
                                                     ("interventions", "persistent", "6"),
-                                                    ("li", "ordinary", "2")])  # fmt: skip
+                                                    ("li", "ordinary", "2"),
+                                                    ("probes", "persistent", "2")])  # fmt: skip
 def test_scripts_in_chunks_agree_to_float32_rounding(script, variant, batch, inputs, tmp_path):
     """Smaller chunks, or suppression and oracle forwards of other row counts (interventions
     and Li at 6: their default puts 64 rows, or every row, in one forward): every float
-    within ATOL/RTOL of the default's, everything else (Top-k ids, roles, counts) equal."""
+    within ATOL/RTOL of the default's, everything else (Top-k ids, roles, counts, the probes'
+    chosen C) equal; the probes' L-BFGS iteration counts are left out (they follow the
+    rounding of the features: 2 of 18 fits differ here, by up to 23 iterations)."""
     got, want = _run_both(script, variant, inputs, tmp_path, batch)
     assert list(got) == list(want) and got
     for name, (data, meta) in want.items():
@@ -302,6 +305,8 @@ def test_scripts_in_chunks_agree_to_float32_rounding(script, variant, batch, inp
         a, b = got[name][0].to_pandas(), data.to_pandas()
         assert list(a.columns) == list(b.columns), name
         for column in a.columns:
+            if column == "iterations":  # L-BFGS's path length follows the rounding; not a result
+                continue
             x, y = a[column].to_numpy(), b[column].to_numpy()
             if column == "contributions":
                 x, y = np.concatenate(x), np.concatenate(y)
