@@ -207,6 +207,8 @@ def token_capture(model: MoEModel, ids: torch.Tensor, batch: torch.Tensor,
     first (the checks over every decision). One chunk gives bitwise ``capture(…).select(…)``."""
     batch = torch.as_tensor(batch, dtype=torch.long)
     position = torch.as_tensor(position, dtype=torch.long)
+    if not len(batch):
+        raise ValueError("a token capture needs at least one token")
     parts, where = [], []
     for part, cap in captures(model, ids, batch_sequences, fields, dtype):
         if each is not None:
