@@ -205,8 +205,9 @@ def token_capture(model: MoEModel, ids: torch.Tensor, batch: torch.Tensor,
     """The token capture (:meth:`Capture.select`) of the tokens (batch[i], position[i]) of
     ``ids``, made chunk by chunk; ``each(chunk capture)`` sees every chunk's whole record
     first (the checks over every decision). One chunk gives bitwise ``capture(…).select(…)``."""
-    batch = torch.as_tensor(batch, dtype=torch.long)
-    position = torch.as_tensor(position, dtype=torch.long)
+    # a tensor keeps its device (as_tensor would follow a default-device context)
+    batch, position = (v.long() if isinstance(v, torch.Tensor) else torch.as_tensor(v).long()
+                       for v in (batch, position))  # fmt: skip
     if not len(batch):
         raise ValueError("a token capture needs at least one token")
     parts, where = [], []

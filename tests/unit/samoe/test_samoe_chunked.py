@@ -324,3 +324,33 @@ def _run_both(script, variant, inputs, tmp_path, batch):
     assert SCRIPTS[script].main([*argv(script, inputs, variant, chunked),
                                  "--batch-sequences", batch]) == 0  # fmt: skip
     return tables(chunked), tables(default)
+
+
+# --------------------------------------------------------------------------- devices
+def test_the_chunked_paths_make_no_tensor_on_the_default_device(persistent):
+    """As test_samoe_devices: run under a meta default device, a tensor made without a device
+    would land there and fail or differ; the chunked paths take theirs from the inputs."""
+    import samoe_probes
+    from tests.unit.samoe.test_samoe_devices import on_default_meta
+
+    model, ids, targets = persistent
+
+    def run():
+        cap = token_capture(model, ids, targets.batch, targets.position, 2,
+                            ("router_in", "state", "write_proposal", "output_logits"))  # fmt: skip
+        led = ledger(model, cap, targets)
+        states, changes = PoolStates(model.moe_cfg.clamp), PoolSetChanges(model, LAMBDAS)
+        for _, chunk in captures(model, ids, 2, ("router_in", "state")):
+            states.add(chunk)
+            changes.add(chunk)
+        data = samoe_probes.PoolData(model, ids, [str(i) for i in range(5)], [2], [2, 4],
+                                     np.arange(7, 40), 2)  # fmt: skip
+        out = suppression_outcomes(model, ids, cap, targets, rows_per_forward=2)
+        return led, states.geometry(), changes.rates(), data.hidden[2], out
+
+    want = run()
+    got = on_default_meta(run)
+    same(got[0], want[0])
+    assert got[1] == want[1] and got[2] == want[2]
+    np.testing.assert_array_equal(got[3], want[3])
+    same(got[4], want[4])
