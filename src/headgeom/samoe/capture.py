@@ -18,7 +18,7 @@ not bitwise; with one chunk (the default) every result is bitwise the one-forwar
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from dataclasses import fields as dataclass_fields
 
@@ -234,11 +234,17 @@ def token_capture(model: MoEModel, ids: torch.Tensor, batch: torch.Tensor,
 
 
 # --------------------------------------------------------------------------- K1, K2
-def check_step0(latest: Capture, persistent: Capture) -> dict:
+def check_step0(
+    latest: Capture | Sequence[Capture], persistent: Capture | Sequence[Capture]
+) -> dict:
     """K1 (SAMOE §5.4): at step 0 every realised write of both state variants is exactly 0
-    and their router logits are bitwise equal (captures of the same ids)."""
-    nonzero = sum(int(torch.count_nonzero(c.delta)) for c in (latest, persistent))
-    differ = int((latest.logits != persistent.logits).sum())
+    and their router logits are bitwise equal (captures of the same ids; or lists of the
+    chunk captures of the same ids, paired in order: the counts add)."""
+    if isinstance(latest, Capture):
+        latest, persistent = [latest], [persistent]
+    nonzero = sum(int(torch.count_nonzero(c.delta)) for c in (*latest, *persistent))
+    differ = sum(int((a.logits != b.logits).sum())
+                 for a, b in zip(latest, persistent, strict=True))  # fmt: skip
     return {
         **checks.enforce("K1.writes", nonzero, 0, "count", what="nonzero step-0 writes"),
         **checks.enforce("K1.logits", differ, 0, "count",

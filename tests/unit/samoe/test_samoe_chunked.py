@@ -15,6 +15,8 @@ captured a few sequences a forward, keeping only what each analysis reads.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -354,3 +356,47 @@ def test_the_chunked_paths_make_no_tensor_on_the_default_device(persistent):
     assert got[1] == want[1] and got[2] == want[2]
     np.testing.assert_array_equal(got[3], want[3])
     same(got[4], want[4])
+
+
+# --------------------------------------------------------------------------- K1 (samoe_seeds)
+@pytest.fixture(scope="module")
+def step0(tmp_path_factory):
+    """Step-0 checkpoints of the three variants of one seed (upcycled from one dense GPT),
+    their init records and a final pool of 6 sequences."""
+    import pandas as pd
+
+    from headgeom.hashing import sha256_file
+    from headgeom.io import write_manifest
+    from headgeom.samoe.checkpoint import save_moe
+    from headgeom.samoe.upcycle import init_manifest, upcycle
+
+    d = tmp_path_factory.mktemp("step0")
+    dense = h.dense_gpt().state_dict()
+    paths, inits = {}, {}
+    for variant in ("ordinary", "latest", "persistent"):
+        moe = dataclasses.replace(h.MOE, router_x_init="state_block")  # K1.ordinary_* run
+        model = upcycle(dense, h.CFG, moe, variant, 42)
+        ckpt = d / f"{variant}.safetensors"
+        save_moe(ckpt, model, np.arange(h.N_VOCAB))
+        write_manifest(d / f"{variant}.json", {"checkpoint_file_sha256": sha256_file(ckpt)})
+        paths[variant] = (ckpt, d / f"{variant}.json")
+        inits[variant] = {"init": init_manifest(model)}
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame([{"role": "final", "domain": ("prose", "code", "math")[i % 3],
+                           "seq_id": f"final-{i:04d}", "intervention": False,
+                           "tokens": rng.integers(0, h.N_VOCAB, 24).astype(np.int32)}
+                          for i in range(6)])  # fmt: skip
+    return paths, frame, inits
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+def test_k1_in_chunks_gives_the_one_forward_record(step0, batch, monkeypatch):
+    import samoe_seeds
+
+    paths, frame, inits = step0
+    monkeypatch.setattr(samoe_seeds, "K1_BATCH", samoe_seeds.K1_SEQUENCES, raising=False)
+    want = samoe_seeds.step0_checks(paths, frame, inits)
+    for check in ("K1.writes", "K1.logits", "K1.ordinary_logits", "K1.ordinary_outputs"):
+        assert any(check in key for key in want), check  # every K1 part ran
+    monkeypatch.setattr(samoe_seeds, "K1_BATCH", batch, raising=False)
+    assert samoe_seeds.step0_checks(paths, frame, inits) == want
