@@ -400,3 +400,26 @@ def test_k1_in_chunks_gives_the_one_forward_record(step0, batch, monkeypatch):
         assert any(check in key for key in want), check  # every K1 part ran
     monkeypatch.setattr(samoe_seeds, "K1_BATCH", batch, raising=False)
     assert samoe_seeds.step0_checks(paths, frame, inits) == want
+
+
+# --------------------------------------------------------------------------- the config key
+def test_the_config_key_reaches_the_flag_and_no_hash():
+    """capture.batch_sequences: unset in the toy (no flag: a pool in one forward), 2 in the
+    paper config; refused below 1; outside every analysis config hash."""
+    from pathlib import Path
+
+    import yaml
+
+    from headgeom.study import Study, StudyConfigError
+
+    root = Path(__file__).resolve().parents[3]
+    demo = yaml.safe_load((root / "config/samoe.yaml").read_text())
+    toy = Study.from_config(demo)
+    assert toy.batch_flag == ""
+    paper = Study.from_config(yaml.safe_load((root / "config/samoe-paper.yaml").read_text()))
+    assert paper.batch_flag == "--batch-sequences 2"
+    chunked = Study.from_config({**demo, "capture": {"batch_sequences": 3}})
+    assert chunked.batch_flag == "--batch-sequences 3"
+    assert chunked.analysis_config("toy") == toy.analysis_config("toy")
+    with pytest.raises(StudyConfigError, match="batch_sequences"):
+        Study.from_config({**demo, "capture": {"batch_sequences": 0}})
