@@ -62,7 +62,10 @@ def pilot(model, ids, targets: Targets) -> list[dict]:
     n = len(targets)
     b, t = targets.batch, targets.position
     sources = int(targets.layer.sum())
-    wall, cap = timed(lambda: capture(model, ids), device=device)
+    # one clean forward keeping only the audit objects' sources (SAMOE §16): no output logits
+    fields = (("router_in", "state") if model.has_state
+              else ("router_in", "attn_out", "shared_out", "routed_out"))  # fmt: skip
+    wall, cap = timed(lambda: capture(model, ids, fields=fields), device=device)
     e2, e3 = boundary_pair(cap, targets)
     if model.has_state:  # minimal form: realised writes and the clean Top-3 ids and logits
         kept = nbytes(cap.delta, cap.top_ids.to(torch.int16), cap.top_logits)

@@ -8,12 +8,17 @@ writes add) and K9 (λ = 1) run first:
 a failure stops the job before any output is written, and the residuals are recorded in the
 metadata of the files they guard. ``--device`` (auto: CUDA when present) holds the model and
 every tensor; the frames are built from host copies, and each file records the device.
+``--batch-sequences`` (config ``capture.batch_sequences``; default: a whole pool in one
+forward) captures the pools that many sequences a forward, keeping per chunk only the per-token
+norms and set-change indicators of the final pool and every field at the audited tokens of
+the intervention subset (K2, K7 and K9 are maxima or counts over the chunks).
 
     python src/samoe_capture.py --run-json '{"family":"toy","variant":"persistent","seed":42}' \\
         --config-json '{...analysis config...}' --checkpoint model.safetensors \\
         --manifest manifest.json --pools pools.parquet --targets targets.parquet \\
         --corpus-manifest manifest.json --state-geometry g.parquet \\
-        --local-suppression l.parquet --history h.parquet [--device auto|cpu|cuda]
+        --local-suppression l.parquet --history h.parquet [--device auto|cpu|cuda] \\
+        [--batch-sequences N]
 """
 
 from __future__ import annotations
@@ -30,19 +35,25 @@ import torch
 from headgeom.data.corpus_sources import all_or_nothing
 from headgeom.runtime import analysis_device, set_threads
 from headgeom.samoe import results
-from headgeom.samoe.capture import capture, check_state_bounds, state_geometry
+from headgeom.samoe.capture import PoolStates, captures, token_capture
 from headgeom.samoe.checkpoint import load_verified_moe
 from headgeom.samoe.ledger import (
     check_ledger,
     check_replay,
     history_metrics,
     ledger,
+    logit_reconstruction_residual,
     state_only_replay,
     structural_attribution,
 )
-from headgeom.samoe.manifest import run_metadata, verified_inputs
+from headgeom.samoe.manifest import (
+    add_batch_sequences,
+    batch_metadata,
+    run_metadata,
+    verified_inputs,
+)
 from headgeom.samoe.pools import intervention_targets, pool, read_pools
-from headgeom.samoe.suppression import check_unit_lambda, set_change_rates
+from headgeom.samoe.suppression import PoolSetChanges
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(f"--{name}", required=True, type=Path)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
+    add_batch_sequences(parser)
     args = parser.parse_args(argv)
     try:
         device = analysis_device(args.device)
@@ -67,22 +79,32 @@ def main(argv: list[str] | None = None) -> int:
     clamp = model.moe_cfg.clamp
     frame = read_pools(args.pools)
     final = pool(frame, "final", vocab)
-    cap = capture(model, final.ids)
-    k2 = check_state_bounds(cap, model.variant, clamp)
-    k9 = check_unit_lambda(model, cap)
     lambdas = cfg["local_suppression"]["lambdas"]
+    states, changes = PoolStates(clamp), PoolSetChanges(model, lambdas)
+    for _, chunk in captures(model, final.ids, args.batch_sequences, ("router_in", "state")):
+        states.add(chunk)
+        changes.add(chunk)
+        del chunk
+    k2 = states.check_bounds(model.variant)
+    k9 = changes.check_unit_lambda()
+    N = len(model.blocks)
     local = [
         {"lam": lam, "layer0": layer0, "set_change_rate": rate,
-         "n_decisions": (cap.n_layer - (not layer0)) * final.ids.numel()}
+         "n_decisions": (N - (not layer0)) * final.ids.numel()}
         for layer0 in (False, True)
-        for lam, rate in set_change_rates(model, cap, lambdas, skip_layer0=not layer0).items()
+        for lam, rate in changes.rates(skip_layer0=not layer0).items()
     ]  # fmt: skip
 
-    # the ledger of the audited targets, on the intervention subset
+    # the ledger of the audited targets, on the intervention subset: K7 over every decision
+    # of each chunk, everything else at the targets' tokens only
     sub, targets_frame, targets = intervention_targets(frame, args.targets, vocab)
-    sub_cap = capture(model, sub.ids)
+    k7 = []
+    sub_cap = token_capture(
+        model, sub.ids, targets.batch, targets.position, args.batch_sequences,
+        ("router_in", "state", "write_proposal"),
+        each=lambda chunk: k7.append(logit_reconstruction_residual(model, chunk)))  # fmt: skip
     led = ledger(model, sub_cap, targets)
-    k67 = check_ledger(model, sub_cap, led)
+    k67 = check_ledger(model, sub_cap, led, logit_residual=max(k7))
     if model.variant == "persistent":
         k8 = check_replay(led, state_only_replay(model, sub_cap, targets, led))
         attribution = led.contributions
@@ -108,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         contributions=[row[:L].double().tolist() for row, L in
                        zip(attribution.cpu(), targets.layer.tolist(), strict=True)],
         **run)  # fmt: skip
-    geometry = pd.DataFrame(state_geometry(cap, clamp)).assign(**run)
-    meta = run_metadata(run, manifest, cfg, device)
+    geometry = pd.DataFrame(states.geometry()).assign(**run)
+    meta = {**run_metadata(run, manifest, cfg, device), **batch_metadata(args.batch_sequences)}
     with all_or_nothing(args.state_geometry, args.local_suppression, args.history):
         results.STATE_GEOMETRY.write(args.state_geometry, geometry, {**meta, **k2})
         results.LOCAL_SUPPRESSION.write(args.local_suppression, pd.DataFrame(local).assign(**run),

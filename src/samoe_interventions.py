@@ -8,12 +8,17 @@ ledger-selected source and its matched controls (Eq. 47) and the persistence end
     python src/samoe_interventions.py --run-json '{...}' --config-json '{...}' \\
         --checkpoint model.safetensors --manifest manifest.json --pools pools.parquet \\
         --targets targets.parquet --corpus-manifest manifest.json \\
-        --out interventions.parquet --rankings rankings.parquet [--device auto|cpu|cuda]
+        --out interventions.parquet --rankings rankings.parquet [--device auto|cpu|cuda] \\
+        [--batch-sequences N]
 
 Checks first: K11 (the hook at α = 1 is bitwise the plain forward) and K13 (gradient×write
 against the finite difference at ε = 1e-3 on 8 targets without a selection flip, in float64).
 ``--device`` (auto: CUDA when present) holds the model and runs every forward, backward and
 the float64 K13 copy; the scores come to the host for the numpy metrics and the bootstrap.
+``--batch-sequences`` (config ``capture.batch_sequences``; default: the subset in one forward,
+64 suppressions a forward) bounds memory: the clean capture is made that many sequences a
+forward and kept at the targets' tokens only, and K11, K13 and the suppressions run that many
+rows a forward.
 """
 
 from __future__ import annotations
@@ -30,10 +35,15 @@ from headgeom.data.corpus_sources import all_or_nothing
 from headgeom.hashing import content_hash
 from headgeom.runtime import analysis_device, set_threads
 from headgeom.samoe import results
-from headgeom.samoe.capture import capture
+from headgeom.samoe.capture import token_capture
 from headgeom.samoe.checkpoint import load_verified_moe
 from headgeom.samoe.ledger import Targets, ledger, structural_attribution
-from headgeom.samoe.manifest import run_metadata, verified_inputs
+from headgeom.samoe.manifest import (
+    add_batch_sequences,
+    batch_metadata,
+    run_metadata,
+    verified_inputs,
+)
 from headgeom.samoe.pools import intervention_targets, read_pools
 from headgeom.samoe.rankings import (
     check_gradient,
@@ -52,7 +62,7 @@ K13_TARGETS = 8
 METHODS = ("ledger", "norm", "recency", "gradient", "random")
 
 
-def gradient_check(model, ids, targets: Targets, e2, e3) -> dict:
+def gradient_check(model, ids, targets: Targets, e2, e3, rows_per_forward=None) -> dict:
     """K13 in float64 on a copy of the model: in float32 a margin of a few units resolves
     differences of ~1e-6, so (m(1) − m(1 − ε))/ε at ε = 1e-3 carries ~1e-3 of rounding
     noise, the size of the smaller sources' gradients (float64: agreement to ~1e-5). The copy
@@ -61,7 +71,7 @@ def gradient_check(model, ids, targets: Targets, e2, e3) -> dict:
     few = Targets(*(v[:K13_TARGETS] for v in (targets.batch, targets.position, targets.layer)))
     e2, e3 = e2[:K13_TARGETS], e3[:K13_TARGETS]
     grad = gradient_x_write(m64, ids, few, e2, e3)
-    fd, flip = finite_difference(m64, ids, few, e2, e3)
+    fd, flip = finite_difference(m64, ids, few, e2, e3, rows_per_forward=rows_per_forward)
     return check_gradient(grad, fd, flip)
 
 
@@ -80,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(f"--{name}", required=True, type=Path)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
+    add_batch_sequences(parser)
     args = parser.parse_args(argv)
     try:
         device = analysis_device(args.device)
@@ -95,13 +106,17 @@ def main(argv: list[str] | None = None) -> int:
     n, N = len(targets), len(model.blocks)
     ids, targets = sub.ids.to(device), targets.to(device)
 
-    k11 = check_hook_no_op(model, ids, Rows(targets.batch, targets.position, targets.layer - 1))
-    cap = capture(model, ids)
+    batch = args.batch_sequences
+    k11 = check_hook_no_op(model, ids, Rows(targets.batch, targets.position, targets.layer - 1),
+                           rows_per_forward=batch)  # fmt: skip
+    cap = token_capture(model, ids, targets.batch, targets.position, batch,
+                        ("router_in", "state", "output_logits"))  # fmt: skip
     led = ledger(model, cap, targets)
     grad = gradient_x_write(model, ids, targets, led.e2, led.e3).cpu().numpy()
-    k13 = gradient_check(model, ids, targets, led.e2, led.e3)
+    k13 = gradient_check(model, ids, targets, led.e2, led.e3, rows_per_forward=batch)
 
-    out = suppression_outcomes(model, ids, cap, targets)
+    per_forward = {} if batch is None else {"rows_per_forward": batch}
+    out = suppression_outcomes(model, ids, cap, targets, **per_forward)
 
     def host(values):
         return values.cpu().double().numpy()
@@ -146,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     # ranking metrics with paired sequence-bootstrap intervals (shared resamples)
     rankings = ranking_table({m: scores[m] for m in METHODS}, effects, frame["seq_id"],
                              icfg["bootstrap"], icfg["bootstrap_seed"])  # fmt: skip
-    meta = {**run_metadata(run, manifest, cfg, device), **k11, **k13,
+    meta = {**run_metadata(run, manifest, cfg, device), **k11, **k13, **batch_metadata(batch),
             "targets_registry_sha256": content_hash(
                 frame.drop(columns="family").to_dict("list"))}  # fmt: skip
     with all_or_nothing(args.out, args.rankings):

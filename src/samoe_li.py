@@ -7,10 +7,14 @@ target token, the full forward rerun). K14: the parts rebuild x_L and z_L within
     python src/samoe_li.py --run-json '{"family":"toy","variant":"ordinary","seed":42}' \\
         --config-json '{...}' --checkpoint model.safetensors --manifest manifest.json \\
         --pools pools.parquet --targets targets.parquet --corpus-manifest manifest.json \\
-        --out li.parquet --rankings rankings.parquet [--device auto|cpu|cuda]
+        --out li.parquet --rankings rankings.parquet [--device auto|cpu|cuda] \\
+        [--batch-sequences N]
 
 ``--device`` (auto: CUDA when present) holds the model and runs the capture, attribution,
 backwards and oracle forwards; the scores come to the host for the metrics and the bootstrap.
+``--batch-sequences`` (config ``capture.batch_sequences``; default: the subset in one forward)
+bounds memory: the clean capture is made that many sequences a forward and kept at the
+targets' tokens only, and the oracle runs that many rows a forward.
 """
 
 from __future__ import annotations
@@ -26,10 +30,15 @@ import pandas as pd
 from headgeom.data.corpus_sources import all_or_nothing
 from headgeom.runtime import analysis_device, set_threads
 from headgeom.samoe import li, results
-from headgeom.samoe.capture import capture
+from headgeom.samoe.capture import token_capture
 from headgeom.samoe.checkpoint import load_verified_moe
 from headgeom.samoe.ledger import Targets, boundary_pair
-from headgeom.samoe.manifest import run_metadata, verified_inputs
+from headgeom.samoe.manifest import (
+    add_batch_sequences,
+    batch_metadata,
+    run_metadata,
+    verified_inputs,
+)
 from headgeom.samoe.pools import intervention_targets, read_pools
 from headgeom.samoe.rankings import ranking_table
 
@@ -46,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(f"--{name}", required=True, type=Path)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
+    add_batch_sequences(parser)
     args = parser.parse_args(argv)
     try:
         device = analysis_device(args.device)
@@ -60,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     sub, frame, targets = intervention_targets(read_pools(args.pools), args.targets, vocab)
     ids, targets = sub.ids.to(device), targets.to(device)
     N, K = len(model.blocks), len(li.KINDS)
-    cap = capture(model, ids)
+    cap = token_capture(model, ids, targets.batch, targets.position, args.batch_sequences,
+                        ("router_in", "attn_out", "shared_out", "routed_out"))  # fmt: skip
     e2, e3 = boundary_pair(cap, targets)
     att = li.attribute(model, ids, cap, targets, e2, e3)
     k14 = li.check_reconstruction(att)
@@ -69,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         li.oracle_effects(model, ids, Targets(*(v[i : i + TARGETS_PER_FORWARD] for v in
                           (targets.batch, targets.position, targets.layer))),
                           e2[i : i + TARGETS_PER_FORWARD],
-                          e3[i : i + TARGETS_PER_FORWARD]).cpu().numpy()
+                          e3[i : i + TARGETS_PER_FORWARD],
+                          rows_per_forward=args.batch_sequences).cpu().numpy()
         for i in range(0, len(targets), TARGETS_PER_FORWARD)
     ])  # fmt: skip
     layers = frame["layer"].to_numpy()
@@ -94,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
                          "effect": float(effects[i, j])})  # fmt: skip
     rankings = ranking_table(scores, effects, frame["seq_id"], icfg["bootstrap"],
                              icfg["bootstrap_seed"])  # fmt: skip
-    meta = {**run_metadata(run, manifest, cfg, device), **k14}
+    meta = {**run_metadata(run, manifest, cfg, device), **k14,
+            **batch_metadata(args.batch_sequences)}  # fmt: skip
     with all_or_nothing(args.out, args.rankings):
         results.LI.write(args.out, pd.DataFrame(rows).assign(**run), meta)
         results.RANKINGS.write(args.rankings, rankings.assign(**run), meta)

@@ -6,7 +6,10 @@ run's lm-evaluation-harness results (``--harness``, written by samoe_harness).
     python src/samoe_quality.py --run-json '{"family":"toy","variant":"latest","seed":42}' \\
         --checkpoint model.safetensors --manifest manifest.json --pools pools.parquet \\
         --downstream downstream.parquet --corpus-manifest corpus/manifest.json \\
-        --out quality.parquet [--device auto|cpu|cuda]
+        --out quality.parquet [--device auto|cpu|cuda] [--batch-sequences N]
+
+Perplexity runs ``--batch-sequences`` sequences a forward (config
+``capture.batch_sequences``; default 8) and keeps only each forward's summed NLL.
 """
 
 from __future__ import annotations
@@ -24,9 +27,14 @@ from headgeom.io import read_table
 from headgeom.runtime import analysis_device, set_threads
 from headgeom.samoe import downstream, harness, results
 from headgeom.samoe.checkpoint import load_verified_moe
-from headgeom.samoe.manifest import run_metadata, verified_inputs
+from headgeom.samoe.manifest import (
+    add_batch_sequences,
+    batch_metadata,
+    run_metadata,
+    verified_inputs,
+)
 from headgeom.samoe.pools import pool, read_pools
-from headgeom.samoe.quality import perplexity
+from headgeom.samoe.quality import PERPLEXITY_BATCH, perplexity
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     suite_file.add_argument("--harness", type=Path, help="the run's lm-eval suite (samoe_harness)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
+    add_batch_sequences(parser)
     args = parser.parse_args(argv)
     try:
         device = analysis_device(args.device)
@@ -55,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     domains = np.asarray(final.domains)
     for subset in ("all", "prose", "code", "math"):
         ids = final.ids if subset == "all" else final.ids[domains == subset]
-        rows.append({"metric": "ppl", "subset": subset, "value": perplexity(model, ids),
+        value = perplexity(model, ids, batch_size=args.batch_sequences or PERPLEXITY_BATCH)
+        rows.append({"metric": "ppl", "subset": subset, "value": value,
                      "n": ids[:, 1:].numel()})  # fmt: skip
     if args.harness is not None:  # a Hub run: the harness's accuracies (samoe_harness)
         rows += harness.quality_rows(harness.read_run_suite(args.harness, manifest))
@@ -75,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"metric": "primary", "subset": "macro", "value": float(np.mean(primaries)),
                      "n": len(scored)})  # fmt: skip
     frame = pd.DataFrame(rows).assign(**run)
-    results.QUALITY.write(args.out, frame, run_metadata(run, manifest, device=device))
+    results.QUALITY.write(args.out, frame, {**run_metadata(run, manifest, device=device),
+                                            **batch_metadata(args.batch_sequences)})  # fmt: skip
     print(
         f"quality {run}: ppl {rows[0]['value']:.4f}, macro {rows[-1]['value']:.4f}", file=sys.stderr
     )

@@ -27,7 +27,7 @@ import torch
 from headgeom.hashing import content_hash, manifest_hash
 from headgeom.io import read_json, write_json
 from headgeom.samoe import checks, counts
-from headgeom.samoe.capture import capture, check_step0
+from headgeom.samoe.capture import capture, check_step0, chunks
 from headgeom.samoe.checkpoint import load_verified_moe
 from headgeom.samoe.manifest import verified_inputs
 from headgeom.samoe.pools import pool, read_pools
@@ -36,29 +36,48 @@ from headgeom.samoe.upcycle import check_experts_agree
 #: Final-pool sequences the step-0 comparison runs on (a forward of all 96 per variant would
 #: only repeat the same algebra).
 K1_SEQUENCES = 8
+#: K1's sequences per forward (bounded memory: one sequence's output logits per variant).
+K1_BATCH = 1
 
 
 def step0_checks(paths: dict[str, tuple[Path, Path]], pools_frame, inits: dict) -> dict:
-    """K3.variants and K1 for one (family, seed): ``paths`` variant -> (step0, init manifest)."""
+    """K3.variants and K1 for one (family, seed): ``paths`` variant -> (step0, init manifest).
+    The K1 sequences run ``K1_BATCH`` at a time through every variant, keeping each chunk's
+    states and router logits and no output logits (compared chunk by chunk): the counts add
+    and the output residual is the maximum over chunks, so the record is the one-forward one."""
     out = check_experts_agree({v: inits[v]["init"] for v in paths})
-    caps, models = {}, {}
+    models, ids = {}, {}
     mismatches = 0
     for variant, (step0, init) in paths.items():
         model, vocab, _ = load_verified_moe(step0, init)
-        ids = pool(pools_frame, "final", vocab).ids[:K1_SEQUENCES]
-        caps[variant], models[variant] = capture(model, ids), model
+        models[variant] = model
+        ids[variant] = pool(pools_frame, "final", vocab).ids[:K1_SEQUENCES]
         # K5: the built model's parameter counts are the formula's (SAMOE §8)
         expected = counts.counts(counts.model_shape(model), model.moe_cfg, variant)
         mismatches += counts.model_counts(model) != (expected.total, expected.active)
     out |= checks.enforce("K5", mismatches, 0, "count",
                           what="variants whose built (total, active) parameters differ from "
                                "the §8 formula")  # fmt: skip
+    state = next((v for v in ("persistent", "latest") if v in models), None)
+    ordinary = ("ordinary" in models and state is not None
+                and models[state].moe_cfg.router_x_init == "state_block")  # fmt: skip
+    caps: dict[str, list] = {v: [] for v in models}
+    outputs = 0.0
+    n = len(next(iter(ids.values())))
+    for part in chunks(n, K1_BATCH):
+        chunk = {v: capture(m, ids[v][part], fields=("state", "output_logits"))
+                 for v, m in models.items()}  # fmt: skip
+        if ordinary:
+            diff = (chunk["ordinary"].output_logits - chunk[state].output_logits).abs().max()
+            outputs = max(outputs, float(diff))
+        for v, cap in chunk.items():
+            cap.output_logits = None  # only the chunk's comparison reads them
+            caps[v].append(cap)
     if {"latest", "persistent"} <= set(caps):
         out |= check_step0(caps["latest"], caps["persistent"])
-    state = next((v for v in ("persistent", "latest") if v in caps), None)
-    if "ordinary" in caps and state and models[state].moe_cfg.router_x_init == "state_block":
-        differ = int((caps["ordinary"].logits != caps[state].logits).sum())
-        outputs = float((caps["ordinary"].output_logits - caps[state].output_logits).abs().max())
+    if ordinary:
+        differ = sum(int((a.logits != b.logits).sum())
+                     for a, b in zip(caps["ordinary"], caps[state], strict=True))  # fmt: skip
         out |= checks.enforce(
             "K1.ordinary_logits",
             differ,

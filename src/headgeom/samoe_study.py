@@ -341,6 +341,13 @@ class SAMoEStudy(ResourceRequests):
         """The analyses' ``--device`` (config ``analysis_device``: auto, cpu, cuda[:N])."""
         return self.config["analysis_device"]
 
+    @property
+    def batch_flag(self) -> str:
+        """The analyses' ``--batch-sequences N`` (config ``capture.batch_sequences``), or ""
+        when not set (a whole pool in one capture forward)."""
+        n = self.config.get("capture", {}).get("batch_sequences")
+        return "" if n is None else f"--batch-sequences {int(n)}"
+
     def analysis_config(self, family: str) -> dict:
         """What every per-run analysis of ``family`` hashes."""
         return {

@@ -43,6 +43,7 @@ rule samoe_quality:
     params:
         run=run_json,
         device=STUDY.analysis_device,
+        batch=STUDY.batch_flag,
         suite=downstream_flag,
     threads: STUDY.threads("samoe_quality")
     resources:
@@ -53,7 +54,7 @@ rule samoe_quality:
         "python src/samoe_quality.py --run-json {params.run:q} --checkpoint {input.checkpoint} "
         "--manifest {input.manifest} --pools {input.pools} {params.suite} {input.downstream} "
         "--corpus-manifest {input.corpus_manifest} --out {output.quality} "
-        "--threads {threads} --device {params.device} 2> {log}"
+        "--threads {threads} --device {params.device} {params.batch} 2> {log}"
 
 
 # Paper scale: a Hub run's downstream suite through lm-evaluation-harness at the pinned commit,
@@ -108,6 +109,7 @@ rule samoe_capture:
         run=run_json,
         cfg=json_param(STUDY.analysis_config, "family"),
         device=STUDY.analysis_device,
+        batch=STUDY.batch_flag,
     threads: STUDY.threads("samoe_capture")
     resources:
         **STUDY.resources("samoe_capture", mem_mb=3000, runtime=20),
@@ -119,7 +121,7 @@ rule samoe_capture:
         "--targets {input.targets} --corpus-manifest {input.corpus_manifest} "
         "--state-geometry {output.state_geometry} "
         "--local-suppression {output.local_suppression} --history {output.history} "
-        "--threads {threads} --device {params.device} 2> {log}"
+        "--threads {threads} --device {params.device} {params.batch} 2> {log}"
 
 
 rule samoe_probes:
@@ -140,6 +142,7 @@ rule samoe_probes:
         run=run_json,
         cfg=json_param(STUDY.analysis_config, "family"),
         device=STUDY.analysis_device,
+        batch=STUDY.batch_flag,
     threads: STUDY.threads("samoe_probes")
     resources:
         **STUDY.resources("samoe_probes", mem_mb=3000, runtime=60),
@@ -151,7 +154,7 @@ rule samoe_probes:
         "python src/samoe_probes.py --run-json {params.run:q} --config-json {params.cfg:q} "
         "--checkpoint {input.checkpoint} --manifest {input.manifest} --pools {input.pools} "
         "--corpus-manifest {input.corpus_manifest} --out {output.probes} "
-        "--threads {threads} --device {params.device} 2> {log}"
+        "--threads {threads} --device {params.device} {params.batch} 2> {log}"
 
 
 rule samoe_interventions:
@@ -174,6 +177,7 @@ rule samoe_interventions:
         run=run_json,
         cfg=json_param(STUDY.analysis_config, "family"),
         device=STUDY.analysis_device,
+        batch=STUDY.batch_flag,
     threads: STUDY.threads("samoe_interventions")
     resources:
         **STUDY.resources("samoe_interventions", mem_mb=3000, runtime=60),
@@ -184,7 +188,7 @@ rule samoe_interventions:
         "--checkpoint {input.checkpoint} --manifest {input.manifest} --pools {input.pools} "
         "--targets {input.targets} --corpus-manifest {input.corpus_manifest} "
         "--out {output.interventions} --rankings {output.rankings} --threads {threads} "
-        "--device {params.device} 2> {log}"
+        "--device {params.device} {params.batch} 2> {log}"
 
 
 rule samoe_li:
@@ -207,6 +211,7 @@ rule samoe_li:
         run=run_json,
         cfg=json_param(STUDY.analysis_config, "family"),
         device=STUDY.analysis_device,
+        batch=STUDY.batch_flag,
     threads: STUDY.threads("samoe_li")
     resources:
         **STUDY.resources("samoe_li", mem_mb=4000, runtime=60),
@@ -217,7 +222,7 @@ rule samoe_li:
         "--checkpoint {input.checkpoint} --manifest {input.manifest} --pools {input.pools} "
         "--targets {input.targets} --corpus-manifest {input.corpus_manifest} "
         "--out {output.li} --rankings {output.rankings} --threads {threads} "
-        "--device {params.device} 2> {log}"
+        "--device {params.device} {params.batch} 2> {log}"
 
 
 # Times of one family's ranking_seed checkpoints (descriptive, SAMOE §16): one job, alone on

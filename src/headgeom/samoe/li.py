@@ -77,21 +77,23 @@ def attribute(
     routers = [FrozenNorm.of(block.router_norm, dtype) for block in model.blocks]
     posts = [tuple(None if p is None else FrozenNorm.of(p, dtype) for p in block.post_norms)
              for block in model.blocks]  # fmt: skip
+    rows, cols = cap.where(targets.batch, targets.position)  # the targets in ``cap``
     for i in range(n):
         b, t, L = int(targets.batch[i]), int(targets.position[i]), int(targets.layer[i])
+        cb, ct = int(rows[i]), int(cols[i])
         router = routers[L]
         w_x = model.blocks[L].moe.router.W_x.detach().to(dtype)  # (E, d)
-        parts = [v for layer in range(L) for v in _joined(cap, posts[layer], layer, b, t)]
-        rest = emb[b, t] + _joined(cap, posts[L], L, b, t)[0]
+        parts = [v for layer in range(L) for v in _joined(cap, posts[layer], layer, cb, ct)]
+        rest = emb[b, t] + _joined(cap, posts[L], L, cb, ct)[0]
         m = rest + sum(parts)
         sigma = router.sigma(m)
         mapped = (torch.stack([router.phi(v, sigma) for v in parts]) if parts
                   else emb.new_zeros(0, emb.shape[-1]))  # fmt: skip
         x_rebuilt = mapped.sum(0) + router.phi(rest, sigma) + router.offset()
-        in_res = max(in_res, (x_rebuilt - cap.router_in[L, b, t]).abs().max().item())
+        in_res = max(in_res, (x_rebuilt - cap.router_in[L, cb, ct]).abs().max().item())
         a = mapped @ w_x.T  # (3L, E)
         z_rebuilt = a.sum(0) + (router.phi(rest, sigma) + router.offset()) @ w_x.T
-        logit_res = max(logit_res, (z_rebuilt - cap.logits[L, b, t]).abs().max().item())
+        logit_res = max(logit_res, (z_rebuilt - cap.logits[L, cb, ct]).abs().max().item())
         alpha[i, : len(parts)] = a
         if parts:
             norm[i, : len(parts)] = torch.stack(parts).norm(dim=-1)
@@ -206,36 +208,56 @@ def gradient_x_component(
 
 @torch.no_grad()
 def oracle_effects(
-    model: MoEModel, ids: torch.Tensor, targets: Targets, e2: torch.Tensor, e3: torch.Tensor
-) -> torch.Tensor:
+    model: MoEModel, ids: torch.Tensor, targets: Targets, e2: torch.Tensor, e3: torch.Tensor,
+    rows_per_forward: int | None = None,
+) -> torch.Tensor:  # fmt: skip
     """|Δm| (n, 3N) of removing each component at the target token and rerunning the full
-    forward, one component per batch row (NaN where l ≥ L)."""
+    forward, one component per batch row (NaN where l ≥ L): all rows in one forward and the
+    clean margins from one forward of ``ids``, or (``rows_per_forward``, bounded memory) that
+    many rows a forward, the clean margins from the targets' own sequences as rows."""
     N, device = len(model.blocks), model.wte.weight.device
     ids = ids.to(device)
     pairs = [(i, j) for i in range(len(targets)) for j in range(len(KINDS) * int(targets.layer[i]))]
-    rows = [(r, j, int(targets.position[i])) for r, (i, j) in enumerate(pairs)]
-    scale = torch.ones(len(pairs), dtype=model.wte.weight.dtype, device=device)
-    scale[:] = 0.0  # remove the component: v_j ← 0 at the selected token
-    z: dict[int, torch.Tensor] = {}
-    fns = _scaled(scale, rows)
-    for layer in range(N):
-        fns[site(layer, "hook_router_logits")] = lambda a, k=layer: z.__setitem__(k, a)
-    batch = torch.as_tensor([int(targets.batch[i]) for i, _ in pairs], dtype=torch.long,
-                            device=device)  # fmt: skip
-    with model.hooks(fns):
-        model(ids[batch])
-    clean: dict[int, torch.Tensor] = {}
-    keep = {
-        site(layer, "hook_router_logits"): (lambda a, k=layer: clean.__setitem__(k, a))
-        for layer in range(N)
-    }
-    with model.hooks(keep):
-        model(ids)
+    step = max(len(pairs), 1) if rows_per_forward is None else rows_per_forward
+
+    def router_logits(rows_ids: torch.Tensor, fns: dict) -> dict[int, torch.Tensor]:
+        z: dict[int, torch.Tensor] = {}
+        for layer in range(N):
+            fns[site(layer, "hook_router_logits")] = lambda a, k=layer: z.__setitem__(k, a)
+        with model.hooks(fns):
+            model(rows_ids)
+        return z
+
+    m1 = []
+    for lo in range(0, len(pairs), step):
+        part = pairs[lo : lo + step]
+        rows = [(r, j, int(targets.position[i])) for r, (i, j) in enumerate(part)]
+        scale = torch.ones(len(part), dtype=model.wte.weight.dtype, device=device)
+        scale[:] = 0.0  # remove the component: v_j ← 0 at the selected token
+        batch = torch.as_tensor([int(targets.batch[i]) for i, _ in part], dtype=torch.long,
+                                device=device)  # fmt: skip
+        z = router_logits(ids[batch], _scaled(scale, rows))
+        for r, (i, _) in enumerate(part):
+            t, L = int(targets.position[i]), int(targets.layer[i])
+            m1.append(z[L][r, t, e2[i]] - z[L][r, t, e3[i]])
+        del z
+    m0 = []
+    if rows_per_forward is None:
+        clean = router_logits(ids, {})
+        for i in range(len(targets)):
+            b, t, L = int(targets.batch[i]), int(targets.position[i]), int(targets.layer[i])
+            m0.append(clean[L][b, t, e2[i]] - clean[L][b, t, e3[i]])
+    else:
+        for lo in range(0, len(targets), step):
+            idx = range(lo, min(lo + step, len(targets)))
+            batch = torch.as_tensor([int(targets.batch[i]) for i in idx], dtype=torch.long,
+                                    device=device)  # fmt: skip
+            clean = router_logits(ids[batch], {})
+            for r, i in enumerate(idx):
+                t, L = int(targets.position[i]), int(targets.layer[i])
+                m0.append(clean[L][r, t, e2[i]] - clean[L][r, t, e3[i]])
     out = torch.full((len(targets), len(KINDS) * N), float("nan"), dtype=torch.float64,
                      device=device)  # fmt: skip
     for r, (i, j) in enumerate(pairs):
-        b, t, L = int(targets.batch[i]), int(targets.position[i]), int(targets.layer[i])
-        m0 = clean[L][b, t, e2[i]] - clean[L][b, t, e3[i]]
-        m1 = z[L][r, t, e2[i]] - z[L][r, t, e3[i]]
-        out[i, j] = float((m1 - m0).abs())
+        out[i, j] = float((m1[r] - m0[i]).abs())
     return out

@@ -58,6 +58,19 @@ def run_metadata(run: Mapping[str, Any], manifest: Mapping[str, Any],
     return out
 
 
+def add_batch_sequences(parser) -> None:
+    """The analyses' ``--batch-sequences`` (config ``capture.batch_sequences``): sequences
+    per capture forward; none given, a whole pool in one (``headgeom.samoe.capture.chunks``)."""
+    parser.add_argument("--batch-sequences", type=int, default=None,
+                        help="sequences per capture forward (default: a pool in one)")  # fmt: skip
+
+
+def batch_metadata(batch_sequences: int | None) -> dict[str, Any]:
+    """``capture_batch_sequences`` for a Parquet's metadata when chunked (not part of the
+    config hash: it bounds memory; with one chunk the file is that of the unchunked code)."""
+    return {} if batch_sequences is None else {"capture_batch_sequences": int(batch_sequences)}
+
+
 def write_run_manifest(path: str | os.PathLike, record: Mapping[str, Any]) -> None:
     write_manifest(path, dict(record))
 

@@ -125,10 +125,11 @@ def gradient_x_write(
 @torch.no_grad()
 def finite_difference(
     model: MoEModel, ids: torch.Tensor, targets: Targets, e2: torch.Tensor, e3: torch.Tensor,
-    eps: float = FD_EPSILON,
+    eps: float = FD_EPSILON, rows_per_forward: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """(m(α_l = 1) − m(α_l = 1 − ε)) / ε (n, N) by the suppression engine, and whether any
-    Top-k set of the target token changed at any layer (n, N): a selection flip."""
+    Top-k set of the target token changed at any layer (n, N): a selection flip. Each pass's
+    rows in one forward, or ``rows_per_forward`` rows a forward (bounded memory)."""
     n, N = len(targets), len(model.blocks)
     ids = ids.to(model.wte.weight.device)
     pairs = [(i, src) for i in range(n) for src in range(int(targets.layer[i]))]
@@ -137,22 +138,36 @@ def finite_difference(
         [int(targets.position[i]) for i, _ in pairs],
         [src for _, src in pairs],
     )))  # fmt: skip
-    clean_z, _ = suppressed_forward(model, ids, Rows(targets.batch, targets.position,
-                                                     targets.layer), alpha=1.0)  # fmt: skip
-    z, _ = suppressed_forward(model, ids, rows, alpha=1.0 - eps)
+    clean_z = _router_logits_at(model, ids, Rows(targets.batch, targets.position, targets.layer),
+                                1.0, rows_per_forward)  # fmt: skip
+    z = _router_logits_at(model, ids, rows, 1.0 - eps, rows_per_forward)
     k = model.moe_cfg.top_k
     fd = torch.zeros(n, N, dtype=torch.float64, device=clean_z.device)
     flip = torch.zeros(n, N, dtype=torch.bool, device=clean_z.device)
     for r, (i, src) in enumerate(pairs):
-        t, L = int(targets.position[i]), int(targets.layer[i])
+        L = int(targets.layer[i])
         a, c = e2[i], e3[i]
-        m_clean = clean_z[L, i, t, a] - clean_z[L, i, t, c]
-        m_eps = z[L, r, t, a] - z[L, r, t, c]
+        m_clean = clean_z[L, i, a] - clean_z[L, i, c]
+        m_eps = z[L, r, a] - z[L, r, c]
         fd[i, src] = float(m_clean - m_eps) / eps
-        sets_clean = clean_z[:, i, t].topk(k, -1).indices.sort(-1).values
-        sets_eps = z[:, r, t].topk(k, -1).indices.sort(-1).values
+        sets_clean = clean_z[:, i].topk(k, -1).indices.sort(-1).values
+        sets_eps = z[:, r].topk(k, -1).indices.sort(-1).values
         flip[i, src] = bool((sets_clean != sets_eps).any())
     return fd, flip
+
+
+def _router_logits_at(model: MoEModel, ids: torch.Tensor, rows: Rows, alpha: float,
+                      rows_per_forward: int | None) -> torch.Tensor:  # fmt: skip
+    """The engine's router logits (N, R, E) of each row at its own position, the rows
+    ``rows_per_forward`` a forward (None: all in one)."""
+    R = len(rows.batch)
+    step = max(R, 1) if rows_per_forward is None else rows_per_forward
+    parts = []
+    for lo in range(0, R, step):
+        part = Rows(*(v[lo : lo + step] for v in (rows.batch, rows.position, rows.source)))
+        z, _ = suppressed_forward(model, ids, part, alpha=alpha)
+        parts.append(z[:, torch.arange(len(part.batch), device=z.device), part.position])
+    return torch.cat(parts, 1)
 
 
 def check_gradient(grad: torch.Tensor, fd: torch.Tensor, flip: torch.Tensor) -> dict:

@@ -117,17 +117,25 @@ def suppressed_forward(
     return torch.stack([z[layer] for layer in range(N)]), out
 
 
-def check_hook_no_op(model: MoEModel, ids: torch.Tensor, rows: Rows, alpha: float = 1.0) -> dict:
+def check_hook_no_op(model: MoEModel, ids: torch.Tensor, rows: Rows, alpha: float = 1.0,
+                     rows_per_forward: int | None = None) -> dict:  # fmt: skip
     """K11 (SAMOE §14.2): the engine returns bitwise the logits of the plain forward of the
     same rows — at α = 1 on any model, and at α = 0 on one whose writes are all zero (step 0).
-    The residual is the number of differing logits."""
+    The residual is the number of differing logits; all rows in one forward, or
+    ``rows_per_forward`` rows a forward (each compared with the plain forward of those rows)."""
     ids = ids.to(model.wte.weight.device)
     rows = rows.to(ids.device)
-    _, out = suppressed_forward(model, ids, rows, alpha=alpha)
-    with torch.no_grad():
-        plain = model(ids[rows.batch])
+    step = max(len(rows.batch), 1) if rows_per_forward is None else rows_per_forward
+    differ = 0
+    for lo in range(0, len(rows.batch), step):
+        part = Rows(*(v[lo : lo + step] for v in (rows.batch, rows.position, rows.source)))
+        _, out = suppressed_forward(model, ids, part, alpha=alpha)
+        with torch.no_grad():
+            plain = model(ids[part.batch])
+        differ += int((out != plain).sum())
+        del out, plain
     what = f"logits changed by the suppression hook at α = {alpha}"
-    return checks.enforce("K11", int((out != plain).sum()), 0, "count", what=what)
+    return checks.enforce("K11", differ, 0, "count", what=what)
 
 
 def jaccard_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -181,7 +189,9 @@ def suppression_outcomes(
         rows = torch.arange(n, device=device)
         z_int[:, part] = z[:, rows, t[part]].float()
         logp_int[part] = F.log_softmax(out[rows, t[part]].float(), dim=-1)
-    z_clean = cap.logits[:, b, t].float()  # (N, R, E)
+    cb, ct = cap.where(targets.batch, targets.position)  # the targets' rows of ``cap``
+    cb, ct = cb[tgt], ct[tgt]
+    z_clean = cap.logits[:, cb, ct].float()  # (N, R, E)
     margin = lambda zz: zz[L, ar, e2] - zz[L, ar, e3]  # noqa: E731
     # Downstream Top-2 sets at the selected token, clean vs intervened, per layer.
     dist = jaccard_distance(top_k(z_clean, 2)[0], top_k(z_int, 2)[0])  # (N, R)
@@ -192,7 +202,7 @@ def suppression_outcomes(
         total = (dist * mask).sum(0)
         return torch.where(count > 0, total / count.clamp(min=1), torch.nan)
 
-    logp_clean = F.log_softmax(cap.output_logits[b, t].float(), dim=-1)
+    logp_clean = F.log_softmax(cap.output_logits[cb, ct].float(), dim=-1)
     return Outcomes(
         target=tgt,
         source=src,
@@ -231,6 +241,32 @@ def set_change_rates(
     first = 1 if skip_layer0 else 0
     return {float(lam): float(set_change(model, cap, lam)[first:].float().mean())
             for lam in lambdas}  # fmt: skip
+
+
+class PoolSetChanges:
+    """E5 over a pool gathered chunk by chunk (:func:`headgeom.samoe.capture.captures`): each
+    chunk's indicators (N, b, T) per λ (and λ = 1 for K9) are kept, joined along the batch, so
+    the rates are those of one capture of the pool."""
+
+    def __init__(self, model: MoEModel, lambdas: Sequence[float]):
+        self.model = model
+        self.lambdas = [float(lam) for lam in lambdas]
+        self.changes: dict[float, list[torch.Tensor]] = {lam: [] for lam in {*self.lambdas, 1.0}}
+
+    def add(self, cap: Capture) -> None:
+        for lam, kept in self.changes.items():
+            kept.append(set_change(self.model, cap, lam))
+
+    def rates(self, skip_layer0: bool = True) -> dict[float, float]:
+        """As :func:`set_change_rates` over the whole pool."""
+        first = 1 if skip_layer0 else 0
+        return {lam: float(torch.cat(self.changes[lam], 1)[first:].float().mean())
+                for lam in self.lambdas}  # fmt: skip
+
+    def check_unit_lambda(self) -> dict:
+        """K9 over the whole pool."""
+        changed = sum(int(c.sum()) for c in self.changes[1.0])
+        return checks.enforce("K9", changed, 0, "count", what="decisions changed at λ = 1")
 
 
 def check_unit_lambda(model: MoEModel, cap: Capture) -> dict:
