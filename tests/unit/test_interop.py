@@ -182,14 +182,14 @@ def test_head_effects_equal_transformer_lens_patching(engine):
 #: of the interop checks; transformers also builds the SA-MoE paper study's Hub sources.
 PEER_HOMES = {
     "transformer_lens": {"interop.py"},
-    "transformers": {"interop.py", "hub.py", "samoe_import_dense.py"},
+    "transformers": {"interop.py", "hub.py", "hub_corpus.py", "samoe_import_dense.py"},
 }
 
 
 def test_study_code_never_imports_the_dev_peers():
     """TransformerLens only inside the functions of ``headgeom.model.interop`` that need it,
-    transformers also inside those of the SA-MoE Hub wrap and import (so importing any module
-    costs nothing), nowhere else in the library or the stage scripts."""
+    transformers also inside those of the SA-MoE Hub wrap, corpus tokenizer and import (so
+    importing any module costs nothing), nowhere else in the library or the stage scripts."""
     src = Path(__file__).resolve().parents[2] / "src"
     peers = set(PEER_HOMES)
     for path in sorted(src.glob("*.py")) + sorted((src / "headgeom").rglob("*.py")):

@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import hashlib
+import math
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -295,7 +296,8 @@ def open_source(cfg: Mapping[str, Any]) -> Source:
     if kind == "fineweb":
         # Short metadata timeouts for the streaming reads too; huggingface_hub reads them when
         # it is first imported, which is just below in a stage script.
-        os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", str(cfg["hub_timeout_s"]))
+        # an integer number of seconds: huggingface_hub int()s it at import
+        os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", str(math.ceil(cfg["hub_timeout_s"])))
     import datasets
 
     if kind == "fineweb":

@@ -236,6 +236,8 @@ def test_a_source_that_runs_out_is_named_and_leaves_nothing(world, tmp_path):
 
 def test_offline_stops_naming_the_dataset_and_what_to_set(world, tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # the stage sets the Hub's timeout for its own process: gone again after this test
+    monkeypatch.delenv("HF_HUB_ETAG_TIMEOUT", raising=False)
     cfg = _cfg(world)
     hub = {"repo_id": "bigcode/the-stack-dedup", "data_dir": "data/python"}
     cfg["data"]["sources"] = {**world["sources"], "code": hub}
