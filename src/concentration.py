@@ -72,9 +72,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    kinds = ("summary", "heads", *ROBUSTNESS_OUTPUTS)
+    outs = {name: getattr(args, f"out_{name}") for name in kinds}
     for i, path in enumerate(args.effects):
-        outs = {name: getattr(args, f"out_{name}") for name in ("summary", "heads",
-                                                                *ROBUSTNESS_OUTPUTS)}  # fmt: skip
         concentrate(path, {name: paths[i] for name, paths in outs.items() if paths}, args)
     return 0
 
