@@ -45,6 +45,7 @@ rule samoe_quality:
         device=STUDY.analysis_device,
         batch=STUDY.batch_flag,
         suite=downstream_flag,
+    priority: chain_priority("samoe_quality")
     threads: STUDY.threads("samoe_quality")
     resources:
         **STUDY.resources("samoe_quality", mem_mb=2000, runtime=20),
@@ -110,6 +111,7 @@ rule samoe_capture:
         cfg=json_param(STUDY.analysis_config, "family"),
         device=STUDY.analysis_device,
         batch=STUDY.batch_flag,
+    priority: chain_priority("samoe_capture")
     threads: STUDY.threads("samoe_capture")
     resources:
         **STUDY.resources("samoe_capture", mem_mb=3000, runtime=20),
@@ -143,6 +145,7 @@ rule samoe_probes:
         cfg=json_param(STUDY.analysis_config, "family"),
         device=STUDY.analysis_device,
         batch=STUDY.batch_flag,
+    priority: chain_priority("samoe_probes")
     threads: STUDY.threads("samoe_probes")
     resources:
         **STUDY.resources("samoe_probes", mem_mb=3000, runtime=60),
@@ -178,6 +181,7 @@ rule samoe_interventions:
         cfg=json_param(STUDY.analysis_config, "family"),
         device=STUDY.analysis_device,
         batch=STUDY.batch_flag,
+    priority: chain_priority("samoe_interventions")
     threads: STUDY.threads("samoe_interventions")
     resources:
         **STUDY.resources("samoe_interventions", mem_mb=3000, runtime=60),
@@ -212,6 +216,7 @@ rule samoe_li:
         cfg=json_param(STUDY.analysis_config, "family"),
         device=STUDY.analysis_device,
         batch=STUDY.batch_flag,
+    priority: chain_priority("samoe_li")
     threads: STUDY.threads("samoe_li")
     resources:
         **STUDY.resources("samoe_li", mem_mb=4000, runtime=60),

@@ -120,6 +120,7 @@ rule samoe_upcycle:
         benchmark_of("samoe_upcycle", "{family}-{variant}-s{seed}")
     params:
         cfg=json_param(STUDY.run_config, "family", "variant", "seed"),
+    priority: chain_priority("samoe_upcycle")
     threads: STUDY.threads("samoe_upcycle")
     resources:
         **STUDY.resources("samoe_upcycle", mem_mb=2000, runtime=10),
@@ -154,6 +155,7 @@ rule samoe_train:
         ),
         # one process per GPU the job asks for (torchrun), else one
         launch=STUDY.train_launcher,
+    priority: chain_priority("samoe_train")
     threads: STUDY.threads("samoe_train")
     resources:
         **STUDY.resources("samoe_train", mem_mb=3000, runtime=120),

@@ -1,10 +1,10 @@
 """Future-routing accessibility probes (SAMOE §13): predict a later router's clean Top-1
 expert from what an earlier router sees at the same position.
 
-* **Fitting** [CHOICE §13.3]: L2 multinomial logistic regression, full-batch L-BFGS in
-  float64 on float32 features (1,000 iterations, gradient tolerance 1e-6), the penalty
-  ‖W‖²/(2C) on the weights (not the bias), C chosen on calibration data only
-  (:func:`fit_selected`); a fit that does not converge stops the stage (K10).
+* **Fitting** [CHOICE §13.3]: L2 multinomial logistic regression, full-batch L-BFGS
+  (scipy's L-BFGS-B, sklearn's solver; 20 correction pairs) in float64 on float32 features
+  (1,000 iterations, gradient tolerance 1e-6), the penalty ‖W‖²/(2C) on the weights (not
+  the bias), C chosen on calibration data only (:func:`fit_selected`); a fit that does not converge stops the stage (K10).
 * **Preprocessing** (normative): a scaler fit on the training examples only, applied to
   calibration and final data; projected features get a second scaler.
 * **Representations**: the native state, the full hidden stream, and r-dimensional
@@ -25,13 +25,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.optimize
 import torch
 
 from headgeom.samoe import checks
 
-#: [CHOICE §13.3] the C grid, L-BFGS iterations and gradient tolerance.
+#: [CHOICE §13.3] the C grid, L-BFGS iterations, gradient tolerance and history (the
+#: correction pairs kept).
 C_GRID = (0.01, 0.1, 1.0, 10.0)
-MAX_ITER, TOL = 1000, 1e-6
+MAX_ITER, TOL, HISTORY = 1000, 1e-6, 20
 #: K10: a fit whose largest |gradient| is still above this at the end did not converge.
 CONVERGED_GRAD = 1e-5
 
@@ -75,45 +77,50 @@ def fit_logistic(
     device: torch.device | str | None = None,
 ) -> Probe:  # fmt: skip
     """Minimise mean cross-entropy + ‖W‖²/(2 C n) by L-BFGS (sklearn's
-    ``LogisticRegression(C=C)`` objective divided by n), stopping when the largest |gradient|
-    is below ``TOL``; converged when it ends below ``CONVERGED_GRAD``. ``init`` warm-starts
-    from another fit (the objective is strictly convex: the optimum does not depend on it).
-    The gradient is the closed form (p − onehot)ᵀX / n + W / (C n), no autograd graph. The
-    fit runs on ``device`` in float64 (CUDA has it; the CPU is the default)."""
+    ``LogisticRegression(C=C)`` objective divided by n, and its solver: scipy's L-BFGS-B, here
+    without bounds), stopping when the largest |gradient| is below ``TOL``; converged when it
+    ends below ``CONVERGED_GRAD``. ``init`` warm-starts from another fit (the objective is
+    strictly convex: the optimum does not depend on it). The objective and its closed-form
+    gradient (P − onehot)ᵀX / n + W / (C n), no autograd graph, run on ``device`` in float64
+    (CUDA has it; the CPU is the default); scipy's two-loop recursion runs on the host."""
     device = _device(device)
     X = torch.as_tensor(np.asarray(x, dtype=np.float32), dtype=torch.float64, device=device)
     Y = torch.as_tensor(np.asarray(y), dtype=torch.long, device=device)
     n, d = X.shape
-    rows = torch.arange(n, device=device)
-    W = torch.zeros(n_classes, d, dtype=torch.float64, device=device)
-    b = torch.zeros(n_classes, dtype=torch.float64, device=device)
-    if init is not None:
-        W.copy_(torch.as_tensor(init.weight, device=device))
-        b.copy_(torch.as_tensor(init.bias, device=device))
-    W.grad, b.grad = torch.zeros_like(W), torch.zeros_like(b)
-    opt = torch.optim.LBFGS([W, b], max_iter=MAX_ITER, tolerance_grad=TOL, tolerance_change=0,
-                            history_size=20, line_search_fn="strong_wolfe")  # fmt: skip
+    K = n_classes
+    # [W | b] as one flat vector, viewed as the weights and the bias (a column: the logits are
+    # laid out (classes, n), so the reductions over classes run along contiguous rows)
+    theta, grad = (torch.zeros(K * d + K, dtype=torch.float64, device=device) for _ in "ab")
+    W, b = theta[: K * d].view(K, d), theta[K * d :].view(K, 1)
+    grad_W, grad_b = grad[: K * d].view(K, d), grad[K * d :]
+    # the onehot's part of the gradient, constant across evaluations: Σ_i onehot_i x_iᵀ, counts
+    onehot_X = torch.zeros(K, d, dtype=torch.float64, device=device).index_add_(0, Y, X)
+    counts = torch.bincount(Y, minlength=K).to(torch.float64)
+    Y_row = Y[None, :]
 
-    def closure():
-        # in place on one (n, classes) buffer: the closure is the whole cost of a fit
-        z = torch.addmm(b, X, W.T)
-        z -= z.amax(1, keepdim=True)
-        z_true = z[rows, Y].sum()
+    def objective(values: np.ndarray) -> tuple[float, np.ndarray]:
+        theta.copy_(torch.from_numpy(values))
+        z = torch.addmm(b, W, X.T)  # (classes, n)
+        z -= z.amax(0, keepdim=True)
+        z_true = z.gather(0, Y_row).sum()
         p = z.exp_()
-        total = p.sum(1, keepdim=True)
+        total = p.sum(0, keepdim=True)
         loss = (total.log().sum() - z_true) / n + (W * W).sum() / (2 * C * n)
         p /= total
-        p[rows, Y] -= 1.0  # the residual p − onehot
-        torch.addmm(W, p.T, X, beta=1 / (C * n), alpha=1 / n, out=W.grad)
-        torch.sum(p, 0, out=b.grad).div_(n)
-        return loss
+        torch.addmm(onehot_X, p, X, beta=-1 / n, alpha=1 / n, out=grad_W)
+        grad_W.add_(W, alpha=1 / (C * n))
+        torch.sum(p, 1, out=grad_b).sub_(counts).div_(n)
+        return loss.item(), grad.cpu().numpy().copy()
 
-    opt.step(closure)
-    closure()
-    grad = max(W.grad.abs().max().item(), b.grad.abs().max().item())
-    iterations = opt.state[opt._params[0]]["n_iter"]
-    return Probe(W.cpu().numpy().copy(), b.cpu().numpy().copy(), C, grad <= CONVERGED_GRAD,
-                 iterations, grad)  # fmt: skip
+    start = np.zeros(K * d + K) if init is None else np.concatenate(
+        [np.asarray(init.weight, dtype=np.float64).ravel(), np.asarray(init.bias, np.float64)])
+    fit = scipy.optimize.minimize(objective, start, jac=True, method="L-BFGS-B",
+                                  options={"maxcor": HISTORY, "gtol": TOL, "ftol": 0.0,
+                                           "maxiter": MAX_ITER})  # fmt: skip
+    _, g = objective(fit.x)
+    grad_norm = float(np.abs(g).max())
+    return Probe(fit.x[: K * d].reshape(K, d).copy(), fit.x[K * d :].copy(), C,
+                 grad_norm <= CONVERGED_GRAD, int(fit.nit), grad_norm)  # fmt: skip
 
 
 def check_converged(probes: Sequence[Probe]) -> dict:
