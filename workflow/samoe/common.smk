@@ -10,6 +10,7 @@ shell.prefix(f"set -euo pipefail; export PYTHONPATH={SRC}${{{{PYTHONPATH:+:$PYTH
 sys.path.insert(0, str(SRC))
 from headgeom.kernels import pin_kernels  # noqa: E402
 from headgeom.samoe.paths import TEMPLATES  # noqa: E402
+from headgeom.samoe.schedule import chain_seconds  # noqa: E402
 from headgeom.study import Study, StudyConfigError  # noqa: E402
 
 try:
@@ -60,33 +61,9 @@ def run_json(wildcards):
 
 
 
-#: Which ready job starts first (Snakemake ``priority:``): the one with the longest chain of
-#: work still ahead of it, in seconds of the demo's jobs (2-core CPU): a job's own time plus
-#: the longest chain below it. The persistent runs' probes outlast every other analysis, so
-#: their chain (upcycle -> train -> probes) goes first and the short jobs fill the cores at
-#: the end, instead of the last probes job running alone. Only the order changes.
-OWN_SECONDS = {
-    "samoe_upcycle": 4, "samoe_train": 35, "samoe_capture": 8, "samoe_interventions": 22,
-    "samoe_li": 30, "samoe_quality": 9, "samoe_probes": {"persistent": 90, "latest": 30},
-}  # fmt: skip
-BELOW = {"samoe_upcycle": ("samoe_train",), "samoe_capture": ("samoe_interventions",),
-         "samoe_train": ("samoe_probes", "samoe_capture", "samoe_li", "samoe_quality")}  # fmt: skip
-#: Rules that only one kind of run has: the state variants' captures, interventions and
-#: probes; the ordinary model's post-hoc attribution (Li).
-STATE_ONLY, ORDINARY_ONLY = {"samoe_capture", "samoe_interventions", "samoe_probes"}, {"samoe_li"}
-
-
-def chain_seconds(name, variant):
-    """The seconds of rule ``name``'s job of ``variant`` and of the longest chain below it."""
-    if name in (STATE_ONLY if variant == "ordinary" else ORDINARY_ONLY):
-        return 0
-    own = OWN_SECONDS[name]
-    own = own[variant] if isinstance(own, dict) else own
-    return own + max((chain_seconds(r, variant) for r in BELOW.get(name, ())), default=0)
-
-
 def chain_priority(name):
-    """A ``priority:`` function: the chain seconds of the job's variant."""
+    """A ``priority:`` function: the job with the longest chain of work ahead starts first
+    (headgeom.samoe.schedule)."""
     return lambda wildcards: chain_seconds(name, wildcards["variant"])
 
 

@@ -15,4 +15,5 @@ module; callers import the submodule they need.
 ``suppression``  full-forward source suppression (E7, §14.2–14.3) and the local attenuation
                  set-change rate (E5, §12).
 ``checks``       the SA-MoE acceptance checks K1–K15 (§20): one error format, one record.
+``schedule``     the order the workflow starts ready jobs in: longest chain of work first.
 """

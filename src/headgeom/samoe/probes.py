@@ -4,7 +4,8 @@ expert from what an earlier router sees at the same position.
 * **Fitting** [CHOICE §13.3]: L2 multinomial logistic regression, full-batch L-BFGS
   (scipy's L-BFGS-B, sklearn's solver; 20 correction pairs) in float64 on float32 features
   (1,000 iterations, gradient tolerance 1e-6), the penalty ‖W‖²/(2C) on the weights (not
-  the bias), C chosen on calibration data only (:func:`fit_selected`); a fit that does not converge stops the stage (K10).
+  the bias), C chosen on calibration data only (:func:`fit_selected`); a fit that does not
+  converge stops the stage (K10).
 * **Preprocessing** (normative): a scaler fit on the training examples only, applied to
   calibration and final data; projected features get a second scaler.
 * **Representations**: the native state, the full hidden stream, and r-dimensional
@@ -112,8 +113,9 @@ def fit_logistic(
         torch.sum(p, 1, out=grad_b).sub_(counts).div_(n)
         return loss.item(), grad.cpu().numpy().copy()
 
-    start = np.zeros(K * d + K) if init is None else np.concatenate(
-        [np.asarray(init.weight, dtype=np.float64).ravel(), np.asarray(init.bias, np.float64)])
+    start = np.zeros(K * d + K)
+    if init is not None:
+        start[: K * d], start[K * d :] = np.ravel(init.weight), init.bias
     fit = scipy.optimize.minimize(objective, start, jac=True, method="L-BFGS-B",
                                   options={"maxcor": HISTORY, "gtol": TOL, "ftol": 0.0,
                                            "maxiter": MAX_ITER})  # fmt: skip

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 import torch
-from scipy import stats
 
 from headgeom.samoe import checks
 from headgeom.samoe.ledger import Targets
@@ -228,8 +227,16 @@ def ranking_metrics(
         if e.max() > 0:
             regret[i] = (e.max() - e[top]) / e.max()
         if spearman and np.ptp(s) > 0 and np.ptp(e) > 0:
-            rho[i] = stats.spearmanr(s, e).statistic
+            rho[i] = _spearman(s, e)
     return RankingMetrics(acc, rho, regret, sel.astype(np.int64))
+
+
+def _spearman(a: np.ndarray, b: np.ndarray) -> float:
+    # scipy.stats is imported here, not with the module: it takes a second to import, and
+    # most of the jobs that import this module (every reader of the pools) never rank
+    from scipy import stats
+
+    return float(stats.spearmanr(a, b).statistic)
 
 
 # --------------------------------------------------------------------------- controls

@@ -10,7 +10,6 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import stats
 
 
 def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
@@ -20,6 +19,8 @@ def t_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, flo
         raise ValueError("a seed mean needs at least one value")
     if v.size < 2:
         return float(v.mean()), math.nan, math.nan
+    from scipy import stats  # here: a second to import, and most importers never call this
+
     half = stats.t.ppf(0.5 + level / 2, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size)
     return float(v.mean()), float(v.mean() - half), float(v.mean() + half)
 
