@@ -92,7 +92,10 @@ def load_moe(path: str | os.PathLike) -> tuple[MoEModel, np.ndarray, dict]:
     if "hub" in record:
         model = HubSAMoE(HubSource.from_dict(record["hub"]), moe, record["variant"], "meta")
     else:
-        with torch.device("meta"):
+        # built on the CPU, not on the meta device: a toy's initialisation takes milliseconds,
+        # while the meta device's normal_ imports torch._dynamo (a second and more per job);
+        # its draws leave the caller's RNG as it was
+        with torch.random.fork_rng(devices=[]):
             model = SAMoE(ModelConfig.from_dict(record["model_config"]), moe, record["variant"])
     model.load_state_dict(tensors, strict=True, assign=True)
     return model.eval(), vocab, record
