@@ -89,3 +89,24 @@ def test_projections():
     assert np.allclose(q.T @ q, np.eye(6), atol=1e-10)
     # the classifier's rows lie in the span of the first directions
     np.testing.assert_allclose(q @ (q.T @ coef.T), coef.T, atol=1e-10)
+
+
+def test_the_fit_matches_torch_lbfgs_on_the_old_layout():
+    """An independent optimiser (torch.optim.LBFGS on the (n, classes) closure the stage used
+    before, kept in benchmarks/samoe_probe_fits.py) reaches the same optimum."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[3] / "benchmarks" / "samoe_probe_fits.py"
+    spec = importlib.util.spec_from_file_location("samoe_probe_fits", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    x, y = bench.blobs(400, 8, k=5)
+    for C in (0.1, 10.0):
+        ours = probes.fit_logistic(x, y, 5, C)
+        theirs, _ = bench.fit_torch(x, y, 5, C)
+        assert ours.converged and theirs.converged
+        scale = np.abs(theirs.weight).max()
+        assert np.abs(ours.weight - theirs.weight).max() <= 1e-4 * scale
+        assert np.abs(ours.bias - theirs.bias).max() <= 1e-4 * max(np.abs(theirs.bias).max(), 1)
+        assert (ours.predict(x) == theirs.predict(x)).mean() >= 0.99
