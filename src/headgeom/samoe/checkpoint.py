@@ -19,8 +19,8 @@ from headgeom.io import atomic_path
 from headgeom.model.checkpoint import VOCAB_KEY
 from headgeom.model.config import ModelConfig
 from headgeom.samoe.config import MoEConfig
-from headgeom.samoe.hub import HubSAMoE, HubSource, dense_state
-from headgeom.samoe.model import MoEModel, SAMoE
+from headgeom.samoe.hub import HubSAMoE, HubSource, dense_state, empty_model
+from headgeom.samoe.model import MoEModel
 
 HEADER_KEY = "headgeom.samoe"
 
@@ -90,13 +90,10 @@ def load_moe(path: str | os.PathLike) -> tuple[MoEModel, np.ndarray, dict]:
     vocab = tensors.pop(VOCAB_KEY).numpy()
     moe = MoEConfig.from_dict(record["moe"])
     if "hub" in record:
-        model = HubSAMoE(HubSource.from_dict(record["hub"]), moe, record["variant"], "meta")
+        source = HubSource.from_dict(record["hub"])
     else:
-        # built on the CPU, not on the meta device: a toy's initialisation takes milliseconds,
-        # while the meta device's normal_ imports torch._dynamo (a second and more per job);
-        # its draws leave the caller's RNG as it was
-        with torch.random.fork_rng(devices=[]):
-            model = SAMoE(ModelConfig.from_dict(record["model_config"]), moe, record["variant"])
+        source = ModelConfig.from_dict(record["model_config"])
+    model = empty_model(source, moe, record["variant"])
     model.load_state_dict(tensors, strict=True, assign=True)
     return model.eval(), vocab, record
 

@@ -227,10 +227,13 @@ def dense_state(lm: nn.Module) -> dict[str, torch.Tensor]:
 
 def empty_model(source, moe: MoEConfig, variant: str) -> MoEModel:
     """An SA-MoE of ``variant`` with the shapes of ``source`` (a workspace ``ModelConfig`` or a
-    ``HubSource``) and no trained values: routers, experts and writes as shapes only."""
+    ``HubSource``) and no trained values, drawing nothing from the caller's RNG: a Hub
+    model's routers, experts and writes as shapes only (meta); a toy built on the CPU with
+    its initial draws forked away (milliseconds, where the meta device's ``normal_`` would
+    import torch._dynamo, a second and more in every job)."""
     from headgeom.samoe.model import SAMoE
 
     if isinstance(source, HubSource):
         return HubSAMoE(source, moe, variant, moe_device="meta")
-    with torch.device("meta"):
+    with torch.random.fork_rng(devices=[]):
         return SAMoE(source, moe, variant)
