@@ -113,6 +113,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{'iter ours':>9} {'iter torch':>10} | {'max|ΔW|/max|W|':>15} {'agree':>6} "
           f"{'converged':>9}")  # fmt: skip
     totals = [0.0, 0.0]
+    # warm-up, untimed: torch.optim's first step imports torch._dynamo (seconds)
+    x, y = blobs(200, 4, k=3)
+    ours(x, y, 3, 1.0)
+    reference(x, y, 3, 1.0)
     for n in (1000, 10000):
         for d in (16, 64):
             x, y = blobs(n, d)
