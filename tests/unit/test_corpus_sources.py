@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from pathlib import Path
 
@@ -506,3 +507,13 @@ def test_workflow_rejects_inconsistent_corpora(tmp_path, edit, expect):
     proc = snakemake(work, "-n", "--cores", "1", check=False)
     assert proc.returncode != 0 and expect in proc.stdout + proc.stderr
     assert not (work / "results").exists()
+
+
+def test_the_hub_metadata_timeout_is_whole_seconds_and_the_users_wins(monkeypatch):
+    # huggingface_hub int()s the variable when it is imported: "10.0" would break it
+    monkeypatch.delenv("HF_HUB_ETAG_TIMEOUT", raising=False)
+    corpus_sources.set_hub_metadata_timeout(2.5)
+    assert int(os.environ["HF_HUB_ETAG_TIMEOUT"]) == 3
+    monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "42")
+    corpus_sources.set_hub_metadata_timeout(10.0)
+    assert os.environ["HF_HUB_ETAG_TIMEOUT"] == "42"

@@ -287,6 +287,13 @@ class Source:
         return self.cfg.get("text_column", "text")
 
 
+def set_hub_metadata_timeout(seconds: float) -> None:
+    """Short metadata timeouts for the streaming reads too (``HF_HUB_ETAG_TIMEOUT``, unless
+    the user set it): huggingface_hub reads it when it is first imported, as a whole number
+    of seconds (``int("10.0")`` fails there, and so would every later import)."""
+    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", str(math.ceil(seconds)))
+
+
 def open_source(cfg: Mapping[str, Any]) -> Source:
     """Open the configured source for streaming (no document is read yet)."""
     cfg = dict(cfg)
@@ -294,10 +301,7 @@ def open_source(cfg: Mapping[str, Any]) -> Source:
     if kind == "embedded":
         return Source(cfg, {"dataset": "embedded-demo", "generator_seed": cfg["seed"]})
     if kind == "fineweb":
-        # Short metadata timeouts for the streaming reads too; huggingface_hub reads them when
-        # it is first imported, which is just below in a stage script.
-        # an integer number of seconds: huggingface_hub int()s it at import
-        os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", str(math.ceil(cfg["hub_timeout_s"])))
+        set_hub_metadata_timeout(cfg["hub_timeout_s"])
     import datasets
 
     if kind == "fineweb":

@@ -33,7 +33,6 @@ largest id and the realised token share of every domain. Readers map it with ``n
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -97,8 +96,7 @@ def open_domain(domain: str, spec: Mapping[str, Any], *, batch_docs: int = BATCH
             raise HubCorpusError(f"{key}: {err}") from None
     repo, revision = spec["repo_id"], spec.get("revision", "main")
     name, split = spec.get("config"), spec.get("split", "train")
-    # huggingface_hub reads an integer number of seconds (int("10.0") fails at its import)
-    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", str(math.ceil(hub_timeout_s)))
+    cs.set_hub_metadata_timeout(hub_timeout_s)
     hub = {"dataset": repo, "dataset_config": name or "default", "revision": revision,
            "hub_timeout_s": hub_timeout_s}  # fmt: skip
     commit = cs.check_hub(hub, key=key, hint=HINT)
