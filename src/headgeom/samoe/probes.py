@@ -119,8 +119,7 @@ def fit_logistic(
     fit = scipy.optimize.minimize(objective, start, jac=True, method="L-BFGS-B",
                                   options={"maxcor": HISTORY, "gtol": TOL, "ftol": 0.0,
                                            "maxiter": MAX_ITER})  # fmt: skip
-    _, g = objective(fit.x)
-    grad_norm = float(np.abs(g).max())
+    grad_norm = float(np.abs(fit.jac).max())  # the gradient at fit.x, as the search left it
     return Probe(fit.x[: K * d].reshape(K, d).copy(), fit.x[K * d :].copy(), C,
                  grad_norm <= CONVERGED_GRAD, int(fit.nit), grad_norm)  # fmt: skip
 
