@@ -2,11 +2,13 @@
 the job with the longest chain of work still ahead of it first (critical-path scheduling).
 
 A job's chain is its own time plus the longest chain of the jobs that read its output, in
-seconds of the demo's jobs on a 2-core CPU (``benchmarks/samoe_demo_cpu.tsv``, the
-persistent and latest probes apart). The persistent runs' probes outlast every other
-analysis, so their chain (upcycle -> train -> probes) starts first and the short jobs fill
-the cores at the end, instead of the last probes job running alone on one core. Only the
-order changes, never a result; on a cluster it orders the submissions.
+seconds of one demo job (rounded, from the demo's ``benchmark:`` files on a 2-core Intel
+Xeon, 2026-12-06; the persistent and latest probes apart, which the cost model's calibration
+``benchmarks/samoe_demo_cpu.tsv`` does not split). Only their order matters. The persistent
+runs' probes outlast every other analysis, so their chain (upcycle -> train -> probes) starts
+first and the short jobs fill the cores at the end, instead of the last probes job running
+alone on one core. Only the order changes, never a result; on a cluster it orders the
+submissions.
 """
 
 from __future__ import annotations
