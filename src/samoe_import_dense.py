@@ -28,10 +28,15 @@ import pandas as pd
 def load_pretrained(repo: str, revision: str, family: str):
     """The Hub model in float32, or exit naming what could not be had."""
     import torch
-    from transformers import AutoModelForCausalLM
+
+    from headgeom.optional import require
+
+    transformers = require("transformers", f"samoe_import_dense {family}")
 
     try:
-        return AutoModelForCausalLM.from_pretrained(repo, revision=revision, dtype=torch.float32)
+        return transformers.AutoModelForCausalLM.from_pretrained(
+            repo, revision=revision, dtype=torch.float32
+        )
     except (OSError, ValueError) as err:  # no route, offline without a cache, no such revision
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         sys.exit(

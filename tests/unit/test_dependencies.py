@@ -15,8 +15,11 @@ from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-REQUIREMENTS = [Requirement(r) for r in PYPROJECT["dependencies"]] + [
-    Requirement(r) for extra in PYPROJECT["optional-dependencies"].values() for r in extra
+REQUIREMENTS = [
+    req
+    for req in [Requirement(r) for r in PYPROJECT["dependencies"]]
+    + [Requirement(r) for extra in PYPROJECT["optional-dependencies"].values() for r in extra]
+    if req.name != PYPROJECT["name"]  # `headgeom[hf]` in [dev]: our own extra, not a package
 ]
 
 

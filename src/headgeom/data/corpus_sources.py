@@ -44,6 +44,7 @@ from tokenizers import Tokenizer
 from headgeom.data.corpus import iter_demo_texts
 from headgeom.data.tokenizer import EOT_ID
 from headgeom.hashing import sha256_file
+from headgeom.optional import require
 
 SOURCES = ("embedded", "fineweb", "text", "parquet", "jsonl")
 LOCAL_SOURCES = {"text": "text", "parquet": "parquet", "jsonl": "json"}  # -> datasets builder
@@ -302,7 +303,7 @@ def open_source(cfg: Mapping[str, Any]) -> Source:
         return Source(cfg, {"dataset": "embedded-demo", "generator_seed": cfg["seed"]})
     if kind == "fineweb":
         set_hub_metadata_timeout(cfg["hub_timeout_s"])
-    import datasets
+    datasets = require("datasets", f"corpus.source {kind}")
 
     if kind == "fineweb":
         revision = check_hub(cfg)

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from headgeom.model.gpt import HookPoint
+from headgeom.optional import require
 from headgeom.samoe.config import MoEConfig, check_variant
 from headgeom.samoe.model import LayerAux, MoEModel, MoEStep
 
@@ -50,7 +51,7 @@ class HubSource:
     config: dict
 
     def hf_config(self):
-        from transformers import CONFIG_MAPPING
+        CONFIG_MAPPING = require("transformers", f"Hub model {self.repo_id}").CONFIG_MAPPING
 
         model_type = self.config.get("model_type")
         if model_type not in MODEL_TYPES:
@@ -146,7 +147,7 @@ class HubSAMoE(MoEModel):
 
     def __init__(self, source: HubSource, moe: MoEConfig, variant: str,
                  moe_device: str | torch.device | None = None):  # fmt: skip
-        from transformers import AutoModelForCausalLM
+        AutoModelForCausalLM = require("transformers", "an SA-MoE Hub model").AutoModelForCausalLM
 
         super().__init__()
         self.source, self.moe_cfg, self.variant = source, moe, check_variant(variant)

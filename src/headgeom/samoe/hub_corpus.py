@@ -47,6 +47,7 @@ import pandas as pd
 from headgeom.data import corpus_sources as cs
 from headgeom.hashing import verify_file
 from headgeom.io import read_json
+from headgeom.optional import require
 from headgeom.samoe.domains import DOMAINS, balanced, intervention_subset
 from headgeom.samoe.domains import ROLES as POOL_ROLES
 
@@ -100,7 +101,7 @@ def open_domain(domain: str, spec: Mapping[str, Any], *, batch_docs: int = BATCH
     hub = {"dataset": repo, "dataset_config": name or "default", "revision": revision,
            "hub_timeout_s": hub_timeout_s}  # fmt: skip
     commit = cs.check_hub(hub, key=key, hint=HINT)
-    import datasets
+    datasets = require("datasets", f"{key} (a Hub corpus)")
 
     extra = {"data_dir": spec["data_dir"]} if "data_dir" in spec else {}
     try:
@@ -148,7 +149,7 @@ def load_hf_tokenizer(repo_id: str, revision: str, family: str = "", needs: str 
     """The family's ``transformers`` fast tokenizer from its own pinned revision (the dense
     import's repository and revision; a local ``save_pretrained`` directory is read from
     there); HubCorpusError naming it (and what ``needs`` it) when it cannot be loaded."""
-    from transformers import AutoTokenizer
+    AutoTokenizer = require("transformers", needs).AutoTokenizer
 
     where = f"families.{family}.hf" if family else "the family's hf source"
     try:
