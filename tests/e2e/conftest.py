@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -50,3 +51,19 @@ def planned_jobs(proc: subprocess.CompletedProcess) -> dict[str, int]:
 @pytest.fixture(scope="session")
 def micro_config() -> dict:
     return yaml.safe_load((REPO / "tests" / "e2e" / "micro.yaml").read_text())
+
+
+@pytest.fixture(scope="session")
+def finished_micro(tmp_path_factory, micro_config) -> Path:
+    """The micro study run to the end once per session (about two minutes on 2 cores). Tests
+    never touch it: each module works on its own :func:`copy_of` it."""
+    work = make_workdir(tmp_path_factory.mktemp("micro") / "w", micro_config)
+    snakemake(work, "--cores", "2")
+    return work
+
+
+def copy_of(work: Path, dest: Path) -> Path:
+    """A copy of a working directory that Snakemake sees as the same finished run: file
+    mtimes and its .snakemake records are kept, the links to the repository stay links."""
+    shutil.copytree(work, dest, symlinks=True)
+    return dest

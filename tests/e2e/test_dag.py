@@ -12,16 +12,14 @@ import pytest
 from headgeom.hashing import content_hash, sha256_file
 from headgeom.io import read_parquet_metadata
 from headgeom.kernels import AVX2_PIN, pin_kernels
-from tests.e2e.conftest import make_workdir, planned_jobs, snakemake
+from tests.e2e.conftest import copy_of, make_workdir, planned_jobs, snakemake
 
 TASKS = ("sva", "quote", "plural")
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory, micro_config):
-    work = make_workdir(tmp_path_factory.mktemp("dag") / "w", micro_config)
-    snakemake(work, "--cores", "2")
-    return work, micro_config
+def finished_run(tmp_path_factory, finished_micro, micro_config):
+    return copy_of(finished_micro, tmp_path_factory.mktemp("dag") / "w"), micro_config
 
 
 def test_every_output_exists_parses_and_is_described(finished_run):

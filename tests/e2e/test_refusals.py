@@ -26,7 +26,7 @@ import pytest
 
 from headgeom.hashing import MANIFEST_SEAL, content_hash, sha256_file
 from headgeom.paths import producing_rules, template_key
-from tests.e2e.conftest import make_workdir, snakemake
+from tests.e2e.conftest import copy_of, snakemake
 
 #: What the catalog reads only to hash it for the first time: tables, figures and their
 #: sources (no earlier record of their bytes exists; the catalog's SHA-256 is that record).
@@ -156,10 +156,8 @@ def expected_values(path: Path, log: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory, micro_config):
-    work = make_workdir(tmp_path_factory.mktemp("refusals") / "w", micro_config)
-    snakemake(work, "--cores", "2")
-    return work
+def finished(tmp_path_factory, finished_micro):
+    return copy_of(finished_micro, tmp_path_factory.mktemp("refusals") / "w")
 
 
 def test_every_rule_refuses_a_changed_byte_in_every_kind_of_input(finished, tmp_path):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import make_workdir, snakemake
+from tests.e2e.conftest import copy_of, snakemake
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
@@ -55,9 +55,8 @@ def chromium(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def report(tmp_path_factory, micro_config):
-    work = make_workdir(tmp_path_factory.mktemp("report") / "w", micro_config)
-    snakemake(work, "--cores", "2")
+def report(tmp_path_factory, finished_micro):
+    work = copy_of(finished_micro, tmp_path_factory.mktemp("report") / "w")
     snakemake(work, "--report", "report.html")
     return work
 
