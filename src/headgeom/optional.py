@@ -3,8 +3,9 @@ installs them, and the one error a missing one raises.
 
 The default study (embedded corpus, toy models) needs neither ``datasets`` nor
 ``transformers``, so ``pip install -e .`` leaves them out (a fifth of the install's time).
-A corpus read from the Hub or local files, a Hub model of the SA-MoE paper study and the
-``transformers`` export need them; ``pip install -e ".[hf]"`` adds both (``[dev]`` too).
+A corpus read from the Hub or local files and the SA-MoE paper study's Hub models and
+tokenizers need them (the ``transformers`` export writes its directory without it);
+``pip install -e ".[hf]"`` adds both (``[dev]`` too).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import yaml
 from headgeom.hashing import ManifestMismatchError, sha256_file
 from headgeom.model.checkpoint import load_verified
 from headgeom.model.importing import CONVERSION_VERSION
-from tests.e2e.conftest import REPO, make_workdir, snakemake
+from tests.e2e.conftest import REPO, copy_of, make_workdir, snakemake
 from tests.scripts import load_script
 
 pytest.importorskip("transformers", reason="building the tiny GPT-2 needs transformers [dev]")
@@ -96,8 +96,7 @@ def test_every_analysis_refuses_a_changed_byte_in_the_imported_checkpoint(
     imported checkpoint has one flipped byte (its mtime kept, so Snakemake does not
     re-import it): every job fails, naming the file and both hashes, and leaves no output."""
     work, cfg = imported_run
-    copy = tmp_path / "w"
-    shutil.copytree(work, copy, symlinks=True)
+    copy = copy_of(work, tmp_path / "w")
     results = copy / "results" / cfg["study"]
     checkpoint = results / "models" / "gpt2-tiny" / "s0" / "model.safetensors"
     expected, stat = sha256_file(checkpoint), checkpoint.stat()
