@@ -107,3 +107,19 @@ def test_the_workflow_reads_the_records_without_loading_pandas_or_matplotlib():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_a_table_job_loads_neither_seaborn_nor_scipy_stats():
+    # about 1 s of every make_table job's start; only drawing (and the few table builders
+    # that compute a Spearman ρ or a t interval) import them, when called
+    code = (
+        "import sys; from headgeom.paper import outputs; "
+        "[t.function('build') for t in outputs.TABLES.values()]; "
+        "[f.function('build') for f in outputs.FIGURES.values()]; "
+        "print(sorted(m for m in ('seaborn', 'scipy.stats') if m in sys.modules))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert out.stdout.strip() == "[]"

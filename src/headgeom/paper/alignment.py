@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import seaborn as sns
 from matplotlib.figure import Figure
 
 from headgeom import results
@@ -113,6 +112,8 @@ def _chance_segments(ax, models: list[str], chance: pd.Series, label: str) -> No
 def figure7(data: pd.DataFrame) -> Figure:
     """Bars: own-best fraction per model (mean over seeds, seeds as dots), layers ≥ 1 and
     layer 0; chance 1/H. Second panel: mean ρ_self (layers ≥ 1), chance d/D."""
+    import seaborn as sns  # here: seaborn (with scipy.stats) costs ~1 s of every table job's start
+
     models = model_order(data)
     long = data.melt(
         id_vars=["model", "seed"],

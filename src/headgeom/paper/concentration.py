@@ -14,7 +14,6 @@ from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
-import seaborn as sns
 from matplotlib.figure import Figure
 
 from headgeom import results, selections
@@ -293,6 +292,8 @@ def figure3(data: pd.DataFrame) -> Figure:
     """Grouped bars: tasks on x, one bar per configuration (model); error bars = bootstrap
     interval where the data have one. A model with several seeds shows the seed spread: the
     bar is the seed mean and each seed is a dot with its own bootstrap interval."""
+    import seaborn as sns  # here: seaborn (with scipy.stats) costs ~1 s of every table job's start
+
     labels = _configuration_labels(data)
     models = list(labels)
     tasks = [t for t in TASK_ORDER if t in set(data["task"])]

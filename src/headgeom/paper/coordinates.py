@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import seaborn as sns
 from matplotlib.figure import Figure
 
 from headgeom import results
@@ -125,6 +124,8 @@ def coordinate_shares(data: pd.DataFrame) -> Figure:
     validation order, one line per run; the dotted line is k = 10, where the selected
     share (dot) meets its magnitude-matched random sets' 95th percentile (×). One y scale
     per task (a share far outside 0..1 means the evaluation drops are mostly negative)."""
+    import seaborn as sns  # here: seaborn (with scipy.stats) costs ~1 s of every table job's start
+
     tasks = [t for t in TASK_ORDER if t in set(data["task"])]
     sites = [s for s in _SITE_TITLES if s in set(data["site"])]
     fig = Figure(figsize=(3.4 * len(sites), 0.6 + 2.8 * len(tasks)), layout="constrained")

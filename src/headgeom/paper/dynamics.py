@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
@@ -150,6 +149,8 @@ def figure6abc(data: pd.DataFrame) -> Figure:
     """(a) SVA accuracy, (b) Λ (SVA, p beside each point), (c) median P(T_h) (solid) and the
     own-best fraction (dashed) against the step on a log axis; the paper's 4,096–16,384 band
     (the same fractions of each run's training) shaded."""
+    import seaborn as sns  # here: seaborn (with scipy.stats) costs ~1 s of every table job's start
+
     fig = Figure(figsize=(13.0, 4.4), layout="constrained")
     axes = fig.subplots(1, 3, sharex=True)
     colours = dict(zip(dict.fromkeys(data["label"]), sns.color_palette("deep"), strict=False))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from scipy.stats import spearmanr
 
 from headgeom import results
 from headgeom.paper.inputs import Inputs, need_kind, read_kind, read_runs
@@ -22,6 +21,8 @@ def leakage(inputs: Inputs) -> Table:
     """Leakage summaries per model, seed and read type, pooled over tasks (docs §11.3):
     median L (fraction of perturbation energy), median L/ρ and Spearman(L, ρ) across
     source–reader pairs."""
+    from scipy.stats import spearmanr  # here: scipy.stats costs ~0.7 s of a job's start
+
     cols = results.LEAKAGE.columns(
         "model", "seed", "read_type", "leakage", "rho", "leakage_over_rho"
     )

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from scipy.stats import spearmanr
 
 from headgeom import results
 from headgeom.model import facts
@@ -65,6 +64,8 @@ def figure4_data(inputs: Inputs, models: Sequence[str] | None = None) -> pd.Data
 def figure4_spearman(data: pd.DataFrame) -> dict[str, tuple[float, int]]:
     """Spearman(loss, geometric-mean N_eff) on the plotted points: all, and those with the
     base architecture's heads per layer (paper: −0.77 over 9, −0.94 over the six 12-head)."""
+    from scipy.stats import spearmanr  # here: scipy.stats costs ~0.7 s of a job's start
+
     out = {}
     for name, rows in (("all", data), ("base_heads", data[~data["flagged"]])):
         rows = rows.dropna(subset=["val_loss", "N_eff_geomean"])

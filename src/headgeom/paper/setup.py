@@ -14,7 +14,6 @@ import math
 
 import numpy as np
 import pandas as pd
-import seaborn as sns
 from matplotlib.figure import Figure
 
 from headgeom import results, selections
@@ -213,6 +212,8 @@ def folded_reader_note(wr: pd.DataFrame) -> str:
 def figure1(data: pd.DataFrame, ncols: int = 3) -> Figure:
     """Heat maps of PK(U^{l,h}, U^{l',k}), l ≠ l', one panel per model on one colour scale
     from 0 to the largest write dimension (the most a pair can share)."""
+    import seaborn as sns  # here: seaborn (with scipy.stats) costs ~1 s of every table job's start
+
     ww = data[data["kind"] == "write_write"]
     models = model_order(data)
     if ww.empty:
