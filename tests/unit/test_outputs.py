@@ -96,30 +96,27 @@ def test_an_unknown_output_names_the_known():
         outputs.record("figure", "figure9")
 
 
-def test_the_workflow_reads_the_records_without_loading_pandas_or_matplotlib():
-    # the Snakefile and every Slurm job parse the records (about 2 s more with the engines)
-    code = (
-        "import sys; import headgeom.study, headgeom.paper.plan, headgeom.model.facts; "
-        "print(sorted(m for m in ('pandas', 'matplotlib', 'scipy', 'torch') if m in sys.modules))"
-    )
+def loaded_after(statements: str, modules: tuple[str, ...]) -> list[str]:
+    """Which of ``modules`` a new interpreter has loaded after running ``statements``."""
+    code = f"import sys; {statements}; print([m for m in {modules!r} if m in sys.modules])"
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
     )
-    assert out.stdout.strip() == "[]"
+    return yaml.safe_load(out.stdout)
+
+
+def test_the_workflow_reads_the_records_without_loading_pandas_or_matplotlib():
+    # the Snakefile and every Slurm job parse the records (about 2 s more with the engines)
+    statements = "import headgeom.study, headgeom.paper.plan, headgeom.model.facts"
+    assert loaded_after(statements, ("pandas", "matplotlib", "scipy", "torch")) == []
 
 
 def test_a_table_job_loads_neither_seaborn_nor_scipy_stats():
     # about 1 s of every make_table job's start; only drawing (and the few table builders
     # that compute a Spearman ρ or a t interval) import them, when called
-    code = (
-        "import sys; from headgeom.paper import outputs; "
-        "[t.function('build') for t in outputs.TABLES.values()]; "
-        "[f.function('build') for f in outputs.FIGURES.values()]; "
-        "print(sorted(m for m in ('seaborn', 'scipy.stats') if m in sys.modules))"
+    statements = (
+        "from headgeom.paper import outputs; "
+        "[o.function('build') for o in [*outputs.TABLES.values(), *outputs.FIGURES.values()]]"
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
-    )
-    assert out.stdout.strip() == "[]"
+    assert loaded_after(statements, ("seaborn", "scipy.stats")) == []
