@@ -4,6 +4,7 @@ the workflow reads them without loading the section modules; nothing can add to 
 
 from __future__ import annotations
 
+import ast
 import inspect
 import os
 import re
@@ -103,7 +104,7 @@ def loaded_after(statements: str, modules: tuple[str, ...]) -> list[str]:
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
     )
-    return yaml.safe_load(out.stdout)
+    return ast.literal_eval(out.stdout)
 
 
 def test_the_workflow_reads_the_records_without_loading_pandas_or_matplotlib():
