@@ -11,6 +11,7 @@ from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 
 from headgeom import results
+from headgeom.analysis.stats import spearman
 from headgeom.paper.concentration import decomposition_cell
 from headgeom.paper.inputs import (
     TASK_ORDER,
@@ -58,8 +59,6 @@ def atlas_wide(atlas: pd.DataFrame) -> pd.DataFrame:
 def ablation_atlas_table(inputs: Inputs) -> Table:
     """Per model the blocks with the largest zero-ablation KL, with mean ablation beside
     them, size and constant part; the CSV holds every block (docs §10.6)."""
-    from scipy.stats import spearmanr  # here: scipy.stats costs ~0.7 s of a job's start
-
     runs = read_runs(need_kind(inputs, "runs", "ablation_atlas"))
     atlas = read_kind(need_kind(inputs, "atlas", "ablation_atlas"), ATLAS_COLUMNS,
                       "ablation_atlas")  # fmt: skip
@@ -69,7 +68,7 @@ def ablation_atlas_table(inputs: Inputs) -> Table:
         wide = with_runs(wide, runs, "ablation_atlas")
         frames.append(wide)
         valid = wide[["kl_zero", "kl_mean"]].dropna()
-        rho = spearmanr(valid["kl_zero"], valid["kl_mean"]).statistic if len(valid) > 2 else None
+        rho = spearman(valid["kl_zero"], valid["kl_mean"])[0] if len(valid) > 2 else None
         top = wide.nlargest(5, "kl_zero")
         cells = cell_frame(
             top,

@@ -12,6 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from headgeom import results
+from headgeom.analysis.stats import spearman
 from headgeom.model import facts
 from headgeom.paper.inputs import (
     Inputs,
@@ -64,18 +65,12 @@ def figure4_data(inputs: Inputs, models: Sequence[str] | None = None) -> pd.Data
 def figure4_spearman(data: pd.DataFrame) -> dict[str, tuple[float, int]]:
     """Spearman(loss, geometric-mean N_eff) on the plotted points: all, and those with the
     base architecture's heads per layer (paper: −0.77 over 9, −0.94 over the six 12-head)."""
-    from scipy.stats import spearmanr  # here: scipy.stats costs ~0.7 s of a job's start
-
     out = {}
     for name, rows in (("all", data), ("base_heads", data[~data["flagged"]])):
         rows = rows.dropna(subset=["val_loss", "N_eff_geomean"])
-        ok = (
-            len(rows) >= 3
-            and rows["val_loss"].nunique() > 1
-            and rows["N_eff_geomean"].nunique() > 1
-        )
-        rho = spearmanr(rows["val_loss"], rows["N_eff_geomean"]).statistic if ok else float("nan")
-        out[name] = (float(rho), len(rows))
+        # NaN with fewer than 3 points or a constant variable
+        rho, _ = spearman(rows["val_loss"], rows["N_eff_geomean"])
+        out[name] = (rho, len(rows))
     return out
 
 
