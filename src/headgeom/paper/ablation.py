@@ -68,7 +68,7 @@ def ablation_atlas_table(inputs: Inputs) -> Table:
         wide = with_runs(wide, runs, "ablation_atlas")
         frames.append(wide)
         valid = wide[["kl_zero", "kl_mean"]].dropna()
-        rho = spearman(valid["kl_zero"], valid["kl_mean"])[0] if len(valid) > 2 else None
+        rho, _ = spearman(valid["kl_zero"], valid["kl_mean"])  # NaN under 3 blocks
         top = wide.nlargest(5, "kl_zero")
         cells = cell_frame(
             top,
@@ -84,7 +84,7 @@ def ablation_atlas_table(inputs: Inputs) -> Table:
                 "retention_mean": ("Retention mean", lambda v: fixed(100 * v, 0)),
             },
         )
-        rho_text = "—" if rho is None or pd.isna(rho) else fixed(rho, 2)
+        rho_text = "—" if pd.isna(rho) else fixed(rho, 2)
         title = f"{wide['label'].iloc[0]} s{seed}: ρ(KL zero, KL mean) over {len(valid)} blocks"
         blocks.append(Block(cells, f"{title} = {rho_text}"))
     frame = pd.concat(frames, ignore_index=True).drop(columns=["label_repository"])
