@@ -1,18 +1,28 @@
 """What the CPU kernel pin (``headgeom.kernels``) costs and what it changes: the demo's
-training step under each kernel setting, side by side, each in a fresh process (the
-libraries read their variables once, at start-up).
+training step, and the numpy/scipy linear algebra of both demos, under each kernel setting,
+side by side, each in a fresh process (the libraries read their variables once, at
+start-up).
 
     python benchmarks/kernel_pin.py --steps 60 --rounds 3
 
 Settings: ``native`` (each library's fastest path on this CPU), ``avx2`` (the pin the
-workflow sets), and the two portable paths a pin could use instead: torch's ``default``
-kernels and MKL's ``COMPATIBLE`` path. Each round runs every setting once (round-robin, so
-a drifting machine slows all alike); each run trains a demo-shape learned model from the
-same seed on the same random batches for ``--steps`` real training steps
-(``headgeom.training.loop.optimizer_step``, one thread) and prints its median step time
-and the SHA-256 of its final parameters. The report gives, per setting, the median ms/step
-over rounds, its ratio to ``native``, and whether its parameters are the same bytes as
-``native``'s: a setting that changes them takes other kernel paths on this machine.
+workflow sets), ``avx2 torch only`` (the pin without numpy's and OpenBLAS's variables: what
+it was before it covered them), and the two portable paths a pin could use instead: torch's
+``default`` kernels and MKL's ``COMPATIBLE`` path. Each round runs every setting once
+(round-robin, so a drifting machine slows all alike). Each run, on one thread:
+
+* ``train``: a demo-shape learned model from the same seed on the same random batches for
+  ``--steps`` real training steps (``headgeom.training.loop.optimizer_step``): the median
+  step time and the SHA-256 of its final parameters;
+* ``linalg``: the numpy/scipy steps the pin's OpenBLAS and numpy variables decide: a
+  768×768 Haar draw (numpy's QR; the paper's width), the weight-space geometry of a demo
+  ``all-rotated`` model (its SVDs), 2,000 bootstrap resamples of N_eff (a GEMM and float64
+  ``exp``), and an SA-MoE probe fit (scipy's L-BFGS-B): the median seconds of the four and
+  the SHA-256 of their results.
+
+The report gives, per setting and workload, the median over rounds, its ratio to
+``native``, and whether its bytes are ``native``'s: a setting that changes them takes
+other kernel paths on this machine.
 """
 
 from __future__ import annotations
@@ -21,21 +31,32 @@ import argparse
 import hashlib
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 sys.path.insert(0, str(SRC))
 
-from headgeom.kernels import AVX2_PIN, CHOICE, cpuinfo_value  # noqa: E402
+from headgeom.kernels import (  # noqa: E402
+    CHOICE,
+    SAME_LIBRARY,
+    cpu_flags,
+    cpuinfo_value,
+    kernel_pin,
+)
 
+PIN = kernel_pin("avx2", cpu_flags(), platform.machine())
+TORCH_ONLY = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")
 SETTINGS = {
     "native": {CHOICE: "native"},
-    "avx2": AVX2_PIN,
-    "aten default": {"ATEN_CPU_CAPABILITY": "default"},
-    "mkl compatible": {"MKL_CBWR": "COMPATIBLE"},
+    "avx2": PIN,
+    "avx2 torch only": {CHOICE: "native", **{k: v for k, v in PIN.items() if k in TORCH_ONLY}},
+    "aten default": {CHOICE: "native", "ATEN_CPU_CAPABILITY": "default"},
+    "mkl compatible": {CHOICE: "native", "MKL_CBWR": "COMPATIBLE"},
 }
 #: config/config.yaml's architecture and batch; the demo corpus's compact vocabulary is
 #: about this size (results/demo/corpus/default/vocab.parquet).
@@ -43,8 +64,8 @@ DEMO_SHAPE = dict(n_layer=4, n_head=4, d_model=64, d_head=16, d_mlp=256, n_ctx=6
                   vocab=2048)  # fmt: skip
 
 
-def child(steps: int) -> None:
-    """One run: train, print JSON (median step seconds, parameter SHA-256, capability)."""
+def train(steps: int) -> dict:
+    """The demo's training step: median seconds, SHA-256 of the final parameters."""
     import torch
 
     from headgeom.training.throughput import (
@@ -55,7 +76,6 @@ def child(steps: int) -> None:
         training_setup,
     )
 
-    torch.set_num_threads(1)
     device = torch.device("cpu")
     model = model_for("learned", DEMO_SHAPE, seed=42)
     forward, opt, params = training_setup(model, device)
@@ -66,7 +86,47 @@ def child(steps: int) -> None:
     for name, tensor in sorted(model.state_dict().items()):
         sha.update(name.encode())
         sha.update(tensor.detach().contiguous().numpy().tobytes())
-    print(json.dumps({"step_s": statistics.median(times[2:] or times), "sha256": sha.hexdigest(),
+    return {"seconds": statistics.median(times[2:] or times), "sha256": sha.hexdigest()}
+
+
+def linalg() -> dict:
+    """The numpy/scipy steps of the demos: seconds of the four together, SHA-256 of results."""
+    import numpy as np
+
+    from headgeom.analysis.geometry_summary import geometry_tables
+    from headgeom.analysis.stats import bootstrap_n_eff
+    from headgeom.model import zoo
+    from headgeom.samoe.probes import fit_logistic
+    from headgeom.subspace import haar_orthogonal
+    from headgeom.training.loop import initial_model
+
+    arch = {k: DEMO_SHAPE[k] for k in ("n_layer", "n_head", "d_model", "d_head", "d_mlp", "n_ctx")}
+    model_config = zoo.derive_model_config("all-rotated", arch, {"basis_m": 4, "basis_r": 4})
+    run = {"model_name": "all-rotated", "seed": 42, "data_seed": 1729, "model": model_config,
+           "training": {}}  # fmt: skip
+    model = initial_model(run, DEMO_SHAPE["vocab"])
+    rng = np.random.default_rng(0)
+    drops = rng.standard_normal((64, 4, 4))
+    x = rng.standard_normal((2000, 64)).astype(np.float32)
+    y = np.argmax(x[:, :5] + 0.5 * rng.standard_normal((2000, 5)), axis=1)
+    start = time.perf_counter()
+    q = haar_orthogonal(768, np.random.default_rng(1))
+    geo = geometry_tables(model, "all-rotated", 42, "benchmark")
+    n_eff = bootstrap_n_eff(drops, 2000, seed=3)
+    probe = fit_logistic(x, y, 5, C=1.0)
+    seconds = time.perf_counter() - start
+    sha = hashlib.sha256()
+    for array in (q, geo.pk.select_dtypes("number").to_numpy(), n_eff, probe.weight):
+        sha.update(np.ascontiguousarray(array).tobytes())
+    return {"seconds": seconds, "sha256": sha.hexdigest()}
+
+
+def child(steps: int) -> None:
+    """One run: print JSON (per workload: seconds and SHA-256; torch's capability)."""
+    import torch
+
+    torch.set_num_threads(1)
+    print(json.dumps({"train": train(steps), "linalg": linalg(),
                       "capability": torch.backends.cpu.get_cpu_capability()}))  # fmt: skip
 
 
@@ -79,8 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child(args.steps)
         return 0
-    base = {k: v for k, v in os.environ.items() if k not in {CHOICE, *AVX2_PIN}}
+    others = {o for k in PIN for o in SAME_LIBRARY.get(k, ())}
+    base = {k: v for k, v in os.environ.items() if k not in {CHOICE, *PIN, *others}}
     base["PYTHONPATH"] = str(SRC)
+    base["OPENBLAS_NUM_THREADS"] = base["OMP_NUM_THREADS"] = base["MKL_NUM_THREADS"] = "1"
     runs: dict[str, list[dict]] = {name: [] for name in SETTINGS}
     for r in range(args.rounds):
         for name, env in SETTINGS.items():
@@ -91,18 +153,20 @@ def main(argv: list[str] | None = None) -> int:
             runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     cpu = cpuinfo_value("model name") or "?"
-    print(f"CPU {cpu}; demo shape {DEMO_SHAPE}; {args.steps} steps × {args.rounds} rounds, "
-          "1 thread")  # fmt: skip
-    native = statistics.median(r["step_s"] for r in runs["native"])
-    reference = runs["native"][0]["sha256"]
-    print(f"{'setting':<16} {'capability':<10} {'ms/step':>8} {'vs native':>9}  "
-          "same bytes as native")  # fmt: skip
-    for name, results in runs.items():
-        step = statistics.median(r["step_s"] for r in results)
-        shas = {r["sha256"] for r in results}
-        same = "yes" if shas == {reference} else ("no" if len(shas) == 1 else "varies")
-        print(f"{name:<16} {results[0]['capability']:<10} {step * 1e3:>8.2f} "
-              f"{step / native:>9.3f}  {same}")  # fmt: skip
+    width = "AVX-512" if "avx512f" in cpu_flags() else "AVX2" if "avx2" in cpu_flags() else "?"
+    print(f"CPU {cpu} ({cpuinfo_value('vendor_id') or '?'}, {width}); demo shape {DEMO_SHAPE}; "
+          f"{args.steps} steps × {args.rounds} rounds, 1 thread")  # fmt: skip
+    for workload, unit, scale in (("train", "ms/step", 1e3), ("linalg", "s", 1.0)):
+        native = statistics.median(r[workload]["seconds"] for r in runs["native"])
+        reference = runs["native"][0][workload]["sha256"]
+        print(f"\n{workload}\n{'setting':<16} {'capability':<10} {unit:>8} {'vs native':>9}  "
+              "same bytes as native")  # fmt: skip
+        for name, results in runs.items():
+            value = statistics.median(r[workload]["seconds"] for r in results)
+            shas = {r[workload]["sha256"] for r in results}
+            same = "yes" if shas == {reference} else ("no" if len(shas) == 1 else "varies")
+            print(f"{name:<16} {results[0]['capability']:<10} {value * scale:>8.3f} "
+                  f"{value / native:>9.3f}  {same}")  # fmt: skip
     return 0
 
 

@@ -27,7 +27,7 @@ import torch
 from headgeom.hashing import content_hash, manifest_hash
 from headgeom.io import read_json, write_json
 from headgeom.samoe import checks, counts
-from headgeom.samoe.capture import capture, check_step0, chunks
+from headgeom.samoe.capture import capture, check_step0, chunks, cpu_bitwise
 from headgeom.samoe.checkpoint import load_verified_moe
 from headgeom.samoe.manifest import verified_inputs
 from headgeom.samoe.pools import pool, read_pools
@@ -84,9 +84,11 @@ def step0_checks(paths: dict[str, tuple[Path, Path]], pools_frame, inits: dict) 
             0,
             "count",
             what=f"step-0 router logits differing between ordinary and {state}",
+            needs=cpu_bitwise(caps[state][0].logits),
         )
         out |= checks.enforce("K1.ordinary_outputs", outputs, 0.0,
-                              what=f"step-0 output logits, ordinary vs {state}")  # fmt: skip
+                              what=f"step-0 output logits, ordinary vs {state}",
+                              needs=cpu_bitwise(caps[state][0].logits))  # fmt: skip
     return out
 
 

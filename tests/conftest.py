@@ -1,6 +1,21 @@
 """Shared test set-up."""
 
 import os
+import sys
+
+from headgeom import kernels
+
+# The workflow's CPU kernel pin (headgeom.kernels), here before torch or numpy loads: each
+# library reads its variable once, when it loads, so the tests run on the kernel paths the
+# workflow's jobs run on. HEADGEOM_KERNELS=native (or a library's own variable) is honoured.
+_LOADED = sorted(m for m in ("torch", "numpy", "scipy") if m in sys.modules)
+_PINNED = kernels.pin_kernels()
+if _PINNED and _LOADED:
+    raise RuntimeError(
+        f"tests/conftest.py: {', '.join(_LOADED)} loaded before the kernel pin could be set "
+        f"({', '.join(_PINNED)}); a pytest plugin imports it: set the variables in the shell "
+        "or disable that plugin"
+    )
 
 # Two cores shared with a running suite: one BLAS/OpenMP thread and one torch intra-op
 # thread per test process keep small problems fast (multi-threaded OpenBLAS on tiny
@@ -32,6 +47,14 @@ def pytest_collection_modifyitems(config, items):
         parents = Path(str(item.fspath)).resolve().parents
         if any(d in parents for d in E2E_DIRS) or item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.e2e)
+
+
+def pytest_runtest_setup(item):
+    """A test marked ``kernel_pin`` compares two CPU forwards bit for bit, which MKL
+    guarantees only in its reproducible mode (``MKL_CBWR``, set by the pin): without it the
+    test is skipped, saying which variable it needs."""
+    if item.get_closest_marker("kernel_pin") and not kernels.alignment_independent():
+        pytest.skip(f"bitwise forwards need {kernels.CNR} (the kernel pin, docs §2.7); unset here")
 
 
 @pytest.fixture(autouse=True)

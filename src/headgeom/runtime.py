@@ -13,15 +13,16 @@ import re
 import sys
 from importlib import metadata as importlib_metadata
 
+import numpy as np
 import torch
 
-from headgeom.kernels import cpuinfo_value
+from headgeom.kernels import cpu_flags, cpuinfo_value, vector_width
 
 #: Packages whose versions can change a result; recorded in every manifest.
 TRACKED_PACKAGES = ("torch", "numpy", "pyarrow", "pandas", "safetensors", "tokenizers", "scipy")
 #: Environment variables that choose CPU kernels or thread pools (recorded when set).
 KERNEL_VARIABLES = (
-    "HEADGEOM_KERNELS",  # headgeom.kernels: the pin that sets the next three
+    "HEADGEOM_KERNELS",  # headgeom.kernels: the pin that sets the variables of its libraries
     "ATEN_CPU_CAPABILITY",
     "MKL_CBWR",
     "MKL_ENABLE_INSTRUCTIONS",
@@ -29,6 +30,10 @@ KERNEL_VARIABLES = (
     "OMP_NUM_THREADS",
     "ONEDNN_MAX_CPU_ISA",
     "DNNL_MAX_CPU_ISA",
+    "OPENBLAS_CORETYPE",
+    "OPENBLAS_NUM_THREADS",
+    "NPY_ENABLE_CPU_FEATURES",
+    "NPY_DISABLE_CPU_FEATURES",
     "ONEDNN_DEFAULT_FPMATH_MODE",
     "KMP_DETERMINISTIC_REDUCTION",
     "CUBLAS_WORKSPACE_CONFIG",
@@ -121,15 +126,53 @@ def _build_line(config: str, pattern: str) -> str | None:
     return match[1].strip() if match else None
 
 
+def numpy_simd() -> list[str]:
+    """numpy's SIMD dispatch targets in use in this process (those the build has, the CPU
+    runs and ``NPY_ENABLE_CPU_FEATURES``/``NPY_DISABLE_CPU_FEATURES`` leave on), e.g.
+    ``["X86_V3"]`` under the pin and ``["X86_V3", "X86_V4", "AVX512_ICL"]`` without it on an
+    AVX-512 CPU."""
+    core = getattr(np, "_core", None) or np.core  # numpy 1.x: numpy.core
+    umath = core._multiarray_umath
+    return [t for t in umath.__cpu_dispatch__ if umath.__cpu_features__.get(t)]
+
+
+def blas_libraries() -> list[dict]:
+    """The BLAS libraries numpy and scipy load, and the kernels each runs: library, version,
+    the core type a DYNAMIC_ARCH OpenBLAS chose for this CPU (``Haswell``, ``SkylakeX``, …),
+    threading layer and threads (read by threadpoolctl from the loaded libraries). scipy's
+    is loaded here if no stage has yet, so every record names both."""
+    # here, not at the top: scipy.linalg takes 0.2 s to load, and only a manifest needs it
+    import scipy.linalg  # noqa: F401
+    from threadpoolctl import threadpool_info
+
+    libraries = []
+    for lib in threadpool_info():
+        if lib.get("user_api") != "blas":
+            continue
+        folder = os.path.basename(os.path.dirname(lib["filepath"]))
+        libraries.append({
+            "package": folder.removesuffix(".libs") if folder.endswith(".libs") else folder,
+            "library": lib["internal_api"],
+            "version": lib.get("version"),
+            "core": lib.get("architecture"),
+            "threading": lib.get("threading_layer"),
+            "threads": lib.get("num_threads"),
+        })  # fmt: skip
+    return sorted(libraries, key=lambda lib: (lib["package"], lib["library"]))
+
+
 def machine() -> dict:
     """What picks the kernels a run's arithmetic went through, so two runs' bytes can be
-    compared knowing whether the machines could agree: CPU model and core count, torch's
-    vector capability (``get_cpu_capability``: DEFAULT, AVX2, AVX512, ...), the BLAS and
-    oneDNN builds, the thread pools, the GPU, and every kernel-selecting environment
-    variable that is set."""
+    compared knowing whether the machines could agree: CPU model, vendor, vector width and
+    core count, torch's vector capability (``get_cpu_capability``: DEFAULT, AVX2, AVX512,
+    ...), torch's BLAS and oneDNN builds, numpy's SIMD targets and numpy's and scipy's BLAS
+    with the kernels they chose, the thread pools, the GPU, and every kernel-selecting
+    environment variable that is set."""
     config = torch.__config__.show()
     record = {
         "cpu": _cpu_model(),
+        "cpu_vendor": cpuinfo_value("vendor_id"),
+        "cpu_vector_width": vector_width(cpu_flags()),
         "cpu_count": os.cpu_count(),
         "arch": platform.machine(),
         "os": platform.platform(),
@@ -138,6 +181,8 @@ def machine() -> dict:
         "mkl": _build_line(config, r"Math Kernel Library Version ([^\n]+?) for"),
         "onednn": _build_line(config, r"MKL-DNN (v[^\s]+)"),
         "openmp": _build_line(config, r"OpenMP (\d+)"),
+        "numpy_simd": numpy_simd(),
+        "blas_libraries": blas_libraries(),
         "intra_op_threads": torch.get_num_threads(),
         "inter_op_threads": torch.get_num_interop_threads(),
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,

@@ -5,13 +5,14 @@ from __future__ import annotations
 import copy
 import json
 import os
+import platform
 
 import pyarrow.parquet as pq
 import pytest
 
+from headgeom import kernels
 from headgeom.hashing import content_hash, sha256_file
 from headgeom.io import read_parquet_metadata
-from headgeom.kernels import AVX2_PIN, pin_kernels
 from tests.e2e.conftest import copy_of, make_workdir, planned_jobs, snakemake
 
 TASKS = ("sva", "quote", "plural")
@@ -81,17 +82,21 @@ def test_checkpoints_and_results_match_their_manifests(finished_run):
 
 def test_the_kernel_pin_reaches_the_training_jobs(finished_run):
     """The workflow pins the kernels before any job starts (headgeom.kernels): every
-    training job ran under the pin and torch took it (an AVX-512 CPU reports AVX2)."""
-    if pin_kernels(dict(os.environ)) != AVX2_PIN:
+    training job ran under the pin and each library took it (an AVX-512 CPU reports AVX2,
+    numpy's and scipy's OpenBLAS their Haswell kernels, numpy its AVX2 level)."""
+    pin = kernels.kernel_pin("avx2", kernels.cpu_flags(), platform.machine())
+    if not pin or {k: os.environ.get(k) for k in pin} != pin:
         pytest.skip("no pin on this machine, or the caller chose the kernels")
     work, cfg = finished_run
     manifests = list((work / "results" / cfg["study"] / "models").rglob("manifest.json"))
     assert manifests
     for manifest in manifests:
         machine = json.loads(manifest.read_text())["environment"]["machine"]
-        pinned = {k: machine["kernel_variables"].get(k) for k in AVX2_PIN}
-        assert pinned == AVX2_PIN, manifest  # beside Snakemake's OMP/MKL_NUM_THREADS
+        pinned = {k: machine["kernel_variables"].get(k) for k in pin}
+        assert pinned == pin, manifest  # beside Snakemake's OMP/MKL_NUM_THREADS
         assert machine["cpu_capability"] == "AVX2", manifest
+        assert {lib["core"] for lib in machine["blas_libraries"]} == {"Haswell"}, manifest
+        assert not any("512" in t or t == "X86_V4" for t in machine["numpy_simd"]), manifest
 
 
 def test_patching_covers_every_head_and_example(finished_run):

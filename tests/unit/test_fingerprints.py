@@ -15,7 +15,22 @@ from headgeom import fingerprints
 from headgeom.io import write_manifest
 from headgeom.runtime import environment
 
-MACHINE = {"cpu": "Test CPU", "cpu_capability": "AVX2", "mkl": "2024.2", "intra_op_threads": 2}
+#: A record with every field a comparison reads (headgeom.runtime.machine; torch comes from
+#: the environment beside it).
+MACHINE = {
+    "cpu": "Test CPU",
+    "cpu_vendor": "AuthenticAMD",
+    "cpu_vector_width": 256,
+    "cpu_capability": "AVX2",
+    "blas": "mkl",
+    "mkl": "2024.2",
+    "onednn": "v3.12.0",
+    "numpy_simd": ["X86_V3"],
+    "blas_libraries": [],
+    "intra_op_threads": 2,
+    "gpu": None,
+    "kernel_variables": {"MKL_CBWR": "AVX2"},
+}
 
 
 def results_folder(root, machine=MACHINE):
@@ -45,7 +60,7 @@ def test_collect_covers_checkpoints_tables_and_figure_data(tmp_path):
     ]
     expected = hashlib.sha256(b"model,n_eff\nlearned,9.9\n").hexdigest()
     assert prints.sha256["tables/table3.csv"] == expected
-    assert prints.machine == {**MACHINE, "torch": "2.13.0"}
+    assert prints.machines == [{**MACHINE, "torch": "2.13.0"}]
 
 
 @pytest.mark.skipif(shutil.which("sha256sum") is None, reason="needs coreutils sha256sum")
@@ -90,7 +105,107 @@ def test_a_difference_on_the_same_machine_is_not_blamed_on_kernels(tmp_path, cap
     run = results_folder(tmp_path / "b")
     (run / "tables" / "table3.csv").write_text("model,n_eff\nlearned,9.8\n")
     assert fingerprints.main(["check", str(run), "--published", str(published)]) == 1
-    assert "not a kernel difference" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    # the records agree: it says so, and not that the kernels were the same
+    assert "every recorded kernel choice and the CPU agree" in out
+    assert "a kernel path the record does not capture remains possible" in out
+    assert "not a kernel difference" not in out
+
+
+OPENBLAS = {"package": "numpy", "library": "openblas", "version": "0.3.31", "threads": 1}
+
+
+def test_the_issues_case_an_openblas_core_the_old_record_did_not_hold(tmp_path, capsys):
+    """A list published before the record held numpy's BLAS, against a run whose QR went
+    through another OpenBLAS core: it cannot tell, and says so."""
+    published = tmp_path / "demo.sha256"
+    published.write_text(fingerprints.collect(results_folder(tmp_path / "a")).text("demo"))
+    machine = {**MACHINE, "blas_libraries": [{**OPENBLAS, "core": "SkylakeX"}]}
+    old = {k: v for k, v in MACHINE.items() if k not in ("blas_libraries", "numpy_simd")}
+    published.write_text(
+        fingerprints.collect(results_folder(tmp_path / "old", machine=old)).text("demo")
+    )
+    run = results_folder(tmp_path / "b", machine=machine)
+    save_file({"w": torch.ones(2, 3)}, run / "models" / "learned" / "s42" / "model.safetensors")
+    assert fingerprints.main(["check", str(run), "--published", str(published)]) == 1
+    out = capsys.readouterr().out
+    assert "not in both records: numpy_simd, blas_libraries" in out
+    assert "whether those kernels differ cannot be told" in out
+    assert "agree" not in out
+    # a published record that holds it names the core that differs
+    haswell = {**MACHINE, "blas_libraries": [{**OPENBLAS, "core": "Haswell"}]}
+    published.write_text(
+        fingerprints.collect(results_folder(tmp_path / "c", machine=haswell)).text("demo")
+    )
+    assert fingerprints.main(["check", str(run), "--published", str(published)]) == 1
+    out = capsys.readouterr().out
+    assert "blas_libraries: " in out and "'Haswell'" in out and "'SkylakeX'" in out
+    assert "the kernels differ" in out
+
+
+def test_other_cpus_with_the_same_recorded_kernels_are_named_not_cleared(tmp_path, capsys):
+    base = MACHINE
+    published = tmp_path / "demo.sha256"
+    published.write_text(
+        fingerprints.collect(results_folder(tmp_path / "a", machine=base)).text("demo")
+    )
+    intel = {**base, "cpu_vendor": "GenuineIntel", "cpu_vector_width": 512}
+    run = results_folder(tmp_path / "b", machine=intel)
+    (run / "figures" / "figure5.csv").write_text("layer,head,e\n0,0,0.7\n")
+    assert fingerprints.main(["check", str(run), "--published", str(published)]) == 1
+    out = capsys.readouterr().out
+    assert "cpu_vendor: 'AuthenticAMD' → 'GenuineIntel'" in out
+    assert "every recorded kernel choice agrees, but the CPUs differ" in out
+
+
+def test_the_closest_of_several_published_machines_is_compared(tmp_path, capsys):
+    listing = tmp_path / "demo.sha256"
+    first = fingerprints.collect(results_folder(tmp_path / "a"))
+    avx512 = {**MACHINE, "cpu": "Other CPU", "cpu_capability": "AVX512"}
+    listing.write_text(fingerprints.with_machine(first, {**avx512, "torch": "2.13.0"}).text("demo"))
+    assert len(fingerprints.parse(listing.read_text(), "x").machines) == 2
+    run = results_folder(tmp_path / "b", machine=avx512)
+    assert fingerprints.main(["check", str(run), "--published", str(listing)]) == 0
+    out = capsys.readouterr().out
+    assert "machine (" not in out and out.rstrip().endswith("reproduced")
+
+
+def test_record_adds_a_machine_that_reproduced_the_list_and_only_then(tmp_path, capsys):
+    listing = tmp_path / "demo.sha256"
+    listing.write_text(fingerprints.collect(results_folder(tmp_path / "a")).text("demo"))
+    other = {**MACHINE, "cpu": "Other CPU"}
+    run = results_folder(tmp_path / "b", machine=other)
+    assert fingerprints.main(["record", str(run), "--published", str(listing)]) == 0
+    machines = fingerprints.parse(listing.read_text(), "x").machines
+    assert machines == [{**MACHINE, "torch": "2.13.0"}, {**other, "torch": "2.13.0"}]
+    assert fingerprints.main(["record", str(run), "--published", str(listing)]) == 0
+    assert len(fingerprints.parse(listing.read_text(), "x").machines) == 2  # once
+    before = listing.read_text()
+    (run / "tables" / "table3.csv").write_text("model,n_eff\nlearned,1.0\n")
+    assert fingerprints.main(["record", str(run), "--published", str(listing)]) == 1
+    assert listing.read_text() == before
+    capsys.readouterr()
+
+
+def test_the_samoe_layout_is_covered_without_its_timings(tmp_path):
+    root = tmp_path / "samoe-demo"
+    for run in ("samoe/toy/dense", "samoe/toy/persistent/s42"):
+        (root / run).mkdir(parents=True)
+        save_file({"w": torch.zeros(2)}, root / run / "model.safetensors")
+        write_manifest(root / run / "manifest.json",
+                       {"environment": {"torch": "2.13.0", "machine": MACHINE}})  # fmt: skip
+    (root / "samoe" / "tables").mkdir()
+    for table in ("quality", "audit_cost"):
+        (root / "samoe" / "tables" / f"{table}.csv").write_text("a\n1\n")
+    (root / "samoe" / "figures").mkdir()
+    (root / "samoe" / "figures" / "ledger.csv").write_text("a\n1\n")
+    assert sorted(fingerprints.collect(root).sha256) == [
+        "samoe/figures/ledger.csv",
+        "samoe/tables/quality.csv",
+        "samoe/toy/dense/model.safetensors",
+        "samoe/toy/persistent/s42/model.safetensors",
+    ]
+    assert fingerprints.published_for(root).name == "samoe-demo.sha256"
 
 
 def test_bad_input_is_named(tmp_path, capsys):
@@ -104,9 +219,12 @@ def test_bad_input_is_named(tmp_path, capsys):
 
 
 def test_the_machine_record_has_every_field_a_comparison_reads():
-    machine = environment()["machine"]
+    machine = fingerprints.machine_of(environment())
     missing = [f for f in fingerprints.MACHINE_FIELDS if f not in machine]
     assert not missing
+    # numpy's and scipy's BLAS, with the kernels each chose
+    assert {lib["package"] for lib in machine["blas_libraries"]} >= {"numpy", "scipy"}
+    assert all(lib["core"] or lib["library"] != "openblas" for lib in machine["blas_libraries"])
 
 
 def test_the_published_list_is_the_default_study_as_it_is_now():
@@ -127,4 +245,6 @@ def test_the_published_list_is_the_default_study_as_it_is_now():
     expected |= {f"figures/{f}.csv" for f in plan.figures}
     published = fingerprints.parse(fingerprints.PUBLISHED.read_text(), "demo.sha256")
     assert set(published.sha256) == expected
-    assert published.machine["kernel_variables"]["ATEN_CPU_CAPABILITY"] == "avx2"
+    assert published.machines, "the list names no machine that produced it"
+    for machine in published.machines:  # every machine that produced it ran under the pin
+        assert machine["kernel_variables"]["ATEN_CPU_CAPABILITY"] == "avx2"

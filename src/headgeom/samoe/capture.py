@@ -24,6 +24,7 @@ from dataclasses import fields as dataclass_fields
 
 import torch
 
+from headgeom.kernels import bitwise_requirement
 from headgeom.samoe import checks
 from headgeom.samoe.model import MoEModel, site, top_k
 
@@ -239,7 +240,8 @@ def check_step0(
 ) -> dict:
     """K1 (SAMOE §5.4): at step 0 every realised write of both state variants is exactly 0
     and their router logits are bitwise equal (captures of the same ids; or lists of the
-    chunk captures of the same ids, paired in order: the counts add)."""
+    chunk captures of the same ids, paired in order: the counts add). On the CPU bitwise
+    needs MKL's reproducible mode (the kernel pin); a failure says so where it is off."""
     if isinstance(latest, Capture):
         latest, persistent = [latest], [persistent]
     nonzero = sum(int(torch.count_nonzero(c.delta)) for c in (*latest, *persistent))
@@ -248,8 +250,16 @@ def check_step0(
     return {
         **checks.enforce("K1.writes", nonzero, 0, "count", what="nonzero step-0 writes"),
         **checks.enforce("K1.logits", differ, 0, "count",
-                         what="step-0 router logits differing between P and LWO"),
+                         what="step-0 router logits differing between P and LWO",
+                         needs=cpu_bitwise(latest[0].logits)),
     }  # fmt: skip
+
+
+def cpu_bitwise(tensor: torch.Tensor) -> str | None:
+    """What a bit-for-bit comparison of ``tensor``'s forwards relies on: on the CPU, MKL's
+    reproducible mode (:func:`headgeom.kernels.bitwise_requirement`); nothing to name on a
+    GPU."""
+    return bitwise_requirement() if tensor.device.type == "cpu" else None
 
 
 #: The bound on |s| of each state variant: P's clamp; LWO's tanh.

@@ -45,9 +45,17 @@ def record(check: str, residual: float | None, tolerance: float, kind: str = "ab
 
 
 def enforce(
-    check: str, residual: float | None, tolerance: float, kind: str = "abs", *, what: str = ""
+    check: str,
+    residual: float | None,
+    tolerance: float,
+    kind: str = "abs",
+    *,
+    what: str = "",
+    needs: str | None = None,
 ) -> dict:
-    """:func:`record`, raising ``CheckFailed`` (residual, tolerance, section) on failure."""
+    """:func:`record`, raising ``CheckFailed`` (residual, tolerance, section, and ``needs``:
+    the setting the check relies on, e.g. :func:`headgeom.kernels.bitwise_requirement` for
+    a bit-for-bit comparison of two forwards) on failure."""
     out = record(check, residual, tolerance, kind)
     if passes(residual, tolerance) is False:
         label = {"abs": "max |residual|", "rel": "max relative residual", "count": "mismatches"}
@@ -55,6 +63,6 @@ def enforce(
         raise CheckFailed(
             f"check {check} failed{detail}: {label[kind]} {residual:.6g} > tolerance "
             f"{tolerance:.3g} (SAMOE {CATALOG[check.split('.')[0]].section}: "
-            f"{CATALOG[check.split('.')[0]].title})"
+            f"{CATALOG[check.split('.')[0]].title})" + (f"; {needs}" if needs else "")
         )
     return out

@@ -29,7 +29,7 @@ import torch
 from torch.nn import functional as F
 
 from headgeom.samoe import checks
-from headgeom.samoe.capture import Capture
+from headgeom.samoe.capture import Capture, cpu_bitwise
 from headgeom.samoe.ledger import Targets, boundary_pair, router_blocks
 from headgeom.samoe.model import MoEModel, site, top_k
 
@@ -135,7 +135,7 @@ def check_hook_no_op(model: MoEModel, ids: torch.Tensor, rows: Rows, alpha: floa
         differ += int((out != plain).sum())
         del out, plain
     what = f"logits changed by the suppression hook at α = {alpha}"
-    return checks.enforce("K11", differ, 0, "count", what=what)
+    return checks.enforce("K11", differ, 0, "count", what=what, needs=cpu_bitwise(ids))
 
 
 def jaccard_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -29,4 +29,16 @@ def test_a_toy_model_round_trips_without_touching_the_rng(variant, tmp_path):
         assert torch.equal(saved[name], loaded[name]), name
     ids = h.token_ids()
     with torch.no_grad():
+        # the same numbers in other memory: equal to rounding anywhere (bitwise below)
+        torch.testing.assert_close(back(ids), model(ids), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.kernel_pin  # the same numbers at other addresses: MKL_CBWR makes MKL ignore that
+@pytest.mark.parametrize("variant", ["ordinary", "latest", "persistent"])
+def test_a_reloaded_toy_model_gives_the_saved_models_logits_bitwise(variant, tmp_path):
+    model = h.random_model(variant)
+    save_moe(tmp_path / "m.safetensors", model, np.arange(h.N_VOCAB, dtype=np.int64))
+    back, _, _ = load_moe(tmp_path / "m.safetensors")
+    ids = h.token_ids()
+    with torch.no_grad():
         assert torch.equal(model(ids), back(ids))

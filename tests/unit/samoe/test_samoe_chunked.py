@@ -389,6 +389,7 @@ def step0(tmp_path_factory):
     return paths, frame, inits
 
 
+@pytest.mark.kernel_pin  # K1 compares two variants' forwards bit for bit
 @pytest.mark.parametrize("batch", [1, 4])
 def test_k1_in_chunks_gives_the_one_forward_record(step0, batch, monkeypatch):
     import samoe_seeds
