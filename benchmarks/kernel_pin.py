@@ -92,19 +92,18 @@ def train(steps: int) -> dict:
 def linalg() -> dict:
     """The numpy/scipy steps of the demos: seconds of the four together, SHA-256 of results."""
     import numpy as np
+    import yaml
 
     from headgeom.analysis.geometry_summary import geometry_tables
     from headgeom.analysis.stats import bootstrap_n_eff
-    from headgeom.model import zoo
     from headgeom.samoe.probes import fit_logistic
+    from headgeom.study import Study
     from headgeom.subspace import haar_orthogonal
     from headgeom.training.loop import initial_model
 
-    arch = {k: DEMO_SHAPE[k] for k in ("n_layer", "n_head", "d_model", "d_head", "d_mlp", "n_ctx")}
-    model_config = zoo.derive_model_config("all-rotated", arch, {"basis_m": 4, "basis_r": 4})
-    run = {"model_name": "all-rotated", "seed": 42, "data_seed": 1729, "model": model_config,
-           "training": {}}  # fmt: skip
-    model = initial_model(run, DEMO_SHAPE["vocab"])
+    demo = yaml.safe_load((SRC.parent / "config" / "config.yaml").read_text())
+    model = initial_model(Study.from_config(demo).train_config("all-rotated", 42),
+                          DEMO_SHAPE["vocab"])  # fmt: skip
     rng = np.random.default_rng(0)
     drops = rng.standard_normal((64, 4, 4))
     x = rng.standard_normal((2000, 64)).astype(np.float32)
@@ -148,8 +147,10 @@ def main(argv: list[str] | None = None) -> int:
         for name, env in SETTINGS.items():
             out = subprocess.run(
                 [sys.executable, __file__, "--child", "--steps", str(args.steps)],
-                env={**base, **env}, capture_output=True, text=True, check=True,
+                env={**base, **env}, capture_output=True, text=True, check=False,
             )  # fmt: skip
+            if out.returncode:
+                sys.exit(f"setting {name!r}: the child failed:\n{out.stderr[-3000:]}")
             runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr, flush=True)
     cpu = cpuinfo_value("model name") or "?"

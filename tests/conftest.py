@@ -34,6 +34,10 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
+# scipy's OpenBLAS loads now, under the pin, and not later inside a test that has unset the
+# pin's variables (to test the machine record)
+import scipy.linalg  # noqa: E402, F401
+
 TESTS = Path(__file__).resolve().parent
 #: Folders whose every test runs the real DAG (tests/e2e) or the DAG through Slurm.
 E2E_DIRS = (TESTS / "e2e", TESTS / "slurm")

@@ -398,3 +398,22 @@ def test_the_machine_record_names_every_kernel_variable_that_is_set(monkeypatch)
         "MKL_CBWR": "COMPATIBLE",
         "ATEN_CPU_CAPABILITY": "default",
     }
+
+
+def test_the_machine_record_names_the_kernels_numpy_and_scipy_chose():
+    """numpy's SIMD targets and numpy's and scipy's OpenBLAS cores, as this process runs
+    them: under the session's pin (tests/conftest.py) the AVX2 ones."""
+    import numpy as np
+
+    record = machine()
+    umath = np._core._multiarray_umath
+    assert record["numpy_simd"] == [t for t in umath.__cpu_dispatch__ if umath.__cpu_features__[t]]
+    blas = {lib["package"]: lib for lib in record["blas_libraries"]}
+    assert {"numpy", "scipy"} <= blas.keys()
+    core = os.environ.get("OPENBLAS_CORETYPE")
+    if core:  # the pin's (or the caller's) choice reached both libraries
+        assert {blas["numpy"]["core"], blas["scipy"]["core"]} == {core}
+    if os.environ.get("NPY_ENABLE_CPU_FEATURES") == "X86_V3":
+        assert record["numpy_simd"] == ["X86_V3"]
+    width = {512: "avx512f", 256: "avx", 128: "sse2"}.get(record["cpu_vector_width"])
+    assert width is None or width in open("/proc/cpuinfo").read()
