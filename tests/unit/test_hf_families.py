@@ -4,14 +4,17 @@ written here on the modules themselves (one forward per head)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
 
-from headgeom.analysis.patching import patch_all_heads  # noqa: E402
+from headgeom.analysis.patching import patch_all_heads, patch_all_heads_fast  # noqa: E402
 from headgeom.analysis.tolerance import forward_tolerance, rounding_tolerance  # noqa: E402
+from headgeom.hashing import canonical_json  # noqa: E402
 from headgeom.model import registry  # noqa: E402
 from headgeom.model.families import FAMILIES, UnsupportedFamilyError  # noqa: E402
 from headgeom.model.hf import HFCausalLM  # noqa: E402
@@ -158,6 +161,12 @@ def test_every_query_head_patch_equals_a_plain_hook_on_the_output_projection(cas
     expected_clean = _ld(hf(input_ids=clean).logits, correct, incorrect).numpy()
     assert np.abs(clean_ld - expected_clean).max() <= tol
     assert np.abs(patched - naive).max() <= tol
+    # the fast engine's entry point looks the model up in the registry: no fast_patching
+    # declared, so it runs the plain engine, byte for byte
+    fast = patch_all_heads_fast(
+        model, clean.tolist(), ref.tolist(), correct.tolist(), incorrect.tolist(), batch_size=B
+    )
+    np.testing.assert_array_equal(fast[1], patched)
     # the comparison can fail: the effects are far above the tolerance
     assert np.abs(clean_ld[:, None, None] - naive).max() > 1000 * tol
 
@@ -246,6 +255,18 @@ def test_a_key_value_head_reaches_exactly_the_query_heads_its_group_names(case):
                  if not torch.equal(patched[z][:, :, h], clean_cache[z][:, :, h])}  # fmt: skip
         assert moved == set(group)
     assert sum(len(g) for g in model.cfg.kv_groups) == model.cfg.n_head
+
+
+def test_the_registry_rebuilds_a_wrapped_model_from_its_config_dict(case):
+    family, hf, clean, *_ = case
+    cfg = HFCausalLM.wrap(hf).cfg
+    stored = json.loads(canonical_json(cfg.to_dict()))  # as a run config or manifest holds it
+    assert registry.config_from_dict(stored) == cfg
+    rebuilt = registry.build_model(stored).eval()
+    assert type(rebuilt) is HFCausalLM and rebuilt.cfg.kv_groups == cfg.kv_groups
+    rebuilt.hf.load_state_dict(hf.state_dict())
+    with torch.no_grad():
+        assert torch.equal(rebuilt(clean), hf(input_ids=clean).logits)
 
 
 def test_an_unsupported_model_type_is_refused_naming_what_is_missing():

@@ -103,7 +103,8 @@ class HFModelConfig:
         )
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        """With its ``architecture`` key: ``registry.config_from_dict`` picks the class by it."""
+        return {"architecture": ARCHITECTURE, **dataclasses.asdict(self)}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> HFModelConfig:
