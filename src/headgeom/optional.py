@@ -14,7 +14,7 @@ import importlib
 from types import ModuleType
 
 #: module -> the pyproject extra that installs it
-EXTRAS = {"datasets": "hf", "transformers": "hf"}
+EXTRAS = {"datasets": "hf", "transformers": "hf", "gguf": "hf"}
 
 
 class MissingExtra(ImportError):

@@ -18,10 +18,12 @@ from typing import Literal
 ReaderKind = Literal["free", "block"]
 FREE: ReaderKind = "free"
 BLOCK: ReaderKind = "block"
-#: The architectures (``headgeom.model.registry.ARCHITECTURES``): the study's base GPT and
-#: the softmax-free multiscreen controls (docs §6.6).
+#: The architectures (``headgeom.model.registry.ARCHITECTURES``): the study's base GPT, the
+#: softmax-free multiscreen controls (docs §6.6), and any registered ``transformers`` causal
+#: LM (``headgeom.model.hf``; no study geometry).
 GPT = "gpt"
 MULTISCREEN = "multiscreen"
+HF_CAUSAL_LM = "hf-causal-lm"
 
 
 @dataclass(frozen=True)

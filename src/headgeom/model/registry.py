@@ -32,7 +32,7 @@ from typing import Any
 from torch import nn
 
 from headgeom.model import config as gpt_config
-from headgeom.model import facts, geometries, gpt, multiscreen
+from headgeom.model import facts, geometries, gpt, hf, multiscreen
 from headgeom.model.config import ModelConfig
 from headgeom.model.geometries import GEOMETRIES, Geometry
 from headgeom.model.kerdock import BasisFamily
@@ -96,6 +96,18 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
                 geometry_params=False,
                 fast_patching=True,
                 prefix_reuse=True,
+                edge_patching=False,
+            ),
+            # A transformers model's own forward, sites by hooks on its family's modules
+            # (headgeom.model.families): the plain engines only, for now.
+            Architecture(
+                name=hf.ARCHITECTURE,
+                config=hf.HFModelConfig,
+                model=hf.HFCausalLM,
+                sites=MappingProxyType(hf.SITE_AXES),
+                geometry_params=False,
+                fast_patching=False,
+                prefix_reuse=False,
                 edge_patching=False,
             ),
         )
