@@ -4,6 +4,7 @@ that a comparison names each difference and the machine fields that could explai
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
 import subprocess
 
@@ -187,6 +188,21 @@ def test_record_adds_a_machine_that_reproduced_the_list_and_only_then(tmp_path, 
     capsys.readouterr()
 
 
+def test_the_timed_tables_are_the_samoe_tables_built_from_wall_clock_times():
+    """TIMED leaves out exactly the SA-MoE paper tables whose builders read the audit-cost
+    or runtime measurements (columns of seconds on this machine)."""
+    import inspect
+
+    from headgeom.paper import samoe as samoe_paper
+    from headgeom.samoe import results as samoe_results
+
+    assert "wall_s" in samoe_results.AUDIT_COST.names
+    assert "median_s" in samoe_results.RUNTIME.names
+    timed = {name for name, build in samoe_paper.TABLES.items()
+             if re.search(r"\bx\.(audit_cost|runtime)\b", inspect.getsource(build))}  # fmt: skip
+    assert {f"samoe/tables/{name}.csv" for name in timed} == fingerprints.TIMED
+
+
 def test_the_samoe_layout_is_covered_without_its_timings(tmp_path):
     root = tmp_path / "samoe-demo"
     for run in ("samoe/toy/dense", "samoe/toy/persistent/s42"):
@@ -195,13 +211,13 @@ def test_the_samoe_layout_is_covered_without_its_timings(tmp_path):
         write_manifest(root / run / "manifest.json",
                        {"environment": {"torch": "2.13.0", "machine": MACHINE}})  # fmt: skip
     (root / "samoe" / "tables").mkdir()
-    for table in ("quality", "audit_cost"):
+    for table in ("table2", "table13", "table5"):
         (root / "samoe" / "tables" / f"{table}.csv").write_text("a\n1\n")
     (root / "samoe" / "figures").mkdir()
     (root / "samoe" / "figures" / "ledger.csv").write_text("a\n1\n")
     assert sorted(fingerprints.collect(root).sha256) == [
         "samoe/figures/ledger.csv",
-        "samoe/tables/quality.csv",
+        "samoe/tables/table2.csv",
         "samoe/toy/dense/model.safetensors",
         "samoe/toy/persistent/s42/model.safetensors",
     ]
@@ -248,3 +264,26 @@ def test_the_published_list_is_the_default_study_as_it_is_now():
     assert published.machines, "the list names no machine that produced it"
     for machine in published.machines:  # every machine that produced it ran under the pin
         assert machine["kernel_variables"]["ATEN_CPU_CAPABILITY"] == "avx2"
+
+
+def test_the_samoe_published_list_is_the_samoe_demo_as_it_is_now():
+    """docs/reproducibility/samoe-demo.sha256 names the SA-MoE demo's dense and MoE
+    checkpoints and every paper table and figure but the timed ones, and was written under
+    the pin."""
+    import yaml
+
+    from headgeom.paper import samoe as samoe_paper
+    from headgeom.study import Study
+
+    root = fingerprints.PUBLISHED_DIR.parents[1]
+    study = Study.from_config(yaml.safe_load((root / "config" / "samoe.yaml").read_text()))
+    expected = {f"samoe/{f}/dense/model.safetensors" for f in study.toy_families}
+    expected |= {f"samoe/{f}/{v}/s{s}/model.safetensors" for f, v, s in study.runs}
+    expected |= {f"samoe/tables/{t}.csv" for t in samoe_paper.TABLES}
+    expected |= {f"samoe/figures/{f}.csv" for f in samoe_paper.FIGURES}
+    listing = fingerprints.PUBLISHED_DIR / "samoe-demo.sha256"
+    published = fingerprints.parse(listing.read_text(), listing.name)
+    assert set(published.sha256) == expected - fingerprints.TIMED
+    for machine in published.machines:
+        assert machine["kernel_variables"]["OPENBLAS_CORETYPE"] == "Haswell"
+        assert {lib["core"] for lib in machine["blas_libraries"]} == {"Haswell"}
