@@ -50,6 +50,20 @@ def test_snakefmt_check_is_clean():
     assert "would be left unchanged" in proc.stderr, proc.stderr  # it found the rule files
 
 
+def test_the_workflow_catalog_file_says_what_the_workflow_does():
+    # .snakemake-workflow-catalog.yml: conda deployment (every rule names envs/headgeom.yaml
+    # or another file of envs/), a report, and the parameters in config/README.md
+    usage = yaml.safe_load((REPO / ".snakemake-workflow-catalog.yml").read_text())["usage"]
+    assert set(usage) == {"mandatory-flags", "software-stack-deployment", "report"}
+    assert usage["software-stack-deployment"]["conda"] is True
+    assert usage["report"] is True
+    rules = [*REPO.glob("workflow/**/*.smk")]
+    assert any("conda:" in p.read_text() for p in rules)
+    assert (REPO / "config" / "README.md").exists()
+    for config in ("config/paper.yaml", "config/samoe.yaml"):
+        assert config in usage["mandatory-flags"]["desc"]
+
+
 @pytest.mark.parametrize(
     ("path", "value", "expect"),
     [
