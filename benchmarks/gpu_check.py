@@ -1,5 +1,6 @@
-"""One prepared device check (README "GPU check"): training throughput and MFU, exact resume and the
-analysis engines on one GPU, under 8 minutes, with a GPU-hours projection of the paper DAG.
+"""One prepared device check (docs/usage.md "GPU check"): training throughput and MFU, exact
+resume and the analysis engines on one GPU, under 8 minutes, with a GPU-hours projection of the
+paper DAG.
 
     pip install -e '.[dev]'        # '.[dev]' adds TransformerLens (engine comparison); optional
     python benchmarks/gpu_check.py OUT                         # one CUDA GPU, < 8 min

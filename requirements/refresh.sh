@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Recompile the dependency lock from pyproject.toml (README "Dependencies"):
+# Recompile the dependency lock from pyproject.toml (docs/usage.md "Dependencies"):
 #   bash requirements/refresh.sh
 # lock.txt: every package of every extra, exact versions, for Python 3.11 on x86-64 Linux, with
 # the CPU build of torch (pip takes it from a local wheel folder or PyTorch's CPU index, and on

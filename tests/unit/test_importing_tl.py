@@ -336,7 +336,7 @@ def test_a_real_hooked_transformer_state_dict_imports_with_its_buffers(tmp_path)
     assert len(buffers) == 2 * L  # TL 3.x keeps them in state_dict(): handled, not refused
     d = tmp_path / "tl"
     d.mkdir()
-    save_file(state, str(d / "model.safetensors"))  # the README recipe
+    save_file(state, str(d / "model.safetensors"))  # the docs/usage.md recipe
     (d / "config.json").write_text(json.dumps(tl.cfg.to_dict(), default=str))
     model, _, record = import_model("tl-gpt2", d)
     assert sorted(record["dropped_buffers"]) == buffers

@@ -5,20 +5,63 @@ from __future__ import annotations
 import copy
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.e2e.conftest import REPO, make_workdir, snakemake
 
+CONFIGS = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "config").glob("*.yaml"))
+SNAKEFMT = Path(sys.executable).with_name("snakefmt")
+
+
+def test_every_study_config_is_linted():
+    # the lint below runs once per file of config/: a new study config is linted with the rest
+    assert {"config/config.yaml", "config/paper.yaml", "config/samoe.yaml"} <= set(CONFIGS)
+
 
 @pytest.mark.e2e  # a Snakemake subprocess
-def test_snakemake_lint_is_clean():
+@pytest.mark.parametrize("configfile", CONFIGS)
+def test_snakemake_lint_is_clean(configfile):
     proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--lint"], cwd=REPO, capture_output=True, text=True
+        [sys.executable, "-m", "snakemake", "--lint", f"--configfile={configfile}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Congratulations" in proc.stdout + proc.stderr
+
+
+@pytest.mark.skipif(
+    not SNAKEFMT.exists(), reason="snakefmt is not installed (it comes with the [dev] extra)"
+)
+def test_snakefmt_check_is_clean():
+    # pyproject.toml's [tool.snakefmt] sets the line length, the directive order and leaves
+    # shell strings alone; `snakefmt Snakefile workflow/` fixes what this finds
+    proc = subprocess.run(
+        [str(SNAKEFMT), "--check", "Snakefile", "workflow/"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "would be left unchanged" in proc.stderr, proc.stderr  # it found the rule files
+
+
+def test_the_workflow_catalog_file_says_what_the_workflow_does():
+    # .snakemake-workflow-catalog.yml: conda deployment (every rule names envs/headgeom.yaml
+    # or another file of envs/), a report, and the parameters in config/README.md
+    usage = yaml.safe_load((REPO / ".snakemake-workflow-catalog.yml").read_text())["usage"]
+    assert set(usage) == {"mandatory-flags", "software-stack-deployment", "report"}
+    assert usage["software-stack-deployment"]["conda"] is True
+    assert usage["report"] is True
+    rules = [*REPO.glob("workflow/**/*.smk")]
+    assert any("conda:" in p.read_text() for p in rules)
+    assert (REPO / "config" / "README.md").exists()
+    for config in ("config/paper.yaml", "config/samoe.yaml"):
+        assert config in usage["mandatory-flags"]["desc"]
 
 
 @pytest.mark.parametrize(

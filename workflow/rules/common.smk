@@ -77,9 +77,11 @@ def benchmark_of(*parts):
 def per_run(result, runs, tasks=TASKS):
     """PATHS[result] of every run (× task where it has one), run by run; None: one file."""
     if runs is None:  # one cross-run file (one per task where the template has {task})
-        return [PATHS[result].format(task=t) for t in tasks] if "{task}" in PATHS[result] else [
-            PATHS[result]
-        ]
+        return (
+            [PATHS[result].format(task=t) for t in tasks]
+            if "{task}" in PATHS[result]
+            else [PATHS[result]]
+        )
     tasks = tasks if "{task}" in PATHS[result] else [None]
     return [PATHS[result].format(model=m, seed=s, task=t) for m, s in runs for t in tasks]
 
@@ -156,8 +158,17 @@ def final_outputs(catalog=True):
     # docs §19: the explorer reads the catalog, so the catalog waits for the explorer's inputs
     explorer = [p for paths in explorer_inputs(None).values() for p in paths]
     return (
-        tables + figures + [PATHS["param_counts"]] + per_run_task + pairs + cross_model
-        + exclusivity + ablation + document + checks + explorer
+        tables
+        + figures
+        + [PATHS["param_counts"]]
+        + per_run_task
+        + pairs
+        + cross_model
+        + exclusivity
+        + ablation
+        + document
+        + checks
+        + explorer
         + ([PATHS["catalog"], PATHS["explorer"]] if catalog else [])
     )
 
@@ -225,14 +236,18 @@ def input_kinds(wildcards, input):
 
 def clamp_heads(wildcards):
     """The clamps rule: the heads Parquet of every task of the run, in TASKS order."""
-    return [PATHS["heads"].format(model=wildcards.model, seed=wildcards.seed, task=t) for t in TASKS]
+    return [
+        PATHS["heads"].format(model=wildcards.model, seed=wildcards.seed, task=t) for t in TASKS
+    ]
 
 
 # coordinate concentration (docs §15.2)
 def coordinate_heads(wildcards):
     """The heads Parquet of every task of coordinates.tasks, in that order."""
-    return [PATHS["heads"].format(model=wildcards.model, seed=wildcards.seed, task=t)
-            for t in STUDY.stage("coordinates")["tasks"]]
+    return [
+        PATHS["heads"].format(model=wildcards.model, seed=wildcards.seed, task=t)
+        for t in STUDY.stage("coordinates")["tasks"]
+    ]
 
 
 def figure_models(wildcards):
@@ -278,7 +293,9 @@ def compare_modes_inputs(wildcards):
     """compare_modes: summary, heads and lanes of every mode-comparison run, task and mode."""
     keys = [(m, s, t, mode) for m, s in STUDY.run_set("ablation_modes") for t in TASKS
             for mode in STUDY.comparison_modes]  # fmt: skip
-    return {kind: [_mode_file(kind, *key) for key in keys] for kind in ("summary", "heads", "lanes")}
+    return {
+        kind: [_mode_file(kind, *key) for key in keys] for kind in ("summary", "heads", "lanes")
+    }
 
 
 def compare_modes_args(wildcards, input):

@@ -24,8 +24,8 @@ rule concentration:
     benchmark:
         benchmark_of("concentration", "{model}-s{seed}")
     params:
-        split=STUDY.stage("concentration")["split"],
         **RESAMPLING,
+        split=STUDY.stage("concentration")["split"],
         index_meaningful=index_meaningful,
     threads: STUDY.threads("concentration")
     resources:

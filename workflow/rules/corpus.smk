@@ -3,6 +3,8 @@
 
 
 rule tokenize_corpus:
+    wildcard_constraints:
+        corpus="|".join(map(re.escape, STUDY.corpora)),
     output:
         train=PATHS["corpus_train"],
         val=PATHS["corpus_val"],
@@ -12,8 +14,6 @@ rule tokenize_corpus:
         log_of("tokenize_corpus", "{corpus}"),
     benchmark:
         benchmark_of("tokenize_corpus", "{corpus}")
-    wildcard_constraints:
-        corpus="|".join(map(re.escape, STUDY.corpora)),
     params:
         cfg=json_param(STUDY.corpus_config, "corpus"),
     threads: STUDY.threads("tokenize_corpus")

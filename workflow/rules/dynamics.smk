@@ -12,7 +12,9 @@ wildcard_constraints:
 
 
 # step rules and rule dynamics run on the timeline runs' models only
-TIMELINE_MODELS = STUDY.model_pattern(dict.fromkeys(m for m, _ in STUDY.run_set("dynamics_timeline")))
+TIMELINE_MODELS = STUDY.model_pattern(
+    dict.fromkeys(m for m, _ in STUDY.run_set("dynamics_timeline"))
+)
 
 
 use rule evaluate_clean as evaluate_step with:
@@ -64,8 +66,8 @@ use rule concentration as concentration_step with:
     benchmark:
         benchmark_of("concentration_step", "{model}-s{seed}-step{step}-{task}")
     params:
-        split=STUDY.stage("lanes")["split"],
         **RESAMPLING,
+        split=STUDY.stage("lanes")["split"],
         index_meaningful=index_meaningful,
 
 
@@ -143,8 +145,12 @@ rule scalar_ablation:
         tasks=[PATHS["task"].format(task=t) for t in TASKS],
     output:
         ablation=PATHS["scalar_ablation"],
-        checkpoints=expand(PATHS["scalar_ablation_checkpoint"], edit=STUDY.ablation_edits(), allow_missing=True),
-        manifests=expand(PATHS["scalar_ablation_manifest"], edit=STUDY.ablation_edits(), allow_missing=True),
+        checkpoints=expand(
+            PATHS["scalar_ablation_checkpoint"], edit=STUDY.ablation_edits(), allow_missing=True
+        ),
+        manifests=expand(
+            PATHS["scalar_ablation_manifest"], edit=STUDY.ablation_edits(), allow_missing=True
+        ),
     log:
         log_of("scalar_ablation", "{model}-s{seed}"),
     benchmark:

@@ -3,6 +3,8 @@
 
 
 rule make_table:
+    wildcard_constraints:
+        table="|".join(TABLE_JOBS),
     input:
         unpack(paper_inputs),
     output:
@@ -22,8 +24,6 @@ rule make_table:
         benchmark_of("make_table", "{table}")
     params:
         inputs=input_kinds,
-    wildcard_constraints:
-        table="|".join(TABLE_JOBS),
     threads: STUDY.threads("make_table")
     resources:
         **STUDY.resources("make_table", mem_mb=1000, runtime=10),
@@ -36,6 +36,8 @@ rule make_table:
 
 
 rule make_figure:
+    wildcard_constraints:
+        figure="|".join(FIGURES),
     input:
         unpack(paper_inputs),
     output:
@@ -56,8 +58,6 @@ rule make_figure:
     params:
         inputs=input_kinds,
         models=figure_models,
-    wildcard_constraints:
-        figure="|".join(FIGURES),
     threads: STUDY.threads("make_figure")
     resources:
         **STUDY.resources("make_figure", mem_mb=2000, runtime=10),

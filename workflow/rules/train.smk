@@ -5,9 +5,7 @@
 rule train:
     wildcard_constraints:
         # trained (not imported) models without a timeline: no intermediate checkpoints
-        model=STUDY.model_pattern(
-            m for m in STUDY.trained_models if m not in STUDY.timeline_models
-        ),
+        model=STUDY.model_pattern(m for m in STUDY.trained_models if m not in STUDY.timeline_models),
     input:
         train=model_corpus("train"),
         val=model_corpus("val"),

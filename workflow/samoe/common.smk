@@ -59,8 +59,6 @@ def run_json(wildcards):
     )
 
 
-
-
 def chain_priority(name):
     """A ``priority:`` function: the job with the longest chain of work ahead starts first
     (headgeom.samoe.schedule)."""
@@ -125,8 +123,17 @@ def all_rankings():
 
 def paper_config():
     c = STUDY.config
-    keys = ("moe", "cpt", "variants", "seeds", "noninferiority", "families", "probes",
-            "interventions", "downstream")
+    keys = (
+        "moe",
+        "cpt",
+        "variants",
+        "seeds",
+        "noninferiority",
+        "families",
+        "probes",
+        "interventions",
+        "downstream",
+    )
     return {k: c[k] for k in keys}
 
 
@@ -158,9 +165,7 @@ def _paper_files():
     tables = [
         PATHS[f"table_{x}"].format(table=t) for t in SAMOE_TABLES for x in ("md", "csv", "tex")
     ]
-    figures = [
-        PATHS[f"figure_{x}"].format(figure=f) for f in SAMOE_FIGURES for x in ("png", "csv")
-    ]
+    figures = [PATHS[f"figure_{x}"].format(figure=f) for f in SAMOE_FIGURES for x in ("png", "csv")]
     return tables, figures
 
 
