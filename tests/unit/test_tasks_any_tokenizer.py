@@ -1,4 +1,4 @@
-"""The three tasks under a tokenizer other than GPT-2 (issue 52): single-token checks, lexicon
+"""The three tasks under a tokenizer other than GPT-2 (docs §8.1): single-token checks, lexicon
 replacements, drops and refusals counted by hand, the tokenizer's hash, and GPT-2's datasets
 unchanged.
 
