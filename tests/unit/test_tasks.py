@@ -231,7 +231,7 @@ def test_validator_accepts_a_good_example(tok):
         ("The author near the tables", "The authors near the big tables", " is", " are", "tokens"),
         ("The author near the table", "The authors near the tables", " is", " are", "differ at 2"),
         ("The author near the table", "The author near the table", " is", " are", "differ at 0"),
-        ("The author near the table", "The authors near the table", " is", " are not", "2 GPT-2"),
+        ("The author near the table", "The authors near the table", " is", " are not", "2 tokens"),
         ("The author near the table", "The authors near the table", " is", " is", "both"),
         ("We saw the", "We saw a", "m", "n", "merges"),
     ],

@@ -112,6 +112,44 @@ TASK_SLOTS: dict[str, dict[str, tuple[Any, ...]]] = {
 }
 GROUP_SLOT = {"sva": "subjects", "quote": "first_vars", "plural": "nouns"}
 
+# Stand-ins for items that are not single tokens under another tokenizer, taken after a
+# slot's unused leftovers (``headgeom.data.tasks.fit_partition``). Outside the partitioned
+# pools and the demo corpus, so GPT-2 datasets and the corpus never see them; single tokens
+# under GPT-2 and SmolLM2 alike, and distinct from every word of their task.
+RESERVE: dict[str, dict[str, tuple[Any, ...]]] = {
+    "sva": {
+        "subjects": _pairs("manager dancer worker reader speaker editor builder"),
+        "attractors": _pairs("screen sign pillar statue barrel cart post"),
+        "prepositions": _spaced("toward along against within outside"),
+    },
+    "quote": {
+        "first_vars": tuple("env cfg tmp buf obj ctx".split()),
+        "second_vars": tuple("val ref src doc img pos".split()),
+        "words": tuple("home life world game love side hand face room road voice light".split()),
+    },
+    "plural": {
+        "nouns": _pairs("cap bag tent net map bucket basket candle"),
+        "size_adjectives": _spaced("giant narrow"),
+        "colour_adjectives": _spaced("violet silver golden"),
+    },
+}
+# Words every example needs as single tokens that no lexicon item can stand in for: the
+# answers of SVA and Quote, and Plural's flipped numeral (a task's frame).
+FIXED_SINGLE_TOKEN_WORDS = {"sva": SVA_VERBS, "quote": QUOTE_CHARS, "plural": PLURAL_NUMERALS}
+# Slots that each example draws several distinct items from (Quote: word, w1, w2).
+MIN_ITEMS_PER_SPLIT = {("quote", "words"): 3}
+
+
+def slot_forms(task: str, slot: str, item: Any) -> list[str]:
+    """The strings an item takes in a task's prompts, each of which must be one token: the
+    stored words (spaced prose words, bare variable names); Quote's words also appear
+    spaced (the open string's last word), as the demo corpus uses them."""
+    words = item_words(item)
+    if (task, slot) == ("quote", "words"):
+        return [form for w in words for form in (w, f" {w}")]
+    return words
+
+
 # Per-split item counts. Group slots give METHODS' evaluation counts (4 subject pairs,
 # 8 first variable names, 24 nouns); other splits scale with their size.
 DEFAULT_PARTITION_COUNTS: dict[str, dict[str, dict[str, int]]] = {

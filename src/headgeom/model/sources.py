@@ -18,7 +18,8 @@ file whose bytes differ is refused with its name and both hashes, as for trained
 sites (:class:`headgeom.model.hf.HFCausalLM`; a ``model_type`` without a family record is
 refused before any weight is read), its tokenizer (or None) and the **source record** for the
 run's manifest: kind, path or id + revision, ``files_sha256``, family, ``model_type``,
-conversion and package versions.
+conversion and package versions. :func:`load_tokenizer` reads only a source's tokenizer,
+hash-gated the same way (the task generators build their prompts with it).
 """
 
 from __future__ import annotations
@@ -199,3 +200,40 @@ def load_source(
         versions=versions,
     )
     return HFCausalLM.wrap(hf_model.eval()), tokenizer, record
+
+
+def load_tokenizer(source: ModelSource) -> tuple[Any, dict[str, Any]]:
+    """(tokenizer, record) of ``source`` without reading its weights: the GGUF file's own
+    vocabulary, or a directory's tokenizer files (``config.json`` too when present, since
+    ``transformers`` reads it to pick the tokenizer class), each hashed before it is read.
+    The record: kind, path or id + revision, ``files_sha256``, versions."""
+    transformers = require("transformers", f"the tokenizer of a {source.kind} model source")
+    record: dict[str, Any] = {"kind": source.kind}
+    if source.kind == "gguf":
+        require("gguf", "the tokenizer of a gguf model source")
+        path = Path(source.path)
+        if not path.is_file():
+            raise SourceError(f"{path}: no such GGUF file")
+        root, files, load = path.parent, [path], {"gguf_file": path.name}
+        record["path"] = str(path)
+        versions = _versions("gguf", "tokenizers")
+    else:
+        if source.kind == "hub":
+            root = _hub_directory(source)
+            record.update(repo_id=source.repo_id, revision=source.revision)
+        else:
+            root = Path(source.path)
+            if not root.is_dir():
+                raise SourceError(f"{root}: not a directory (a transformers model directory)")
+            record["path"] = str(root)
+        names = [n for n in ("config.json", *TOKENIZER_FILES) if (root / n).exists()]
+        if not _TOKENIZER_DEFINING & set(names):
+            raise SourceError(
+                f"{root}: no tokenizer file (one of {sorted(_TOKENIZER_DEFINING)} needed)"
+            )
+        files, load = [root / n for n in names], {}
+        versions = _versions("tokenizers")
+    record["files_sha256"] = _hashes(files, root, None, "")
+    tokenizer = transformers.AutoTokenizer.from_pretrained(root, local_files_only=True, **load)
+    record["versions"] = versions
+    return tokenizer, record
