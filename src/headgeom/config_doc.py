@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from headgeom.io import write_text
+from headgeom.io import refresh_generated
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "config" / "README.md"
@@ -271,15 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="only report whether it is stale")
     parser.add_argument("--out", type=Path, default=DOC, help=f"default: {DOC.relative_to(ROOT)}")
     args = parser.parse_args(argv)
-    text = render()
-    current = args.out.read_text() if args.out.exists() else None
-    if current == text:
-        return 0
-    if args.check:
-        print(f"{args.out}: stale; run python -m headgeom.config_doc", file=sys.stderr)
-        return 1
-    write_text(args.out, text)
-    return 0
+    return refresh_generated(args.out, render(), args.check, "python -m headgeom.config_doc")
 
 
 if __name__ == "__main__":

