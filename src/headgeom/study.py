@@ -95,6 +95,7 @@ class Study(ResourceRequests):
         yield self._check_resources
         yield from self._dynamics_checks()  # training dynamics (docs §13.2, §14.5)
         yield self._check_edge_examples  # edges (docs §15.1)
+        yield lambda: self.task_tokenizer  # tasks under an imported causal LM's tokenizer
 
     # ------------------------------------------------------------------ stages and runs
     def stage(self, name: str) -> dict:
@@ -428,29 +429,85 @@ class Study(ResourceRequests):
                 f"config models.{model}: an imported model has GPT-2's geometry "
                 f"({IMPORTED_GEOMETRY!r}), not {self.models[model]['geometry']!r}"
             )
-        try:  # hf-gpt2: config.json; tl-gpt2: config.json if any and the tensor shapes
+        try:  # hf-gpt2: config.json; tl-gpt2: config.json if any and the tensor shapes;
+            # a causal LM: its config.json or GGUF metadata
             model_cfg = importing.imported_model_config(
-                spec["format"], spec["path"], spec.get("allow_pickle", False)
+                spec["format"], spec.get("path"), spec.get("allow_pickle", False), spec
             )
         except ValueError as err:
             raise ValueError(f"config models.{model}.import: {err}") from None
         n_ctx = self.config["architecture"]["n_ctx"]
-        if model_cfg["n_ctx"] < n_ctx:
+        if spec["format"] in importing.CAUSAL_LM_FORMATS:
+            from headgeom.model.causal_import import context_length
+
+            context, key = context_length(model_cfg), "max_position_embeddings"
+        else:
+            context = model_cfg["n_ctx"]
+            key = "n_ctx" if spec["format"] == "tl-gpt2" else "n_positions"
+        if context is not None and context < n_ctx:
             raise ValueError(
-                f"config models.{model}.import: "
-                f"{'n_ctx' if spec['format'] == 'tl-gpt2' else 'n_positions'} "
-                f"{model_cfg['n_ctx']} is below the study's architecture.n_ctx {n_ctx}"
+                f"config models.{model}.import: {key} {context} is below the study's "
+                f"architecture.n_ctx {n_ctx}"
             )
         return model_cfg
 
     def import_inputs(self, model: str) -> list[str]:
-        """The files rule import_model reads from the user's directory."""
+        """The files rule import_model reads from the user's directory (or GGUF file)."""
         from headgeom.model import importing
 
         spec = self.import_spec(model)
         return importing.import_inputs(
-            spec["path"], spec.get("allow_pickle", False), spec["format"]
+            spec.get("path"), spec.get("allow_pickle", False), spec["format"], spec
         )
+
+    # A study whose models are imported causal LMs (formats hf-causal-lm, gguf) builds its
+    # tasks with their own tokenizer: the task files are the study's, shared by every model,
+    # so all its models must read one tokenizer (one source), and GPT-2-vocabulary models
+    # (trained here, hf-gpt2, tl-gpt2) cannot join them. Such a study trains nothing: its
+    # corpus block only supplies the validation text of the import job's loss (stored as
+    # GPT-2 ids, which decode to the exact text; the import job re-encodes it).
+    @cached_property
+    def task_tokenizer(self) -> str | None:
+        """The ``--tokenizer`` of src/make_tasks.py: None (GPT-2's) unless the study's models
+        are imported causal LMs, then their model directory or GGUF file."""
+        causal = {m: self.import_spec(m) for m in self.imported_models
+                  if self.import_spec(m)["format"] in facts.CAUSAL_LM_FORMATS}  # fmt: skip
+        if not causal:
+            return None
+        others = [m for m in self.models if m not in causal]
+        first, spec = next(iter(causal.items()))
+        if others:
+            raise ValueError(
+                f"config models: {others} use GPT-2's vocabulary but {first} is an imported "
+                f"causal LM (format {spec['format']}) with its own; the task files are shared, "
+                "so a study holds causal LMs of one tokenizer only (give each its own study)"
+            )
+        if spec["format"] == "hub":
+            raise ValueError(
+                f"config models.{first}.import: format hub cannot supply the tasks' tokenizer "
+                "offline; use hf-causal-lm with the model's local directory"
+            )
+        sources = {m: s.get("path") for m, s in causal.items()}
+        if len(set(sources.values())) > 1:
+            raise ValueError(
+                f"config models: the imported causal LMs name different sources {sources}; "
+                "the task files are built with one tokenizer, so a study imports one source"
+            )
+        return str(spec["path"])
+
+    def task_tokenizer_files(self) -> list[str]:
+        """The files make_tasks reads for :attr:`task_tokenizer` (none for GPT-2's)."""
+        if self.task_tokenizer is None:
+            return []
+        return self.import_inputs(self.imported_models[0])
+
+    def make_tasks_config(self, task: str) -> dict:
+        """What src/make_tasks.py takes as --config-json: the task's config block, plus
+        ``tokenizer`` when the study has its own (:attr:`task_tokenizer`). The default
+        study's stays the task block, so its jobs and their params are unchanged."""
+        if self.task_tokenizer is None:
+            return self.task_config(task)
+        return {**self.task_config(task), "tokenizer": self.task_tokenizer}
 
     def import_config(self, model: str, seed: int | str) -> dict:
         """The import run config of (model, seed): what src/import_model.py takes and the

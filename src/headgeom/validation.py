@@ -152,10 +152,33 @@ def load_schema(path: str | Path = SCHEMA) -> dict:
     return yaml.safe_load(Path(path).read_text())
 
 
+#: The keys naming an import's files: format hub names a Hub model, every other format a path.
+_IMPORT_KEYS = {"hub": ("repo_id", "revision")}
+
+
 def import_problems(config: Mapping) -> list[str]:
-    """Every model has a training recipe (geometry) or an import block."""
-    return [
-        f"config models.{m}: give geometry (a model to train) or import (a checkpoint to import)"
-        for m, spec in config.get("models", {}).items()
-        if isinstance(spec, dict) and "geometry" not in spec and "import" not in spec
-    ]
+    """Every model has a training recipe (geometry) or an import block, and an import block
+    names its files by the keys of its format (``path``; format hub: repo_id, revision)."""
+    problems = []
+    for m, spec in config.get("models", {}).items():
+        if not isinstance(spec, dict):
+            continue
+        if "geometry" not in spec and "import" not in spec:
+            problems.append(
+                f"config models.{m}: give geometry (a model to train) or import (a checkpoint "
+                "to import)"
+            )
+        block = spec.get("import")
+        if not isinstance(block, dict) or "format" not in block:
+            continue
+        keys = _IMPORT_KEYS.get(block["format"], ("path",))
+        missing = [k for k in keys if k not in block]
+        stray = [k for k in ("path", "repo_id", "revision") if k in block and k not in keys]
+        if missing or stray:
+            problems.append(
+                f"config models.{m}.import: format {block['format']} takes "
+                f"{' and '.join(keys)}"
+                + (f"; missing {', '.join(missing)}" if missing else "")
+                + (f"; not {', '.join(stray)}" if stray else "")
+            )
+    return problems

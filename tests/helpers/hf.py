@@ -1,4 +1,5 @@
-"""A tiny random GPT-2 of ``transformers`` (the import tests' source model)."""
+"""Tiny random ``transformers`` models (the import tests' source models): GPT-2, and a
+grouped-query Llama with its own tokenizer."""
 
 from __future__ import annotations
 
@@ -27,4 +28,26 @@ def tiny_gpt2(seed: int = 0):
 def save_tiny(path, seed: int = 0, **kwargs):
     hf = tiny_gpt2(seed)
     hf.save_pretrained(path, safe_serialization=True, **kwargs)
+    return hf
+
+
+def save_tiny_llama(path, seed: int = 0):
+    """A random grouped-query LlamaForCausalLM (2 layers, 4 query heads sharing 2 key/value
+    heads, D = 32, tied embeddings) saved with safetensors, beside its own tokenizer
+    (``tests.helpers.tokenizers.metaspace_tokenizer``, tokenizer.json): the vocabulary is
+    that tokenizer's. Returns the model."""
+    import transformers
+
+    from tests.helpers.tokenizers import metaspace_tokenizer
+
+    tok = metaspace_tokenizer()
+    torch.manual_seed(seed)
+    cfg = transformers.LlamaConfig(
+        vocab_size=tok.get_vocab_size(), hidden_size=32, intermediate_size=64,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+        max_position_embeddings=64, tie_word_embeddings=True, initializer_range=0.3,
+    )  # fmt: skip
+    hf = transformers.LlamaForCausalLM(cfg).eval()
+    hf.save_pretrained(path, safe_serialization=True)
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok).save_pretrained(path)
     return hf

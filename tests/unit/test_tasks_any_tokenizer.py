@@ -2,10 +2,8 @@
 replacements, drops and refusals counted by hand, the tokenizer's hash, and GPT-2's datasets
 unchanged.
 
-The second tokenizer is built here: a metaspace tokenizer (a space becomes "▁", as in
-SentencePiece-style vocabularies, not GPT-2's "Ġ") over a WordPiece vocabulary we write, so a
-word is one token exactly when its "▁" spelling is in the vocabulary; any other word falls
-back to a prefix and "##" pieces (two or more tokens)."""
+The second tokenizer is ``tests.helpers.tokenizers.metaspace_tokenizer`` (a metaspace
+WordPiece vocabulary we write: a word is one token exactly when its "▁" spelling is in it)."""
 
 from __future__ import annotations
 
@@ -14,11 +12,10 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterable
 
 import pyarrow.parquet as pq
 import pytest
-from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
+from tokenizers import Tokenizer
 
 from headgeom.data import lexicon, tasks
 from headgeom.data.tasks import (
@@ -31,38 +28,10 @@ from headgeom.data.tasks import (
 )
 from headgeom.data.tokenizer import encode, load_gpt2_tokenizer, tokenizer_sha256
 from headgeom.io import read_parquet_metadata
+from tests.helpers.tokenizers import metaspace_tokenizer
 from tests.scripts import load_script
 
 SMALL = {"discovery": 16, "validation": 8, "evaluation": 8, "holdout": 4}
-# Every frame string of the three prompts (the lexicon supplies the rest).
-FRAME = ["The", " the", "She", "He", " and", " =", '"', "'", "\n", *lexicon.PLURAL_VERBS]
-LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-
-
-def _all_forms() -> set[str]:
-    forms = set(FRAME)
-    for task in TASKS:
-        forms.update(lexicon.FIXED_SINGLE_TOKEN_WORDS[task])
-        for pools in (lexicon.TASK_SLOTS[task], lexicon.RESERVE[task]):
-            for slot, items in pools.items():
-                for item in items:
-                    forms.update(lexicon.slot_forms(task, slot, item))
-    return forms
-
-
-def metaspace_tokenizer(without: Iterable[str] = (), phrases: Iterable[str] = ()) -> Tokenizer:
-    """Every task form is one token except those in ``without``; each of ``phrases`` (e.g.
-    " two small") is one token too, spanning its words."""
-    mark = [w.replace(" ", "▁") for w in phrases]
-    vocab = ["[UNK]", "▁", *LETTERS, *(f"##{c}" for c in LETTERS), "##▁"]
-    vocab += sorted((_all_forms() - set(without)) | set(phrases))
-    vocab = [w.replace(" ", "▁") for w in dict.fromkeys(vocab)]
-    tok = Tokenizer(models.WordPiece({w: i for i, w in enumerate(vocab)}, unk_token="[UNK]"))
-    tok.normalizer = normalizers.Replace(" ", "▁")
-    # a word with its leading "▁", or any other single character; phrases first
-    pattern = "|".join([*mark, "▁?[A-Za-z]+", "[^A-Za-z]"])
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
-    return tok
 
 
 @pytest.fixture(scope="module")

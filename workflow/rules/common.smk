@@ -201,6 +201,11 @@ def import_files(wildcards):
     return STUDY.import_inputs(wildcards.model)
 
 
+def task_tokenizer_files(wildcards):
+    """make_tasks: the files of the study's own tokenizer (none: GPT-2's, from a package)."""
+    return STUDY.task_tokenizer_files()
+
+
 # ------------------------------------------------------------------ params
 # Each stage receives exactly the config it depends on, as canonical JSON in params, so a
 # change reruns what it should and nothing else (`--list-changes params`).

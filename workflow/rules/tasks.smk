@@ -1,4 +1,9 @@
+# The study's task files, under GPT-2's tokenizer, or under the tokenizer of the study's
+# imported causal LM (Study.task_tokenizer: its files are inputs, its path rides in the
+# config JSON, so the default study's command and params are unchanged).
 rule make_tasks:
+    input:
+        tokenizer=task_tokenizer_files,
     output:
         PATHS["task"],
     log:
@@ -6,7 +11,7 @@ rule make_tasks:
     benchmark:
         benchmark_of("make_tasks", "{task}")
     params:
-        cfg=json_param(STUDY.task_config, "task"),
+        cfg=json_param(STUDY.make_tasks_config, "task"),
     threads: STUDY.threads("make_tasks")
     resources:
         **STUDY.resources("make_tasks", mem_mb=1000, runtime=10),

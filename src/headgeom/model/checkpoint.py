@@ -26,7 +26,16 @@ def checkpoint_contents(
 ) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     """(tensors, header) of the checkpoint of ``model``: what :func:`save_checkpoint` writes;
     the file's bytes are a function of these alone."""
-    tensors = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    tensors, storages = {}, set()
+    for name, value in model.state_dict().items():
+        t = value.detach().cpu().contiguous()
+        # tied weights (a transformers model's lm_head and embedding) share one storage,
+        # which safetensors refuses: the second name gets its own copy (same bytes). Our
+        # GPTs share none, so their files are unchanged.
+        if t.untyped_storage().data_ptr() in storages:
+            t = t.clone()
+        storages.add(t.untyped_storage().data_ptr())
+        tensors[name] = t
     tensors[VOCAB_KEY] = torch.as_tensor(np.asarray(vocab, dtype=np.int64))
     # One header key: safetensors writes several keys in no fixed order, which would make
     # identical checkpoints differ in bytes.
@@ -84,7 +93,14 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[GPT, np.ndarray]:
 def load_verified(
     checkpoint: str | os.PathLike, manifest: str | os.PathLike
 ) -> tuple[GPT, np.ndarray, dict]:
-    """Verify the checkpoint bytes against its manifest, then load. Returns the manifest too."""
+    """Verify the checkpoint bytes against its manifest, then load. Returns the manifest too.
+
+    An imported causal LM (architecture ``hf-causal-lm``) is rebuilt the same way, from the
+    checkpoint alone: its header's model config carries the ``transformers`` config, the
+    registry builds that model and the checkpoint's tensors (the import's float32 weights)
+    fill it. Re-loading from the verified source instead would make every analysis depend on
+    the user's files (and on dequantising a GGUF again); the manifest's source record keeps
+    their hashes, and the checkpoint's hash gates what the analyses read."""
     record = load_manifest(manifest)
     if "checkpoint_file_sha256" not in record:
         raise KeyError(f"{manifest}: manifest has no field 'checkpoint_file_sha256'")

@@ -24,6 +24,10 @@ BLOCK: ReaderKind = "block"
 GPT = "gpt"
 MULTISCREEN = "multiscreen"
 HF_CAUSAL_LM = "hf-causal-lm"
+#: Import formats (``models.<m>.import.format``) of any registered causal LM, kept as an
+#: ``hf-causal-lm`` model with its own vocabulary (``headgeom.model.causal_import``); the
+#: others (hf-gpt2, tl-gpt2) convert GPT-2 into our GPT.
+CAUSAL_LM_FORMATS = (HF_CAUSAL_LM, "gguf", "hub")
 
 
 @dataclass(frozen=True)

@@ -216,6 +216,10 @@ class HFCausalLM(nn.Module):
                 f"{path!r}, which the model lacks"
             ) from None
 
+    def n_params(self) -> int:
+        """Parameters, each once (tied embeddings count once), as ``GPT.n_params``."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
     # ------------------------------------------------------------------ forward
     def forward(self, ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
         """Logits (B, T, V) of ids (B, T) by the ``transformers`` forward (no padding, no

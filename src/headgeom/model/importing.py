@@ -14,8 +14,11 @@ compaction): the task datasets are already GPT-2 ids.
   or different (a file, ``model_type``, a config key, an activation our model lacks).
 
 Format ``tl-gpt2`` (a TransformerLens HookedTransformer state dict) is converted by
-:mod:`headgeom.model.importing_tl`; :func:`import_model`, :func:`import_inputs` and
-:func:`imported_model_config` dispatch on the format.
+:mod:`headgeom.model.importing_tl`; the causal-LM formats (``hf-causal-lm``, ``gguf``,
+``hub``: any registered ``transformers`` causal LM, kept as itself) are
+:mod:`headgeom.model.causal_import`'s. :func:`import_inputs` and
+:func:`imported_model_config` dispatch on the format; :func:`import_model` reads the GPT-2
+formats.
 
 Needs neither transformers nor TransformerLens.
 """
@@ -33,7 +36,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from headgeom.hashing import sha256_file
-from headgeom.model import importing_tl
+from headgeom.model import facts, importing_tl
 from headgeom.model.config import ModelConfig
 from headgeom.model.gpt import GPT
 from headgeom.model.import_errors import ModelImportError
@@ -42,8 +45,14 @@ from headgeom.model.import_errors import ModelImportError
 #: on any change that could change a converted weight; tl-gpt2 has its own,
 #: ``importing_tl.TL_CONVERSION_VERSION``).
 CONVERSION_VERSION = 1
-#: Formats :func:`import_model` reads.
-FORMATS = ("hf-gpt2", "tl-gpt2")
+#: Formats :func:`import_model` reads (converted to our GPT).
+GPT2_FORMATS = ("hf-gpt2", "tl-gpt2")
+#: Formats of any registered causal LM (``headgeom.model.causal_import.FORMATS``; imported
+#: there lazily: that module reads sources through ``headgeom.model.sources``, which uses
+#: :func:`weight_files` from here).
+CAUSAL_LM_FORMATS = facts.CAUSAL_LM_FORMATS
+#: Every import format.
+FORMATS = (*GPT2_FORMATS, *CAUSAL_LM_FORMATS)
 GPT2_VOCAB_SIZE = 50257
 _REQUIRED_KEYS = ("n_layer", "n_head", "n_embd", "vocab_size", "n_positions")
 # GPT-2 keys whose non-default value our model does not compute
@@ -219,19 +228,29 @@ def _known(fmt: str) -> None:
 def import_model(
     fmt: str, directory: str | os.PathLike, allow_pickle: bool = False
 ) -> tuple[GPT, np.ndarray, dict[str, Any]]:
-    """Dispatch on ``fmt`` (:data:`FORMATS`)."""
+    """Dispatch on ``fmt`` (:data:`GPT2_FORMATS`; the causal-LM formats are imported by
+    ``headgeom.model.causal_import.import_causal_lm``)."""
     _known(fmt)
+    if fmt in CAUSAL_LM_FORMATS:
+        raise ModelImportError(f"import format {fmt!r} is a causal-LM format (causal_import)")
     if fmt == "tl-gpt2":
         return importing_tl.import_tl_gpt2(directory, allow_pickle)
     return import_hf_gpt2(directory, allow_pickle)
 
 
 def import_inputs(
-    directory: str | os.PathLike, allow_pickle: bool = False, fmt: str = "hf-gpt2"
+    directory: str | os.PathLike | None,
+    allow_pickle: bool = False,
+    fmt: str = "hf-gpt2",
+    spec: dict[str, Any] | None = None,
 ) -> list[str]:
     """The files an import of format ``fmt`` reads (its config.json and the weights), for
-    the workflow's inputs."""
+    the workflow's inputs; a causal-LM format reads its whole import block ``spec``."""
     _known(fmt)
+    if fmt in CAUSAL_LM_FORMATS:
+        from headgeom.model import causal_import
+
+        return causal_import.import_files(spec or {"format": fmt, "path": directory})
     root = Path(directory)
     if fmt == "tl-gpt2":
         return [str(f) for f in importing_tl.import_files(root, allow_pickle)]
@@ -240,11 +259,19 @@ def import_inputs(
 
 
 def imported_model_config(
-    fmt: str, directory: str | os.PathLike, allow_pickle: bool = False
+    fmt: str,
+    directory: str | os.PathLike | None,
+    allow_pickle: bool = False,
+    spec: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``learned`` model config (ModelConfig.to_dict) an import of ``fmt`` will give,
-    from the directory's config and (tl-gpt2) tensor shapes, without converting weights."""
+    from the directory's config and (tl-gpt2) tensor shapes, without converting weights;
+    for a causal-LM format, its ``hf-causal-lm`` config from the import block ``spec``."""
     _known(fmt)
+    if fmt in CAUSAL_LM_FORMATS:
+        from headgeom.model import causal_import
+
+        return causal_import.model_config(spec or {"format": fmt, "path": directory})
     if fmt == "tl-gpt2":
         return importing_tl.model_config(directory, allow_pickle)
     config = read_hf_config(directory)

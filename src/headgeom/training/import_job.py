@@ -1,7 +1,8 @@
 """The import job: a checkpoint the user brings (``models.<m>.import``) written as a whole
 run, where training writes a trained one (``training.job``): the converted checkpoint, its
 manifest with an ``import`` block, and a one-row run log with the validation loss measured
-as training measures it. The conversions themselves are ``headgeom.model.importing``'s."""
+as training measures it. The conversions themselves are ``headgeom.model.importing``'s (GPT-2
+formats) and ``headgeom.model.causal_import``'s (any registered causal LM, kept as itself)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import pandas as pd
 
 from headgeom import results
 from headgeom.hashing import content_hash, sha256_file, source_freeze
+from headgeom.model import causal_import
 from headgeom.model.checkpoint import save_checkpoint
 from headgeom.model.import_errors import ModelImportError
-from headgeom.model.importing import import_model
+from headgeom.model.importing import CAUSAL_LM_FORMATS, import_model
 from headgeom.runtime import environment
 from headgeom.training.loop import validation_loss
 
@@ -37,28 +39,40 @@ def import_run(
     in windows of ``n_ctx`` tokens, as training measures it; None leaves it null.
     The run log is the train log's shape with one row (step 0: nothing was trained)."""
     spec = run["import"]
-    model, vocab, record = import_model(
-        spec["format"], spec["path"], bool(spec.get("allow_pickle", False))
-    )
-    if model.cfg.to_dict() != run["model"]:
-        raise ModelImportError(
-            f"{spec['path']}: the files give model {model.cfg.to_dict()} but the study "
-            f"read {run['model']}; they changed since the workflow started (rerun)"
+    where = spec.get("path") or f"{spec.get('repo_id')}@{spec.get('revision')}"
+    if spec["format"] in CAUSAL_LM_FORMATS:
+        model, vocab, record, tokenizer = causal_import.import_causal_lm(spec)
+        sizes = {k: v for k, v in model.cfg.to_dict().items() if k != "hf_config"}
+        expected = {k: v for k, v in run["model"].items() if k != "hf_config"}
+        context = causal_import.context_length(model.cfg.to_dict())
+        # the validation text in the model's own ids (None without a tokenizer)
+        if val_ids is not None:
+            val_ids = None if tokenizer is None else causal_import.retokenize(val_ids, tokenizer)
+    else:
+        model, vocab, record = import_model(
+            spec["format"], spec["path"], bool(spec.get("allow_pickle", False))
         )
-    if n_ctx > model.cfg.n_ctx:
+        sizes, expected, context = model.cfg.to_dict(), run["model"], model.cfg.n_ctx
+    if sizes != expected:
         raise ModelImportError(
-            f"{spec['path']}: context length (n_positions / n_ctx) {model.cfg.n_ctx} < the "
-            f"study's n_ctx {n_ctx}"
+            f"{where}: the files give model {sizes} but the study read {expected}; they "
+            "changed since the workflow started (rerun)"
+        )
+    if context is not None and n_ctx > context:
+        raise ModelImportError(
+            f"{where}: context length (n_positions / n_ctx / max_position_embeddings) "
+            f"{context} < the study's n_ctx {n_ctx}"
         )
     val = None if val_ids is None else validation_loss(model, val_ids, n_ctx, batch_size)
     imported = {
         "format": record["format"],
-        "path": str(spec["path"]),
+        "path": where,
         "allow_pickle": bool(spec.get("allow_pickle", False)),
         "pickle": record["pickle"],
         "conversion_version": record["conversion_version"],
         "files_sha256": record["files_sha256"],
-        # format-specific: hf_config (hf-gpt2); tl_config, assumed, dropped_buffers (tl-gpt2)
+        # format-specific: hf_config (hf-gpt2); tl_config, assumed, dropped_buffers (tl-gpt2);
+        # source, the source record (causal-LM formats: hashes, family, conversion, versions)
         **{
             k: v
             for k, v in record.items()

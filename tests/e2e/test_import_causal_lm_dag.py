@@ -1,0 +1,78 @@
+"""The micro DAG up to clean evaluation and all-heads patching on an imported causal LM: a
+random tiny grouped-query Llama with its own tokenizer (written locally; nothing is
+downloaded), imported with format hf-causal-lm, its tasks built with its tokenizer."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from headgeom.hashing import sha256_file
+from headgeom.io import read_parquet_metadata
+from headgeom.model.checkpoint import load_verified
+from tests.e2e.conftest import REPO, make_workdir, snakemake
+
+pytestmark = pytest.mark.e2e
+pytest.importorskip("transformers", reason="building the tiny Llama needs transformers [dev]")
+TASKS = ("sva", "quote", "plural")
+MODEL, LAYERS, HEADS = "llama-tiny", 2, 4
+
+
+@pytest.fixture(scope="module")
+def llama_run(tmp_path_factory):
+    from tests.helpers.hf import save_tiny_llama
+
+    cfg = yaml.safe_load((REPO / "tests" / "e2e" / "import_llama.yaml").read_text())
+    work = make_workdir(tmp_path_factory.mktemp("llama") / "w", cfg)
+    hf = save_tiny_llama(work / MODEL, seed=0)
+    results = f"results/{cfg['study']}"
+    targets = [f"{results}/{stage}/{MODEL}/s0/{t}.parquet" for stage in ("eval", "patching")
+               for t in TASKS]  # fmt: skip
+    snakemake(work, "--cores", "2", *targets)
+    return work / results, hf
+
+
+def test_patching_covers_every_head_with_finite_effects(llama_run):
+    results, _ = llama_run
+    for task in TASKS:
+        effects = pq.read_table(results / "patching" / MODEL / "s0" / f"{task}.parquet").to_pandas()
+        heads = set(zip(effects["layer"], effects["head"], strict=True))
+        assert heads == {(layer, h) for layer in range(LAYERS) for h in range(HEADS)}, task
+        assert np.isfinite(effects["effect"]).all() and (effects["effect"] != 0).any(), task
+        per_example = effects.groupby(["split", "example_id"]).size()
+        assert (per_example == LAYERS * HEADS).all(), task
+
+
+def test_clean_evaluation_runs_on_the_models_own_tokens(llama_run):
+    results, _ = llama_run
+    for task in TASKS:
+        frame = pq.read_table(results / "eval" / MODEL / "s0" / f"{task}.parquet").to_pandas()
+        assert len(frame) and frame["n"].gt(0).all() and frame["accuracy"].between(0, 1).all()
+        meta = read_parquet_metadata(results / "tasks" / f"{task}.parquet")
+        tokenizer = json.loads(meta["tokenizer"])
+        assert tokenizer["kind"] == "directory"
+        assert tokenizer["files_sha256"]["tokenizer.json"] == sha256_file(
+            results.parents[1] / MODEL / "tokenizer.json"
+        )
+
+
+def test_the_manifest_holds_the_source_record_and_gates_the_checkpoint(llama_run):
+    results, hf = llama_run
+    run = results / "models" / MODEL / "s0"
+    record = json.loads((run / "manifest.json").read_text())
+    source = record["import"]["source"]
+    folder = results.parents[1] / MODEL
+    assert record["import"]["format"] == "hf-causal-lm"
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        assert source["files_sha256"][name] == sha256_file(folder / name), name
+    assert source["family"] == "llama" and "transformers" in source["versions"]
+    assert record["config"]["model"]["architecture"] == "hf-causal-lm"
+    assert record["config"]["model"]["n_kv_head"] == 2
+    assert record["checkpoint_file_sha256"] == sha256_file(run / "model.safetensors")
+    assert np.isfinite(record["val_loss_nats"])
+    model, vocab, _ = load_verified(run / "model.safetensors", run / "manifest.json")
+    assert model.cfg.n_head == HEADS and len(vocab) == hf.config.vocab_size
