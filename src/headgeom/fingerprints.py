@@ -203,6 +203,9 @@ def diagnosis(result: Comparison) -> str:
     """What the machine records can and cannot say about a difference in bytes: never that
     the kernels were the same, only that the records agree."""
     diff = result.machine
+    if result.missing and not result.different:
+        return ("every file the run has is equal, but it lacks published files: finish the "
+                "workflow (or name the target that makes them), then check again")  # fmt: skip
     if result.published_machines == 0:
         return ("the published list records no machine: whether the kernels differ cannot be "
                 "told")  # fmt: skip

@@ -100,6 +100,17 @@ def test_check_names_each_difference_and_the_machine_fields(tmp_path, capsys):
     assert "different kernels give different bytes" in out and "NOT reproduced" in out
 
 
+def test_an_unfinished_run_is_told_to_finish_not_blamed_on_kernels(tmp_path, capsys):
+    published = tmp_path / "demo.sha256"
+    published.write_text(fingerprints.collect(results_folder(tmp_path / "a")).text("demo"))
+    run = results_folder(tmp_path / "b", machine={**MACHINE, "cpu_capability": "AVX512"})
+    (run / "figures" / "figure5.csv").unlink()
+    assert fingerprints.main(["check", str(run), "--published", str(published)]) == 1
+    out = capsys.readouterr().out
+    assert "missing: figures/figure5.csv" in out and "finish the workflow" in out
+    assert "kernels differ" not in out
+
+
 def test_a_difference_on_the_same_machine_is_not_blamed_on_kernels(tmp_path, capsys):
     published = tmp_path / "demo.sha256"
     published.write_text(fingerprints.collect(results_folder(tmp_path / "a")).text("demo"))
