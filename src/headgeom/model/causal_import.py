@@ -27,8 +27,8 @@ import numpy as np
 from headgeom.model import facts
 from headgeom.model.hf import HFCausalLM, HFModelConfig
 from headgeom.model.import_errors import ModelImportError
-from headgeom.model.importing import weight_files
 from headgeom.model.sources import TOKENIZER_FILES, ModelSource, load_source
+from headgeom.model.weight_files import weight_files
 from headgeom.optional import require
 
 #: import format (``facts.CAUSAL_LM_FORMATS``) -> model source kind

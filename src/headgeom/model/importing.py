@@ -36,10 +36,11 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 
 from headgeom.hashing import sha256_file
-from headgeom.model import facts, importing_tl
+from headgeom.model import causal_import, facts, importing_tl
 from headgeom.model.config import ModelConfig
 from headgeom.model.gpt import GPT
 from headgeom.model.import_errors import ModelImportError
+from headgeom.model.weight_files import weight_files
 
 #: Version of the hf-gpt2 conversion below; recorded in every hf-gpt2 import manifest (bump
 #: on any change that could change a converted weight; tl-gpt2 has its own,
@@ -47,9 +48,8 @@ from headgeom.model.import_errors import ModelImportError
 CONVERSION_VERSION = 1
 #: Formats :func:`import_model` reads (converted to our GPT).
 GPT2_FORMATS = ("hf-gpt2", "tl-gpt2")
-#: Formats of any registered causal LM (``headgeom.model.causal_import.FORMATS``; imported
-#: there lazily: that module reads sources through ``headgeom.model.sources``, which uses
-#: :func:`weight_files` from here).
+#: Formats of any registered causal LM (``headgeom.model.causal_import.FORMATS``: imported
+#: there, through ``headgeom.model.sources``).
 CAUSAL_LM_FORMATS = facts.CAUSAL_LM_FORMATS
 #: Every import format.
 FORMATS = (*GPT2_FORMATS, *CAUSAL_LM_FORMATS)
@@ -126,30 +126,6 @@ def model_config(config: dict[str, Any]) -> dict[str, Any]:
         ln_eps=float(config.get("layer_norm_epsilon", 1e-5)),
         init_std=float(config.get("initializer_range", 0.02)),
     ).to_dict()
-
-
-def weight_files(directory: str | os.PathLike, allow_pickle: bool = False) -> list[Path]:
-    """The weight files of a GPT-2 directory: safetensors (one file or the index's shards),
-    else — only with ``allow_pickle`` — ``pytorch_model.bin``."""
-    root = Path(directory)
-    if (root / "model.safetensors").exists():
-        return [root / "model.safetensors"]
-    index = root / "model.safetensors.index.json"
-    if index.exists():
-        shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        absent = [s for s in shards if not (root / s).exists()]
-        if absent:
-            raise ModelImportError(f"{index}: names shards that are missing: {absent}")
-        return [index, *(root / s for s in shards)]
-    if (root / "pytorch_model.bin").exists():
-        if not allow_pickle:
-            raise ModelImportError(
-                f"{root}: only pickle weights (pytorch_model.bin); refused because loading a "
-                "pickle can execute arbitrary code. Convert them to model.safetensors, or opt "
-                "in with import.allow_pickle: true if you trust the file"
-            )
-        return [root / "pytorch_model.bin"]
-    raise ModelImportError(f"{root}: no model.safetensors (nor model.safetensors.index.json)")
 
 
 def _read_weights(files: list[Path]) -> dict[str, torch.Tensor]:
@@ -248,8 +224,6 @@ def import_inputs(
     the workflow's inputs; a causal-LM format reads its whole import block ``spec``."""
     _known(fmt)
     if fmt in CAUSAL_LM_FORMATS:
-        from headgeom.model import causal_import
-
         return causal_import.import_files(spec or {"format": fmt, "path": directory})
     root = Path(directory)
     if fmt == "tl-gpt2":
@@ -269,8 +243,6 @@ def imported_model_config(
     for a causal-LM format, its ``hf-causal-lm`` config from the import block ``spec``."""
     _known(fmt)
     if fmt in CAUSAL_LM_FORMATS:
-        from headgeom.model import causal_import
-
         return causal_import.model_config(spec or {"format": fmt, "path": directory})
     if fmt == "tl-gpt2":
         return importing_tl.model_config(directory, allow_pickle)

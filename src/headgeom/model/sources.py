@@ -5,7 +5,7 @@ A :class:`ModelSource` is one of
 
 * ``directory`` — a local ``transformers`` directory: ``config.json`` and safetensors weights
   (one file or an index's shards); pickle weights (``pytorch_model.bin``) are refused unless
-  ``allow_pickle`` (``headgeom.model.importing.weight_files``: unpickling can run code);
+  ``allow_pickle`` (``headgeom.model.weight_files``: unpickling can run code);
 * ``gguf`` — a GGUF file; ``transformers`` reads its config, tokenizer and tensors and
   dequantises them to float32 (needs the ``gguf`` package);
 * ``hub`` — a Hub id at a pinned revision (a 40-hex commit), downloaded into the local Hub
@@ -38,7 +38,7 @@ from headgeom.hashing import ManifestMismatchError, sha256_file
 from headgeom.model.families import family_of
 from headgeom.model.hf import HFCausalLM
 from headgeom.model.import_errors import ModelImportError
-from headgeom.model.importing import weight_files
+from headgeom.model.weight_files import weight_files
 from headgeom.optional import require
 
 KINDS = ("directory", "gguf", "hub")
