@@ -25,6 +25,7 @@ is one record in :data:`FAMILIES`.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -75,22 +76,13 @@ def _llama_like(name: str, model_types: tuple[str, ...]) -> Family:
 
 
 def _gemma(name: str, model_types: tuple[str, ...]) -> Family:
-    """Gemma 2/3: norms after attention and MLP, so what a block adds to the residual is the
-    post-norms' output."""
-    return Family(
-        name=name,
-        model_types=model_types,
-        layers="model.layers",
-        q_proj="self_attn.q_proj",
-        k_proj="self_attn.k_proj",
-        v_proj="self_attn.v_proj",
-        o_proj="self_attn.o_proj",
-        mlp="mlp",
+    """Gemma 2/3: Llama's layout with norms after attention and MLP, so what a block adds to
+    the residual is the post-norms' output."""
+    return dataclasses.replace(
+        _llama_like(name, model_types),
         attn_out="post_attention_layernorm",
         mlp_out="post_feedforward_layernorm",
         resid_mid="pre_feedforward_layernorm",
-        final_norm="model.norm",
-        lm_head="lm_head",
     )
 
 

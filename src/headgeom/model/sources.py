@@ -117,13 +117,24 @@ def _hashes(
 
 
 def _directory_files(root: Path, allow_pickle: bool) -> list[Path]:
-    if not root.is_dir():
-        raise SourceError(f"{root}: not a directory (a transformers model directory needed)")
     if not (root / "config.json").exists():
         raise SourceError(f"{root}: no config.json (not a transformers model directory)")
     weights = weight_files(root, allow_pickle)  # refuses pickle unless opted in
     tokenizer = [root / n for n in TOKENIZER_FILES if (root / n).exists()]
     return [root / "config.json", *weights, *tokenizer]
+
+
+def _directory_root(source: ModelSource, record: dict[str, Any]) -> Path:
+    """The folder a directory or Hub source reads (the Hub's: its local snapshot), with
+    where it came from added to ``record``."""
+    if source.kind == "hub":
+        record.update(repo_id=source.repo_id, revision=source.revision)
+        return _hub_directory(source)
+    root = Path(source.path)
+    if not root.is_dir():
+        raise SourceError(f"{root}: not a directory (a transformers model directory needed)")
+    record["path"] = str(root)
+    return root
 
 
 def _hub_directory(source: ModelSource) -> Path:
@@ -162,12 +173,7 @@ def load_source(
         )
         versions = _versions("gguf")
     else:
-        if source.kind == "hub":
-            root = _hub_directory(source)
-            record.update(repo_id=source.repo_id, revision=source.revision)
-        else:
-            root = Path(source.path)
-            record.update(path=str(root))
+        root = _directory_root(source, record)
         files = _directory_files(root, source.allow_pickle)
         pickle = any(f.suffix == ".bin" for f in files)
         record["pickle"] = pickle
@@ -219,14 +225,7 @@ def load_tokenizer(source: ModelSource) -> tuple[Any, dict[str, Any]]:
         record["path"] = str(path)
         versions = _versions("gguf", "tokenizers")
     else:
-        if source.kind == "hub":
-            root = _hub_directory(source)
-            record.update(repo_id=source.repo_id, revision=source.revision)
-        else:
-            root = Path(source.path)
-            if not root.is_dir():
-                raise SourceError(f"{root}: not a directory (a transformers model directory)")
-            record["path"] = str(root)
+        root = _directory_root(source, record)
         names = [n for n in ("config.json", *TOKENIZER_FILES) if (root / n).exists()]
         if not _TOKENIZER_DEFINING & set(names):
             raise SourceError(
