@@ -487,13 +487,15 @@ class Study(ResourceRequests):
                 f"config models.{first}.import: format hub cannot supply the tasks' tokenizer "
                 "offline; use hf-causal-lm with the model's local directory"
             )
-        sources = {m: s.get("path") for m, s in causal.items()}
+        sources = {m: (s.get("package"), s.get("path")) for m, s in causal.items()}
         if len(set(sources.values())) > 1:
             raise ValueError(
                 f"config models: the imported causal LMs name different sources {sources}; "
                 "the task files are built with one tokenizer, so a study imports one source"
             )
-        return str(spec["path"])
+        from headgeom.model import causal_import  # as importing above: transformers-free
+
+        return str(causal_import.source_of(spec).location)  # the GGUF file or the directory
 
     def task_tokenizer_files(self) -> list[str]:
         """The files make_tasks reads for :attr:`task_tokenizer` (none for GPT-2's)."""

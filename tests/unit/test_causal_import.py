@@ -67,7 +67,7 @@ def test_each_format_names_its_source(spec, kind):
 @pytest.mark.parametrize(
     ("spec", "message"),
     [({"format": "gguf"}, "import format gguf needs path"),
-     ({"format": "hf-causal-lm", "path": "d", "revision": "a" * 40}, "takes path, not revision"),
+     ({"format": "hf-causal-lm", "path": "d", "revision": "a" * 40}, "and package, not revision"),
      ({"format": "hub", "repo_id": "org/m", "revision": "main"}, "is not pinned"),
      ({"format": "hf-gpt2", "path": "d"}, "not a causal-LM format")],
 )  # fmt: skip

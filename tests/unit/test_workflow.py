@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from tests.e2e.conftest import REPO, make_workdir, snakemake
+from tests.helpers import smollm2
 
 CONFIGS = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "config").glob("*.yaml"))
 SNAKEFMT = Path(sys.executable).with_name("snakefmt")
@@ -24,6 +25,8 @@ def test_every_study_config_is_linted():
 @pytest.mark.e2e  # a Snakemake subprocess
 @pytest.mark.parametrize("configfile", CONFIGS)
 def test_snakemake_lint_is_clean(configfile):
+    if configfile == "config/smollm2.yaml" and smollm2.gguf() is None:
+        pytest.skip(f"{configfile} reads its model at planning time; {smollm2.INSTALL}")
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "--lint", f"--configfile={configfile}"],
         cwd=REPO,

@@ -19,7 +19,6 @@ of such a study are built with its tokenizer (``Study.task_tokenizer``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -40,16 +39,17 @@ CONVERSION_VERSION = 1
 
 
 def source_of(spec: Mapping[str, Any]) -> ModelSource:
-    """The model source an import block (format, path | repo_id + revision, allow_pickle)
-    names; a key the format does not take is refused, named."""
+    """The model source an import block (format, path [+ package] | repo_id + revision,
+    allow_pickle) names; a key the format does not take is refused, named."""
     fmt = spec["format"]
     if fmt not in SOURCE_KINDS:
         raise ModelImportError(f"import format {fmt!r} is not a causal-LM format ({FORMATS})")
     keys = ("repo_id", "revision") if fmt == "hub" else ("path",)
-    stray = [k for k in ("path", "repo_id", "revision") if k in spec and k not in keys]
+    takes = keys if fmt == "hub" else (*keys, "package")  # a file inside an installed package
+    stray = [k for k in ("path", "repo_id", "revision", "package") if k in spec and k not in takes]
     if stray:
         raise ModelImportError(
-            f"import format {fmt} takes {' and '.join(keys)}, not {', '.join(stray)}"
+            f"import format {fmt} takes {' and '.join(takes)}, not {', '.join(stray)}"
         )
     missing = [k for k in keys if not spec.get(k)]
     if missing:
@@ -57,6 +57,7 @@ def source_of(spec: Mapping[str, Any]) -> ModelSource:
     return ModelSource(
         kind=SOURCE_KINDS[fmt],
         allow_pickle=bool(spec.get("allow_pickle", False)),
+        package=spec.get("package"),
         **{k: str(spec[k]) for k in keys},
     )
 
@@ -64,7 +65,7 @@ def source_of(spec: Mapping[str, Any]) -> ModelSource:
 def _read_config(source: ModelSource) -> Any:
     """The ``transformers`` config of a local source (config.json, or the GGUF metadata)."""
     transformers = require("transformers", f"a {source.kind} model source")
-    path = Path(source.path)
+    path = source.location
     if source.kind == "gguf":
         require("gguf", "a gguf model source")
         if not path.is_file():
@@ -111,8 +112,8 @@ def import_files(spec: Mapping[str, Any]) -> list[str]:
     if source.kind == "hub":
         return []
     if source.kind == "gguf":
-        return [source.path]
-    root = Path(source.path)
+        return [str(source.location)]
+    root = source.location
     _read_config(source)
     weights = weight_files(root, source.allow_pickle)
     tokenizer = [root / n for n in TOKENIZER_FILES if (root / n).exists()]  # hashed, too

