@@ -32,6 +32,14 @@ reported with its error and the next one runs.
 * **leakage**: ``leakage.leakage_table`` on the same examples (rate for the projection).
 * **edges**: ``headgeom.analysis.edges`` (docs §15.1) vs its per-edge hook loop, in the analysis
   model's float32.
+* **real_model**: the real-model engine (``headgeom.model.hf.HFCausalLM``: a ``transformers``
+  causal LM with named sites) on a Llama-3.2-1B-shaped model built from its config with random
+  weights (16 layers × 32 query / 8 key-value heads, D = 2048, grouped-query attention, rotary;
+  nothing downloaded): all-heads patching (``patch_all_heads_fast``) of 64 examples × 3 tasks in
+  float32 and bfloat16: seconds per task, the engine's FLOPs (layer resumption: head patches ×
+  examples × positions × the layers from the patched one on) and their fraction of the
+  device's dense peak of that precision. Random weights make the effects meaningless and the
+  timing real: the cost does not depend on the values.
 * **projection**: every rule of the ``--config`` study's DAG (default config/paper.yaml) with
   jobs in it: its jobs from the Study's run sets (``headgeom.cost.JOBS``), work per job in
   ``headgeom.cost.UNITS``, on the device its config resources give it. GPU rules at the rates
@@ -102,8 +110,20 @@ SECTIONS = {
     "clamps": 30,
     "leakage": 20,
     "edges": 25,
+    "real_model": 80,  # a 1.2B-parameter model built on the device, 2 dtypes × 3 tasks
     "projection": 20,
 }
+# Llama-3.2-1B's shape (its config.json), and the dry mode's tiny stand-in of the same family
+LLAMA_1B = dict(
+    hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+    num_key_value_heads=8, head_dim=64, vocab_size=128256, max_position_embeddings=131072,
+    rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
+)  # fmt: skip
+LLAMA_TINY = dict(
+    hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=8, vocab_size=50257, max_position_embeddings=128,
+    rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
+)  # fmt: skip
 COMPILE_GUESS_S = 90  # a first compiled item starts only with this much of its budget left
 JSON_NAME, MD_NAME = "gpu_check.json", "gpu_check.md"
 
@@ -114,7 +134,7 @@ def parse_args(argv):
     p.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     p.add_argument("--tiny", action="store_true", help="dry mode: tiny shapes, 2-3 steps")
     p.add_argument("--peak-tflops", type=float, help="device peak for MFU (default: table)")
-    p.add_argument("--budget-s", type=float, default=400.0, help="all sections together (s)")
+    p.add_argument("--budget-s", type=float, default=480.0, help="all sections together (s)")
     p.add_argument("--sections", nargs="+", choices=list(SECTIONS), default=list(SECTIONS))
     p.add_argument("--config", default=str(ROOT / "config/paper.yaml"), help="projected study")
     p.add_argument(
@@ -948,6 +968,83 @@ def projection_section(ctx: Context, deadline: float) -> dict:
     }  # fmt: skip
 
 
+# --------------------------------------------------------------------------- real model
+def llama_1b(ctx: Context, dtype: torch.dtype):
+    """The Llama-3.2-1B-shaped model (dry mode: a tiny Llama) with random weights, built on
+    the device in ``dtype`` and wrapped with its named sites; seeded, eval mode."""
+    import transformers  # the hf extra: only this section needs it
+
+    from headgeom.model.hf import HFCausalLM
+
+    shape = LLAMA_TINY if ctx.tiny else LLAMA_1B
+    config = transformers.LlamaConfig(**shape)
+    torch.manual_seed(0)
+    with torch.device(ctx.device):  # 1.2B parameters: initialised where they run
+        hf = transformers.LlamaForCausalLM(config).to(dtype)
+    return HFCausalLM.wrap(hf.eval())
+
+
+def resumption_flops(model, pairs) -> float:
+    """FLOPs of all-heads patching by layer resumption: each (layer l, head, example) patch
+    runs layers l..L−1 on every position (2 FLOPs per multiply-add of each layer's matrices,
+    plus attention's QKᵀ and AV over all T × T scores, as dense kernels compute them), then
+    the final norm and two answer logits (not counted); the clean and reference forwards on
+    top. What layer resumption executes (prefix reuse would execute less)."""
+    c = model.cfg.hf_config
+    D, F = c["hidden_size"], c["intermediate_size"]
+    H, KV, d = model.cfg.n_head, model.cfg.n_kv_head, model.cfg.d_head
+    per_token_layer = 2 * (D * H * d + 2 * D * KV * d + H * d * D + 3 * D * F)
+    L = model.cfg.n_layer
+    total = 0.0
+    for clean in pairs[0]:
+        T = len(clean)
+        layer_flops = T * per_token_layer + 2 * 2 * H * d * T * T  # + QKᵀ and AV
+        patches = sum(H * (L - layer) for layer in range(L))  # layer-l patches run L−l layers
+        total += (patches + 2 * L) * layer_flops  # + the clean and reference forwards
+    return total
+
+
+def real_model_section(ctx: Context, deadline: float) -> dict:
+    import patching_engine  # benchmarks/: our engine's runner
+
+    from headgeom.analysis.patching import supports_fast, supports_prefix_reuse
+
+    configure_matmuls(ctx.device, "fp32")  # exact fp32 (TF32 off), as the analyses
+    data = examples(ctx, 4 if ctx.tiny else 64)
+    args = argparse.Namespace(batch_size=64, max_rows=4096)
+    peaks = device_peaks(ctx)
+    rows, skipped, shape = [], [], None
+    for dtype, precision in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
+        if over(deadline):
+            skipped.append(precision)
+            continue
+        reset_peak(ctx.device)
+        model = llama_1b(ctx, dtype)
+        shape = {"layers": model.cfg.n_layer, "query_heads": model.cfg.n_head,
+                 "kv_heads": model.cfg.n_kv_head, "d_model": model.cfg.d_model,
+                 "parameters": model.n_params(), "fast_engine": supports_fast(model),
+                 "prefix_reuse": supports_prefix_reuse(model)}  # fmt: skip
+        patching_engine.run_ours(model, [x[:1] for x in data["sva"]], args)  # warm-up
+        for task, pairs in data.items():
+            if over(deadline):
+                skipped.append(f"{precision} {task}")
+                continue
+            with Clock(ctx.device) as clock:
+                patching_engine.run_ours(model, pairs, args)
+            flops = resumption_flops(model, pairs)
+            peak = peaks.get(precision)
+            rows.append({
+                "precision": precision, "task": task, "n": len(pairs[0]),
+                "max_len": max(len(x) for x in pairs[0]), "seconds": clock.seconds,
+                "tflops": flops / 1e12, "tflop_per_s": flops / clock.seconds / 1e12,
+                "fraction_of_peak": flops / clock.seconds / 1e12 / peak if peak else None,
+                "peak_memory_bytes": peak_bytes(ctx.device),
+            })  # fmt: skip
+        del model
+    reset_peak(ctx.device)
+    return {"model": shape, "peak_tflops": peaks, "rows": rows, "skipped": skipped}
+
+
 SECTION_FUNCTIONS = {
     "training": training_section,
     "resume": resume_section,
@@ -955,6 +1052,7 @@ SECTION_FUNCTIONS = {
     "clamps": clamps_section,
     "leakage": leakage_section,
     "edges": edges_section,
+    "real_model": real_model_section,
     "projection": projection_section,
 }
 
@@ -1248,6 +1346,23 @@ def _md_projection(sec) -> list[str]:
     return lines
 
 
+def _md_real_model(sec) -> list[str]:
+    m = sec["model"] or {}
+    rows = [
+        [r["precision"], r["task"], str(r["n"]), str(r["max_len"]), _f(r["seconds"], ".2f"),
+         _f(r["tflops"], ".3g"), _f(r["tflop_per_s"], ".3g"), _f(r["fraction_of_peak"], ".1%")]
+        for r in sec["rows"]
+    ]  # fmt: skip
+    head = (
+        f"Llama-shaped, random weights: {m.get('layers')} layers × {m.get('query_heads')} "
+        f"query / {m.get('kv_heads')} key-value heads, D = {m.get('d_model')}, "
+        f"{_f(m.get('parameters'), ',.0f')} parameters; fast engine {m.get('fast_engine')}, "
+        f"prefix reuse {m.get('prefix_reuse')}"
+    )
+    header = ["dtype", "task", "n", "T", "s", "TFLOP", "TFLOP/s", "of peak"]
+    return [head, ""] + _table(header, rows)
+
+
 SECTION_MD = {
     "training": _md_training,
     "resume": _md_resume,
@@ -1255,6 +1370,7 @@ SECTION_MD = {
     "clamps": _md_clamps,
     "leakage": _md_leakage,
     "edges": _md_edges,
+    "real_model": _md_real_model,
     "projection": _md_projection,
 }
 

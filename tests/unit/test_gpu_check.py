@@ -23,7 +23,9 @@ from headgeom.analysis.tolerance import forward_tolerance
 from tests.tolerances import logit_scale, peer_tolerance
 
 ROOT = Path(__file__).resolve().parents[2]
-SECTIONS = ("training", "resume", "patching", "clamps", "leakage", "edges", "projection")
+SECTIONS = (
+    "training", "resume", "patching", "clamps", "leakage", "edges", "real_model", "projection"
+)  # fmt: skip
 
 
 def _load_gpu_check():
@@ -393,6 +395,40 @@ def test_cpu_rules_come_from_a_rehearsals_benchmarks(tmp_path, monkeypatch):
     assert rows["patch_heads"]["rate_source"] == "GPU measured in this run"
     runs = study_of(PAPER_CONFIG).runs
     assert rows["patch_heads"]["seconds"] == pytest.approx(per_model_seconds(runs, 3 * 780 / 10.0))
+
+
+def test_real_model_rows(dry_run):
+    sec = dry_run[0]["sections"]["real_model"]
+    assert sec["model"]["query_heads"] % sec["model"]["kv_heads"] == 0  # grouped-query
+    assert sec["model"]["query_heads"] > sec["model"]["kv_heads"]
+    rows = {(r["precision"], r["task"]) for r in sec["rows"]}
+    assert rows == {(p, t) for p in ("fp32", "bf16") for t in ("sva", "quote", "plural")}
+    for r in sec["rows"]:
+        assert r["seconds"] > 0 and r["tflops"] > 0
+        assert r["fraction_of_peak"] is None  # no peak for a CPU
+
+
+def test_real_model_flops_are_the_counted_flops_of_its_layers():
+    """The resumption FLOP count rests on one layer's FLOPs on T tokens; torch's own counter
+    over a full forward of the dry mode's Llama (its matmuls and attention, all T × T scores)
+    gives the layers' FLOPs plus the LM head's 2·T·D·V."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    gpu_check = _load_gpu_check()
+    ctx = gpu_check.Context(torch.device("cpu"), True, None, Path("."), ROOT / "config/paper.yaml")
+    model = gpu_check.llama_1b(ctx, torch.float32)
+    model.hf.config._attn_implementation = "eager"  # QKᵀ and AV as matmuls the counter sees
+    T, L, H = 7, model.cfg.n_layer, model.cfg.n_head
+    ids = torch.arange(T)[None] + 3
+    with FlopCounterMode(display=False) as counter:
+        model.hf(input_ids=ids, use_cache=False)
+    lm_head = 2 * T * model.cfg.d_model * model.cfg.n_vocab
+    layers = (counter.get_total_flops() - lm_head) / L
+    # one example of length T: H patches of layer l each run the L−l layers from l; the
+    # clean and reference forwards run all L layers each
+    patches = sum(H * (L - layer) for layer in range(L))
+    pairs = ([ids[0].numpy()], [ids[0].numpy()], None, None)
+    assert gpu_check.resumption_flops(model, pairs) == pytest.approx((patches + 2 * L) * layers)
 
 
 def test_markdown_has_every_section(dry_run):
