@@ -53,12 +53,15 @@ class RunSet:
     #: Config entries: model names (all seeds) or ``runs`` (a model, or {model, seeds}).
     entries: Literal["models", "runs"] = "models"
     #: The default: these geometries (on ``corpus`` where the study names corpora), the
-    #: models of paper selection ``selection``, the models ``capable`` says yes to, or every
-    #: model; always within run set ``within`` if given.
+    #: models of paper selection ``selection``, the models ``capable`` says yes to (of their
+    #: geometry), or every model; always within run set ``within`` if given.
     geometries: tuple[str, ...] | None = None
     corpus: str | None = None
     selection: str | None = None
     capable: Callable[[str], bool] | None = None
+    #: The registry flag of ``headgeom.model.registry.Architecture`` the analysis's engine
+    #: needs of a model's architecture: a default leaves other models out, naming one fails.
+    engine: str | None = None
     within: str | None = None
     #: ``all`` seeds, the ``first`` of each model, or the config flag that picks first seeds.
     seeds: str = "all"
@@ -70,11 +73,12 @@ class RunSet:
     union: tuple[str, ...] = ()
 
 
-def _edge_patching(geometry: str) -> bool:
-    """The edge engine reads the architecture's Q/K/V inputs (docs §15.1: GPT geometries)."""
+def engine_supports(study: Study, model: str, engine: str) -> bool:
+    """Whether ``model``'s architecture (:meth:`Study.architecture`: an imported causal LM
+    is ``hf-causal-lm``) declares the registry flag ``engine``, e.g. ``edge_patching``."""
     from headgeom.model import registry  # the architectures' engines: torch
 
-    return registry.architecture(facts.facts(geometry).architecture).edge_patching
+    return getattr(registry.architecture(study.architecture(model)), engine)
 
 
 RUN_SETS: dict[str, RunSet] = {
@@ -84,13 +88,13 @@ RUN_SETS: dict[str, RunSet] = {
         RunSet("first_seeds", seeds="first"),
         RunSet("leakage", config="leakage.models", capable=facts.has_shared_ln1),
         RunSet("clamp_pairs", config="clamps.pairs_models", entries="runs",
-               geometries=CLAMP_PAIRS),
+               geometries=CLAMP_PAIRS, engine="layer_parts"),
         RunSet("clamp_figure8", config="clamps.figure8_models", entries="runs",
-               selection="figure8"),
+               selection="figure8", engine="layer_parts"),
         RunSet("clamp_both_orders", config="clamps.both_orders_models", entries="runs",
-               geometries=CLAMP_BOTH_ORDERS),
+               geometries=CLAMP_BOTH_ORDERS, engine="layer_parts"),
         RunSet("clamp_lumped", config="clamps.lumped_models", entries="runs",
-               geometries=CLAMP_LUMPED),
+               geometries=CLAMP_LUMPED, engine="layer_parts"),
         RunSet("clamps", union=("clamp_pairs", "clamp_figure8", "clamp_both_orders",
                                 "clamp_lumped")),
         RunSet("dynamics_timeline", config="dynamics.models", entries="runs",
@@ -100,13 +104,14 @@ RUN_SETS: dict[str, RunSet] = {
         # edges (docs §15.1): every run of a Table 7 group whose architecture has the
         # engine's Q/K/V readers; ACDC (§15.4): the first seed of the all-rotated ones
         RunSet("edges", config="edges.models", geometries=tuple(selections.TABLE7_GROUPS),
-               capable=_edge_patching),
+               engine="edge_patching"),
         RunSet("acdc", config="edges.acdc_models", geometries=ACDC, within="edges",
                seeds="first"),
         # coordinate concentration (docs §15.2): the write-common-axis variants and learned
         # after W_O; read-common and all-common-axis join the pre-W_O comparison
         RunSet("coordinates", config="coordinates.models",
-               geometries=tuple(selections.COORDINATE_GROUPS), seeds="coordinates.first_seeds"),
+               geometries=tuple(selections.COORDINATE_GROUPS), seeds="coordinates.first_seeds",
+               engine="layer_parts"),
         # ablation modes and the block ablation atlas (docs §10.6): opt-in, first seeds
         RunSet("ablation_modes", config="ablation.mode_models", seeds="first",
                when=lambda study: bool(study.extra_modes)),
@@ -135,7 +140,9 @@ def _pool(study: Study, spec: RunSet) -> list[Run]:
 
 def _default(study: Study, spec: RunSet) -> list[Run]:
     if spec.selection is not None:
-        return selections.select_models(study.models, spec.selection)
+        chosen = selections.select_models(study.models, spec.selection)
+        return [(m, s) for m, s in chosen
+                if spec.engine is None or engine_supports(study, m, spec.engine)]  # fmt: skip
     named = any("corpus" in s for s in study.models.values())
     within = set(resolve(study, spec.within)) if spec.within else None
 
@@ -145,6 +152,7 @@ def _default(study: Study, spec: RunSet) -> list[Run]:
             (spec.geometries is None or geometry in spec.geometries)
             and (spec.corpus is None or not named or corpus == spec.corpus)
             and (spec.capable is None or spec.capable(geometry))
+            and (spec.engine is None or engine_supports(study, model, spec.engine))
             and not (spec.trained and study.is_imported(model))
             and (within is None or (model, seed) in within)
         )
@@ -162,6 +170,11 @@ def _named(study: Study, spec: RunSet, entries: list) -> list[Run]:
             raise unknown_model(model, study.models, where)
         if spec.trained and study.is_imported(model):
             raise ValueError(f"{where}: imported model {model!r} has no training checkpoints")
+        if spec.engine is not None and not engine_supports(study, model, spec.engine):
+            raise ValueError(
+                f"{where}: model {model!r} is a {study.architecture(model)} model, whose "
+                f"architecture lacks the engine's {spec.engine} (headgeom.model.registry)"
+            )
         seeds = [int(s) for s in study.models[model]["seeds"]]
         chosen = seeds if isinstance(entry, str) else [int(s) for s in entry["seeds"]]
         for seed in chosen:

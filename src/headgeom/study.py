@@ -418,6 +418,13 @@ class Study(ResourceRequests):
     def import_spec(self, model: str) -> dict:
         return self.models[model]["import"]
 
+    def architecture(self, model: str) -> str:
+        """The registry architecture a model runs as: an imported causal LM is itself
+        (``hf-causal-lm``), every other model its geometry's (GPT-2 imports: GPT)."""
+        if self.is_imported(model) and self.import_spec(model)["format"] in facts.CAUSAL_LM_FORMATS:
+            return facts.HF_CAUSAL_LM
+        return facts.facts(self.models[model]["geometry"]).architecture
+
     def _imported_model_config(self, model: str) -> dict:
         """The model section of an imported model: from its config.json (read now, so a
         missing or foreign directory fails before any job)."""

@@ -354,3 +354,5 @@ def test_every_geometry_has_its_facts_and_the_registry_reads_them():
     assert facts.study_geometry({"architecture": "multiscreen", "geometry": "learned"}) == (
         "multiscreen-learned"
     )
+    # a pretrained causal LM has no designed geometry: it is the unconstrained baseline
+    assert facts.study_geometry({"architecture": "hf-causal-lm", "family": "llama"}) == "learned"

@@ -446,6 +446,17 @@ def test_table3_lists_the_reversals_of_close_pairs(tmp_path):
     assert r"9.2 $<$ 10.0 $\rightarrow$ 24.0 $>$ 21.0" in table.latex()
 
 
+def test_table3_of_models_without_a_meaningful_index_gives_n_eff_alone(tmp_path):
+    """A study of one pretrained model (or routed models only): no row's head index is
+    comparable across layers, so every decomposition and null cell is N_eff alone / —."""
+    runs = [train_log(tmp_path / "r.parquet", "write-routed-a", "write-routed-a", 42)]
+    rows = [robustness_row("write-routed-a", 42, t, 4.0, 5.0, False)
+            for t in ("sva", "quote", "plural")]  # fmt: skip
+    table = table3({"runs": runs, "robustness": [write_rows(tmp_path / "r.rob.parquet", rows)]})
+    assert table.blocks[0].cells.values.tolist() == [["write-routed-a", "20.0", "20.0", "20.0"]]
+    assert table.blocks[1].cells.values.tolist() == [["write-routed-a", "—", "—", "—"]]
+
+
 def test_table3_fails_clearly_without_the_robustness_columns(tmp_path, table3_inputs):
     row = robustness_row("learned-s", 42, "sva", 2.0, 2.0)
     del row["N_index_p_lower"]

@@ -125,8 +125,12 @@ def is_base_architecture(name: str) -> bool:
 def study_geometry(model_config: dict) -> str:
     """The study geometry of a stored model config (a run config's ``model`` section): its
     ``geometry``, or for another architecture the geometry whose configs store that one
-    (a multiscreen-learned model's config says ``geometry: learned``)."""
-    arch, stored = model_config.get("architecture", GPT), model_config["geometry"]
+    (a multiscreen-learned model's config says ``geometry: learned``); a pretrained causal
+    LM (``hf-causal-lm``, no designed geometry) is the baseline ``learned``."""
+    arch = model_config.get("architecture", GPT)
+    if arch == HF_CAUSAL_LM:  # a pretrained model: unconstrained, as every imported model
+        return next(f.name for f in FACTS.values() if f.baseline)
+    stored = model_config["geometry"]
     for f in FACTS.values():
         if f.architecture == arch and (f.stored or f.name) == stored:
             return f.name

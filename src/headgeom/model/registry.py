@@ -59,7 +59,10 @@ class Architecture:
       engine may reuse the clean prefix;
     * ``edge_patching`` — its Q/K/V readers are the ones the edge engine re-evaluates on a
       patched residual (``headgeom.analysis.edges``: LN_1 or block readers, the value
-      adapter); docs §15.1 defines edges for GPT models only.
+      adapter); docs §15.1 defines edges for GPT models only;
+    * ``layer_parts`` — its blocks recompose a layer from its parts: the head outputs through
+      ``attn.writer`` and a given MLP output through ``after_attn``, which the clamp engine
+      (docs §13.3, §15.3) and coordinate concentration (§15.2) hold or rotate part by part.
     """
 
     name: str
@@ -70,6 +73,7 @@ class Architecture:
     fast_patching: bool
     prefix_reuse: bool
     edge_patching: bool
+    layer_parts: bool
 
 
 ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
@@ -85,6 +89,7 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
                 fast_patching=True,
                 prefix_reuse=True,
                 edge_patching=True,
+                layer_parts=True,
             ),
             # Windows and MiPE rotations depend on absolute positions only, so the tiles
             # have the KV-prefix forward too (``ScreeningBlock.forward_suffix``, docs §6.6).
@@ -97,6 +102,7 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
                 fast_patching=True,
                 prefix_reuse=True,
                 edge_patching=False,
+                layer_parts=True,
             ),
             # A transformers model's own forward, sites by hooks on its family's modules
             # (headgeom.model.families): the plain engines only, for now.
@@ -109,6 +115,7 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
                 fast_patching=False,
                 prefix_reuse=False,
                 edge_patching=False,
+                layer_parts=False,  # the transformers layer is run whole, by its own forward
             ),
         )
     }

@@ -116,6 +116,9 @@ def table3(inputs: Inputs) -> Table:
     wide = widen(tidy, values)
     keys = row_keys(wide)
     tasks = task_columns(wide, "N_eff")
+    for column in ((v, t) for v in values for t in tasks):
+        if column not in wide:  # no row's index is meaningful (e.g. pretrained models only)
+            wide[column] = np.nan
 
     def block(render: Callable[[str], list[str]]) -> pd.DataFrame:
         cells = pd.DataFrame({"Model": keys["label"]})

@@ -261,7 +261,7 @@ RECORDS: tuple[Output, ...] = (
            caption=("Paper Figure 8 (App. B.3): two-order path decomposition of the top-5 SVA "
                     "head effects: direct, via MLPs and via later attention (order A), and "
                     "both orders' shares.")),
-    Output("table7", "table", APPENDIX_B, build="edges:table7",
+    Output("table7", "table", APPENDIX_B, build="edges:table7", needs="edges",
            inputs={"runs": ("train_log", "edges"), "summaries": ("edge_summary", "edges"),
                    "acdc": ("acdc", "acdc")},
            caption=("Paper Table 7 (App. B.1): Spearman between an edge's weight-space PK and "
@@ -270,6 +270,7 @@ RECORDS: tuple[Output, ...] = (
                     "with the paper's values; second block: the ACDC circuit's incoming edges "
                     "to attention inputs by source type (App. B.4).")),
     Output("coordinates", "table", APPENDIX_B, build="coordinates:coordinates_table",
+           needs="coordinates",
            inputs={"runs": ("train_log", "coordinates"),
                    "coordinates": ("coordinates", "coordinates")},
            caption=("Coordinate concentration (App. B.2): top-10 single-direction share of the "
@@ -278,7 +279,7 @@ RECORDS: tuple[Output, ...] = (
                     "validation; the paper's SVA value in brackets and how often the selected "
                     "set beats every magnitude-matched random set.")),
     Output("coordinate_shares", "figure", APPENDIX_B, build="coordinates:coordinate_shares_data",
-           draw="coordinates:coordinate_shares",
+           draw="coordinates:coordinate_shares", needs="coordinates",
            inputs={"runs": ("train_log", "coordinates"),
                    "coordinates": ("coordinates", "coordinates"),
                    "directions": ("coordinate_directions", "coordinates")},
