@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from headgeom.paper.inputs import TASK_ORDER, TASK_TITLES
 
@@ -47,7 +48,8 @@ def agreement_figure(heads: pd.DataFrame, agreement: pd.DataFrame, title: str) -
         ax.axvline(0, color="0.85", lw=0.6, zorder=0)
         top = rows["top_exact"].to_numpy(bool)
         k = int(row["top_k"])
-        ax.scatter(x[~top], y[~top], s=12, color="0.6", lw=0, zorder=2, label="other heads")
+        if (~top).any():
+            ax.scatter(x[~top], y[~top], s=12, color="0.6", lw=0, zorder=2, label="other heads")
         ax.scatter(x[top], y[top], s=22, color=colour[0], lw=0, zorder=3,
                    label=f"exact top-{k}")  # fmt: skip
         ring = rows["top_atp"].to_numpy(bool)
@@ -56,10 +58,14 @@ def agreement_figure(heads: pd.DataFrame, agreement: pd.DataFrame, title: str) -
         labelled = list(zip(row["miss_layer"], row["miss_head"], row["miss_exact"],
                             row["miss_atp"], strict=True))[:LABELLED_MISSES]  # fmt: skip
         for layer, head, ex, at in labelled:
-            ax.annotate(f"L{layer}.H{head}", (ex, at), xytext=(4, -9), textcoords="offset points",
+            right = ex > (low + high) / 2  # label inwards, so it stays inside the panel
+            ax.annotate(f"L{layer}.H{head}", (ex, at), xytext=(-4 if right else 4, -9),
+                        textcoords="offset points", ha="right" if right else "left",
                         fontsize=6.5, color="0.2")  # fmt: skip
         ax.set_xlim(low, high)
         ax.set_ylim(low, high)
+        ax.xaxis.set_major_locator(MaxNLocator(5))
+        ax.yaxis.set_major_locator(MaxNLocator(5))
         ax.set_aspect("equal", adjustable="box")
         rho = row["spearman_rho"]
         tie = " (tie at k)" if row["top_k_boundary_tie"] else ""
