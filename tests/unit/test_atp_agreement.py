@@ -29,9 +29,10 @@ from headgeom.analysis.patching import (
 from headgeom.analysis.tolerance import rounding_tolerance
 from headgeom.hashing import sha256_file
 from headgeom.io import read_parquet_metadata, write_manifest, write_parquet
+from headgeom.model import registry
 from headgeom.model.checkpoint import save_checkpoint
 from tests.helpers.examples import TASK_SCHEMA, random_pairs
-from tests.helpers.models import N_VOCAB, small_gpt, zoo_model
+from tests.helpers.models import N_VOCAB, multiscreen_model, small_gpt, zoo_model
 from tests.scripts import load_script
 from tests.tolerances import largest, patch_tolerance
 
@@ -185,6 +186,25 @@ def test_atp_is_the_directional_derivative_along_the_patch(kind, monkeypatch):
     assert np.abs(derivative).max() > 1e-2  # the patch moves LD
     _, exact = patch_all_heads(model, *pairs, batch_size=3)
     assert np.abs(estimate - exact).max() > 1e-4  # a first-order estimate, not the patch
+
+
+@pytest.mark.parametrize(
+    "geometry", [*sorted(registry.geometry_names("gpt")), "multiscreen-learned"]
+)
+def test_atp_runs_on_every_geometry_with_the_exact_engines_clean_ld(geometry):
+    """Every model kind the studies patch: AtP's clean forward is the plain engine's (the same
+    forward, so equal up to batching round-off) and every estimate is finite."""
+    if geometry.startswith("multiscreen-"):
+        model = multiscreen_model(geometry.removeprefix("multiscreen-"))
+    else:
+        model = zoo_model(geometry)
+    pairs = random_pairs(4, (6, 7), seed=1)
+    clean_ld, estimate = attribution_patch(model, *pairs, batch_size=4)
+    exact_clean, _ = patch_all_heads(model, *pairs, batch_size=4)
+    np.testing.assert_allclose(clean_ld, exact_clean, rtol=0,
+                               atol=patch_tolerance(model, pairs[0], pairs[1]))  # fmt: skip
+    assert estimate.shape == (4, model.cfg.n_layer, model.cfg.n_head)
+    assert np.isfinite(estimate).all()
 
 
 def test_atp_takes_the_ablation_modes_fixed_z():
@@ -382,3 +402,28 @@ def test_the_stage_refuses_effects_of_another_task_or_without_its_split(tmp_path
     argv, _ = run_args(run, tmp_path, tmp_path / "other.parquet", tag="x")
     with pytest.raises(ValueError, match="other.parquet: task_dataset_sha256"):
         load_script("atp_agreement").main(argv)
+
+
+def test_the_stage_estimates_the_patch_the_effects_made(tmp_path):
+    """Effects patched with zero ablation: AtP takes the direction 0 − z (read from the
+    effects file's patch_mode), not the reference prompt's."""
+    run = make_run(tmp_path)
+    effects = tmp_path / "zero.parquet"
+    argv = ["--checkpoint", str(run["checkpoint"]), "--manifest", str(run["manifest"]),
+            "--task", str(run["task"]), "--splits", "evaluation", "--batch-size", "3",
+            "--model-name", "learned", "--seed", "42", "--device", "cpu", "--mode", "zero",
+            "--out", str(effects)]  # fmt: skip
+    assert load_script("patch_heads").main(argv) == 0
+    argv, outs = run_args(run, tmp_path, effects)
+    assert load_script("atp_agreement").main(argv) == 0
+    examples = pq.read_table(outs["examples"]).to_pandas()
+    first = SPLIT_SIZES["discovery"] + SPLIT_SIZES["validation"]
+    chosen = slice(first, first + SPLIT_SIZES["evaluation"])
+    pairs = [list(x)[chosen] for x in run["pairs"]]
+    cfg = run["model"].cfg
+    zero = torch.zeros(cfg.n_layer, cfg.n_head, cfg.d_head)
+    for replacement, equal in ((zero, True), (None, False)):
+        clean_ld, estimate = attribution_patch(run["model"], *pairs, 2, replacement=replacement)
+        want = (clean_ld[:, None, None] - estimate).reshape(-1)
+        assert np.allclose(examples["effect_atp"], want, rtol=0, atol=1e-12) is equal
+    assert read_parquet_metadata(outs["agreement"])["patch_mode"] == "zero"
