@@ -13,6 +13,7 @@ include: "rules/models.smk"
 include: "rules/tasks.smk"
 include: "rules/evaluate.smk"
 include: "rules/patching.smk"
+include: "rules/atp.smk"  # docs §10.1: AtP beside exact patching
 include: "rules/export.smk"
 include: "rules/concentration.smk"
 include: "rules/leakage.smk"

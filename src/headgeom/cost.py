@@ -132,6 +132,8 @@ UNITS: dict[str, tuple[str, Callable[[Study], float]]] = {
     "patch_step": ("examples patched (lanes split)", lambda s: _split(s, "sva", s.stage(
         "lanes")["split"])),
     "patch_modes": ("examples patched (tasks × extra modes)", _mode_patched),
+    "atp_agreement": ("examples estimated (concentration split, every task)", lambda s: sum(
+        _split(s, t, s.stage("concentration")["split"]) for t in TASKS)),
     "concentration": ("bootstrap + permutation draws (every task)", lambda s: len(TASKS) * (
         s.stage("concentration")["n_bootstrap"] + s.stage("concentration")["n_permutations"])),
     "concentration_step": ("bootstrap + permutation draws", lambda s: s.stage("concentration")[
@@ -164,6 +166,8 @@ ROWS: dict[str, Callable[[Study], float]] = {
     "train_timeline": lambda s: s.stage("training")["batch_size"],
     "patch_heads": lambda s: min(_patched_task(s), s.stage("patching")["batch_size"]),
     "patch_step": lambda s: min(UNITS["patch_step"][1](s), s.stage("patching")["batch_size"]),
+    "atp_agreement": lambda s: min(_split(s, "sva", s.stage("concentration")["split"]),
+                                   s.stage("patching")["batch_size"]),
     "leakage": lambda s: _split(s, "sva", s.stage("leakage")["split"]),
     "clamps": lambda s: min(_split(s, "sva", s.stage("clamps")["split"]),
                             s.stage("clamps")["batch_size"]),
@@ -263,6 +267,7 @@ JOBS: dict[str, Callable[[Study], list[Job]]] = {
     "evaluate_step": _steps,
     "patch_heads": lambda s: _runs(s.runs),  # every run's concentration (rule all), all tasks
     "patch_step": _steps,
+    "atp_agreement": lambda s: _runs(s.runs),  # every run (rule all), all tasks
     "concentration": lambda s: _runs(s.runs),
     "concentration_step": _steps,
     "compare_concentration": lambda s: [{"task": t} for t in TASKS] if s.pairs else [],

@@ -71,6 +71,12 @@ TEMPLATES = {
     "clamp_pairs": "clamps/{model}/s{seed}/pairs.parquet",
     "clamp_paths": "clamps/{model}/s{seed}/paths.parquet",
     "clamp_lumped": "clamps/{model}/s{seed}/lumped.parquet",
+    # attribution patching beside exact (rule atp_agreement): one run and task, and one
+    # figure per run
+    "atp_agreement": "atp/{model}/s{seed}/{task}.parquet",
+    "atp_heads": "atp/{model}/s{seed}/{task}.heads.parquet",
+    "atp_examples": "atp/{model}/s{seed}/{task}.examples.parquet",
+    "atp_figure": "atp/{model}/s{seed}/agreement.png",
     # across runs
     "param_counts": "models/param_counts.parquet",
     "paired": "concentration/compare/{task}.paired.parquet",
@@ -149,6 +155,10 @@ PRODUCERS = {
     "clamp_pairs": "clamps",
     "clamp_paths": "clamps",
     "clamp_lumped": "clamps",
+    "atp_agreement": "atp_agreement",
+    "atp_heads": "atp_agreement",
+    "atp_examples": "atp_agreement",
+    "atp_figure": "atp_agreement",
     "param_counts": "param_counts",
     "paired": "compare_concentration",
     "paired_logo": "compare_concentration",

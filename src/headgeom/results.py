@@ -527,6 +527,119 @@ EFFECTS = ResultTable(
     "(split, example, layer, head) of one (model, seed, task)",
 )
 
+# --- attribution patching beside exact (src/atp_agreement.py) ---------------------------
+#: example_id keeps the task file's type: write with ``ATP_EXAMPLES.with_type(...)``.
+ATP_EXAMPLES = ResultTable(
+    "atp_examples",
+    _schema(
+        _RUN_TASK_SPLIT,
+        [
+            ("example_id", pa.int32()),
+            ("layer", pa.int32()),
+            ("head", pa.int32()),
+            ("clean_ld", pa.float64()),
+            ("atp_ld", pa.float64()),
+            ("effect_atp", pa.float64()),
+            ("effect_exact", pa.float64()),
+        ],
+    ),
+    {
+        "split": "task split of the example (the analysis split)",
+        "example_id": "example id in the task file",
+        "layer": "layer l of the head, 0-based",
+        "clean_ld": "logit(correct) − logit(incorrect) at the final position, clean prompt "
+        "(AtP's clean forward)",
+        "atp_ld": "first-order estimate of the patched LD: clean_ld + Σ_t (z^ref − z)·∂LD/∂z "
+        "of head (l, h) (AtP: two forwards and one backward per batch)",
+        "effect_atp": "AtP's drop clean_ld − atp_ld",
+        "effect_exact": "the exact drop d_{l,h}(x) of the effects file (the head patched and "
+        "the model rerun)",
+    },
+    "(example, layer, head) of the analysis split of one (model, seed, task)",
+)
+ATP_HEADS = ResultTable(
+    "atp_heads",
+    _schema(
+        _RUN_TASK_SPLIT,
+        [
+            ("layer", pa.int32()),
+            ("head", pa.int32()),
+            ("n_examples", pa.int64()),
+            ("effect_exact", pa.float64()),
+            ("effect_atp", pa.float64()),
+            ("miss", pa.float64()),
+            ("rank_exact", pa.int64()),
+            ("rank_atp", pa.int64()),
+            ("top_exact", pa.bool_()),
+            ("top_atp", pa.bool_()),
+        ],
+    ),
+    {
+        "split": "split whose examples are averaged (the analysis split)",
+        "n_examples": "examples averaged",
+        "effect_exact": "signed mean exact drop e_{l,h} over the split's examples (the "
+        "concentration heads file's e)",
+        "effect_atp": "signed mean AtP drop over the same examples",
+        "miss": "effect_atp − effect_exact, logit units",
+        "rank_exact": "rank of |effect_exact| among the L·H heads, 1 = largest; ties in "
+        "row-major (layer, head) order",
+        "rank_atp": "rank of |effect_atp|, the same way",
+        "top_exact": "rank_exact ≤ k (the agreement file's top_k)",
+        "top_atp": "rank_atp ≤ k",
+    },
+    "(layer, head) of the analysis split of one (model, seed, task)",
+)
+ATP_AGREEMENT = ResultTable(
+    "atp_agreement",
+    _schema(
+        _RUN_TASK_SPLIT,
+        [
+            ("n_examples", pa.int64()),
+            ("n_heads", pa.int64()),
+            ("spearman_rho", pa.float64()),
+            ("spearman_p", pa.float64()),
+            ("spearman_rho_abs", pa.float64()),
+            ("top_k", pa.int64()),
+            ("top_k_overlap", pa.float64()),
+            ("top_k_boundary_tie", pa.bool_()),
+            ("E_exact", pa.float64()),
+            ("E_atp", pa.float64()),
+            ("N_eff_exact", pa.float64()),
+            ("N_eff_atp", pa.float64()),
+            ("max_abs_miss", pa.float64()),
+            ("miss_layer", pa.list_(pa.int32())),
+            ("miss_head", pa.list_(pa.int32())),
+            ("miss_exact", pa.list_(pa.float64())),
+            ("miss_atp", pa.list_(pa.float64())),
+        ],
+    ),
+    {
+        "split": "split whose per-head means are compared (the analysis split)",
+        "n_examples": "examples averaged into each head's effects",
+        "n_heads": "heads compared, L·H",
+        "spearman_rho": "Spearman ρ of the signed effects e_exact vs e_atp over the heads "
+        "(scipy.stats.spearmanr, average ranks for ties); null when a side is constant",
+        "spearman_p": "two-sided p of spearman_rho (scipy); null with it",
+        "spearman_rho_abs": "Spearman ρ of |e_exact| vs |e_atp| (the ranking by size)",
+        "top_k": "k = min(10, n_heads)",
+        "top_k_overlap": "|top-k by |e_exact| ∩ top-k by |e_atp|| / k; ties in |e| broken "
+        "in row-major (layer, head) order",
+        "top_k_boundary_tie": "the k-th and (k+1)-th largest |e| are equal on either side, "
+        "so the overlap depends on the tie-break",
+        "E_exact": "Σ|e_exact| (docs §10.2)",
+        "E_atp": "Σ|e_atp|",
+        "N_eff_exact": "N_eff of e_exact (docs §10.2); null when every effect is zero",
+        "N_eff_atp": "N_eff of e_atp, what AtP would report",
+        "max_abs_miss": "max over heads of |e_atp − e_exact|, logit units",
+        "miss_layer": "layers of the heads with the largest |e_atp − e_exact|, largest first "
+        "(ties row-major)",
+        "miss_head": "their head indices",
+        "miss_exact": "their e_exact",
+        "miss_atp": "their e_atp",
+    },
+    "(model, seed, task, split)",
+)
+
 # --- concentration (src/concentration.py) -------------------------------------------------
 _STAT_DESCRIPTIONS = {
     "n_examples": "examples averaged into e",

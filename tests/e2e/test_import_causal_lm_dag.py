@@ -30,7 +30,7 @@ def llama_run(tmp_path_factory):
     work = make_workdir(tmp_path_factory.mktemp("llama") / "w", cfg)
     hf = save_tiny_llama(work / MODEL, seed=0)
     results = f"results/{cfg['study']}"
-    targets = [f"{results}/{stage}/{MODEL}/s0/{t}.parquet" for stage in ("eval", "patching")
+    targets = [f"{results}/{stage}/{MODEL}/s0/{t}.parquet" for stage in ("eval", "patching", "atp")
                for t in TASKS]  # fmt: skip
     snakemake(work, "--cores", "2", *targets)
     return work / results, hf
@@ -45,6 +45,28 @@ def test_patching_covers_every_head_with_finite_effects(llama_run):
         assert np.isfinite(effects["effect"]).all() and (effects["effect"] != 0).any(), task
         per_example = effects.groupby(["split", "example_id"]).size()
         assert (per_example == LAYERS * HEADS).all(), task
+
+
+def test_atp_sits_beside_the_exact_effects_of_every_task(llama_run):
+    # rule atp_agreement on the imported model: every head of the evaluation split, the exact
+    # drops those of the effects file, one agreement row per task and the run's figure
+    results, _ = llama_run
+    run = results / "atp" / MODEL / "s0"
+    for task in TASKS:
+        (row,) = pq.read_table(run / f"{task}.parquet").to_pylist()
+        assert row["split"] == "evaluation" and row["n_heads"] == LAYERS * HEADS, task
+        assert row["n_examples"] == 16 and row["top_k"] == LAYERS * HEADS, task
+        examples = pq.read_table(run / f"{task}.examples.parquet").to_pandas()
+        effects = pq.read_table(results / "patching" / MODEL / "s0" / f"{task}.parquet")
+        effects = effects.to_pandas().query("split == 'evaluation'")
+        both = effects.merge(examples, on=["example_id", "layer", "head"], validate="1:1")
+        assert len(both) == len(examples) == 16 * LAYERS * HEADS, task
+        assert (both["effect"] == both["effect_exact"]).all(), task
+        assert np.isfinite(examples["effect_atp"]).all(), task
+        meta = read_parquet_metadata(run / f"{task}.parquet")
+        assert meta["effects_sha256"] == sha256_file(results / "patching" / MODEL / "s0"
+                                                     / f"{task}.parquet")  # fmt: skip
+    assert (run / "agreement.png").read_bytes().startswith(b"\x89PNG")
 
 
 def test_clean_evaluation_runs_on_the_models_own_tokens(llama_run):

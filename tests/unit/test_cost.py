@@ -176,7 +176,7 @@ CALIBRATION = REPO / "benchmarks" / "rehearsal_cpu.tsv"
 # Paper rules the calibration run had not reached when it was summarised (its first line
 # says so): their requests are the rule defaults, unchecked here. Measure them (a finished
 # rehearsal, `python -m headgeom.cost summary`) and empty this set.
-NOT_YET_MEASURED = set()
+NOT_YET_MEASURED = {"atp_agreement"}  # added after the calibration run (AtP beside exact)
 
 
 def test_paper_requests_cover_the_projected_cost():

@@ -138,6 +138,14 @@ def final_outputs(catalog=True):
         for t in TASKS
         for kind in ("robustness", "conditions", "logo")
     ]
+    # docs §10.1: AtP beside exact patching, every run: each task's agreement and the figure
+    atp = [
+        PATHS[kind].format(model=m, seed=s, task=t)
+        for m, s in STUDY.runs
+        for t in TASKS
+        for kind in ("atp_agreement", "atp_figure")
+    ]
+    atp = list(dict.fromkeys(atp))  # one figure per run
     pairs = [PATHS[k].format(task=t) for t in TASKS for k in ("paired", "paired_logo")]
     pairs = pairs if STUDY.pairs else []
     cross_model = [PATHS["loss"], PATHS["spearman"]]
@@ -162,6 +170,7 @@ def final_outputs(catalog=True):
         + figures
         + [PATHS["param_counts"]]
         + per_run_task
+        + atp
         + pairs
         + cross_model
         + exclusivity

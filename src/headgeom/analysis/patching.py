@@ -410,6 +410,7 @@ def attribution_patch(
     incorrect: Sequence[int],
     batch_size: int,
     progress: Progress = None,
+    replacement: torch.Tensor | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """APPROXIMATE head patching by attribution (a first-order Taylor expansion; a
     pre-filter, never a substitute for the exact engines).
@@ -422,11 +423,13 @@ def attribution_patch(
     so the drop is ≈ −(z_ref − z)·∂LD/∂z. Exact when LD is linear in z^{l,h} (e.g. at the
     last layer with frozen LayerNorm scale); wrong wherever the patch moves attention
     patterns, LayerNorm scales or GELUs far from the clean point. Same arguments and return
-    shape as :func:`patch_all_heads`; ``progress(L·H)`` per batch.
+    shape as :func:`patch_all_heads`; ``progress(L·H)`` per batch. ``replacement`` (L, H,
+    d_head), if given, is the mean or zero ablation's fixed z (:func:`replacement_cache`)
+    in place of the reference prompt's, as in the exact engines.
     """
 
     def run(model, clean, ref, correct, incorrect, progress):
-        return attribution_batch(model, clean, ref, correct, incorrect, progress)
+        return attribution_batch(model, clean, ref, correct, incorrect, progress, replacement)
 
     return patch_in_batches(
         model, clean_ids, ref_ids, correct, incorrect, batch_size, progress, run
@@ -440,14 +443,19 @@ def attribution_batch(
     correct: torch.Tensor,
     incorrect: torch.Tensor,
     progress: Progress = None,
+    replacement: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Clean LD (B,) and attribution-estimated patched LD (B, L, H) for one batch (see
     :func:`attribution_patch`). The gradient is taken through a zero offset added at every
-    ``hook_z``, so it is the total derivative through all later layers."""
+    ``hook_z``, so it is the total derivative through all later layers. ``replacement``:
+    see :func:`patch_batch` (None: the reference prompts' z)."""
     names = z_sites(model)
-    with torch.no_grad():
-        _, ref_cache = model.run_with_cache(ref, names, last_only=True)
     B, T = clean.shape
+    if replacement is None:
+        with torch.no_grad():
+            _, ref_cache = model.run_with_cache(ref, names, last_only=True)
+    else:
+        ref_cache = replacement_cache(model, replacement, (B, T))
     dtype = next(model.parameters()).dtype
     offsets = {
         name: torch.zeros(B, T, model.cfg.n_head, model.cfg.d_head, dtype=dtype,
