@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -296,6 +297,10 @@ class HFCausalLM(nn.Module):
         names = [f"blocks.{layer}.{s}" for layer in range(self.cfg.n_layer) for s in per_block]
         return [*names, "hook_resid_final"]
 
+    @functools.cached_property
+    def _site_set(self) -> frozenset[str]:
+        return frozenset(self.site_names())
+
     @contextlib.contextmanager
     def silenced(self, names: list[str] | None = None) -> Iterator[None]:
         """The hooks set on the sites ``names`` (None: every site) do nothing for the
@@ -341,7 +346,7 @@ class HFCausalLM(nn.Module):
         if name == "hook_resid_final":
             return _on_input(self._module(f.final_norm), fn)
         match = _BLOCK_SITE.fullmatch(name)
-        if match is None or name not in self.site_names():
+        if match is None or name not in self._site_set:
             raise KeyError(f"unknown site {name!r} of a {f.name} model; known: {self.site_names()}")
         layer, site = int(match[1]), match[2]
         block = self.layer_modules[layer]
@@ -367,7 +372,7 @@ class HFCausalLM(nn.Module):
     @contextlib.contextmanager
     def hooks(self, fns: Mapping[str, Hook]) -> Iterator[None]:
         """Attach ``fns`` to named sites; they are removed on exit, even after an error."""
-        unknown = set(fns) - set(self.site_names())
+        unknown = set(fns) - self._site_set
         if unknown:
             raise KeyError(f"unknown sites {sorted(unknown)}")
         handles = []
