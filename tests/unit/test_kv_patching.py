@@ -5,6 +5,7 @@
   the clean prefix, plain; batches of one and of all, rows cut by max_rows) equals a naive
   loop written here: one full transformers forward per key/value head with forward hooks on
   k_proj and v_proj replacing that head's slices by the reference run's.
+* The stage script (src/patch_kv_heads.py) on an imported grouped-query Llama checkpoint.
 * Where every query head has its own key/value head (a multi-head Llama, GPT-2's fused qkv,
   our own GPT), patching the query input and key/value head h together gives head h its
   reference z at every position (its attention reads only its own q, k, v; the norms and the
@@ -15,6 +16,8 @@
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 
@@ -29,8 +32,16 @@ from headgeom.analysis.kv_patching import (  # noqa: E402
 )
 from headgeom.analysis.patching import patch_all_heads  # noqa: E402
 from headgeom.analysis.tolerance import forward_tolerance  # noqa: E402
+from headgeom.hashing import sha256_file  # noqa: E402
+from headgeom.io import read_parquet_metadata, write_manifest, write_parquet  # noqa: E402
+from headgeom.model import causal_import  # noqa: E402
+from headgeom.model.checkpoint import load_verified, save_checkpoint  # noqa: E402
 from headgeom.model.hf import HFCausalLM  # noqa: E402
+from headgeom.training.import_job import import_run  # noqa: E402
+from tests.helpers.examples import TASK_SCHEMA  # noqa: E402
+from tests.helpers.hf import save_tiny_llama  # noqa: E402
 from tests.helpers.models import small_gpt  # noqa: E402
+from tests.scripts import load_script  # noqa: E402
 
 V, T, B = 97, 9, 3
 SIZES = dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64,
@@ -168,3 +179,83 @@ def test_sites_of_different_head_counts_are_refused_together():
     with pytest.raises(ValueError, match="different head counts"):
         patch_inputs(model, clean.tolist(), ref.tolist(), correct.tolist(), incorrect.tolist(),
                      batch_size=B, sites=(*QUERY, *KV))  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- the stage
+def _task_file(path, clean, ref, correct, incorrect, splits):
+    n = len(clean)
+    columns = {"example_id": list(range(n)), "split": splits, "condition": ["SS"] * n,
+               "lexical_group": ["g0"] * n, "clean_ids": clean.tolist(),
+               "ref_ids": ref.tolist(), "diff_position": [3] * n,
+               "correct_id": correct.tolist(), "incorrect_id": incorrect.tolist()}  # fmt: skip
+    table = pa.table(columns).cast(TASK_SCHEMA)
+    write_parquet(path, table, TASK_SCHEMA, metadata={"dataset_sha256": "ab" * 32})
+
+
+def _stage_args(ckpt, manifest, task, out):
+    return ["--checkpoint", str(ckpt), "--manifest", str(manifest), "--task", str(task),
+            "--splits", "discovery,evaluation", "--batch-size", "2", "--model-name", "llama",
+            "--seed", "0", "--task-name", "sva", "--device", "cpu", "--out", str(out)]  # fmt: skip
+
+
+def test_the_stage_writes_every_key_value_head_with_its_query_heads(tmp_path):
+    """src/patch_kv_heads.py on an imported grouped-query Llama: one row per (split,
+    example, layer, kv head), the drops of the engine on the verified checkpoint, the query
+    heads of each kv head, the clean LD of patch_heads, and the provenance metadata; a GPT
+    checkpoint (no key/value heads of its own) is refused."""
+    folder = tmp_path / "llama"
+    save_tiny_llama(folder, seed=3)
+    spec = {"format": "hf-causal-lm", "path": str(folder)}
+    run = {"model_name": "llama-tiny", "seed": 0, "import": spec,
+           "model": causal_import.model_config(spec)}  # fmt: skip
+    ckpt, manifest_path = tmp_path / "model.safetensors", tmp_path / "manifest.json"
+    manifest, _, _ = import_run(run, ckpt, None, n_ctx=16, batch_size=4)
+    write_manifest(manifest_path, manifest)
+    model, _, _ = load_verified(ckpt, manifest_path)
+    n_vocab = model.cfg.n_vocab
+    rng = np.random.default_rng(5)
+    clean = rng.integers(0, n_vocab, (5, 7))
+    ref = clean.copy()
+    ref[:, 3] = (clean[:, 3] + 1) % n_vocab
+    correct, incorrect = rng.integers(0, n_vocab, 5), rng.integers(0, n_vocab, 5)
+    splits = {"discovery": [0, 1], "evaluation": [2, 3, 4]}
+    task = tmp_path / "sva.parquet"
+    _task_file(task, clean, ref, correct, incorrect, ["discovery"] * 2 + ["evaluation"] * 3)
+    out, heads_out = tmp_path / "kv.parquet", tmp_path / "heads.parquet"
+    assert load_script("patch_kv_heads").main(_stage_args(ckpt, manifest_path, task, out)) == 0
+    assert load_script("patch_heads").main(_stage_args(ckpt, manifest_path, task, heads_out)) == 0
+
+    rows = pq.read_table(out).to_pandas()
+    L, n_kv = model.cfg.n_layer, model.cfg.n_kv_head
+    assert (L, n_kv) == (2, 2) and len(rows) == 5 * L * n_kv
+    expected_groups = [[0, 1] if j == 0 else [2, 3] for j in rows["kv_head"]]
+    assert [list(q) for q in rows["query_heads"]] == expected_groups
+    np.testing.assert_array_equal(rows["effect"], rows["clean_ld"] - rows["patched_ld"])
+    # the stage's numbers are the plain engine's on the verified model, split by split
+    with torch.no_grad():
+        scale = float(model(torch.as_tensor(np.concatenate([clean, ref]))).abs().max())
+    tol = forward_tolerance(model, scale)
+    for split, ids in splits.items():
+        _, patched = patch_kv_heads(model, clean[ids].tolist(), ref[ids].tolist(),
+                                    correct[ids].tolist(), incorrect[ids].tolist(),
+                                    batch_size=2, engine="plain")  # fmt: skip
+        part = rows[rows["split"] == split].sort_values(["example_id", "layer", "kv_head"])
+        assert np.abs(part["patched_ld"].to_numpy() - patched.reshape(-1)).max() <= tol
+    heads = pq.read_table(heads_out).to_pandas()
+    np.testing.assert_array_equal(
+        rows.groupby("example_id")["clean_ld"].first(),
+        heads.groupby("example_id")["clean_ld"].first(),
+    )
+    meta = read_parquet_metadata(out)
+    assert meta["analysis"] == "patch_kv_heads" and meta["n_kv_heads"] == "2"
+    assert meta["checkpoint_sha256"] == manifest["checkpoint_file_sha256"]
+    assert "attn.hook_k" in meta["patch_site"] and "[[0, 1], [2, 3]]" in meta["kv_groups"]
+    assert "stacked key/value heads" in meta["engine_paths"]
+
+    gpt = small_gpt("learned")  # one key and value per query head: refused, named
+    gpt_ckpt, gpt_manifest = tmp_path / "gpt.safetensors", tmp_path / "gpt.json"
+    save_checkpoint(gpt_ckpt, gpt, np.arange(gpt.cfg.n_vocab))
+    write_manifest(gpt_manifest, {"checkpoint_file_sha256": sha256_file(gpt_ckpt)})
+    argv = _stage_args(gpt_ckpt, gpt_manifest, task, tmp_path / "gpt.parquet")
+    with pytest.raises(SystemExit, match="gpt.safetensors: a GPT has no key/value heads"):
+        load_script("patch_kv_heads").main(argv)

@@ -209,10 +209,14 @@ def patch_kv_heads(model, clean_ids, ref_ids, correct, incorrect, batch_size, **
     return patch_inputs(model, clean_ids, ref_ids, correct, incorrect, batch_size, KV, **kwargs)
 
 
-def is_grouped_query(model: torch.nn.Module) -> bool:
-    """Whether query heads share key/value heads (``n_kv_head < n_head``; models without a
-    key/value head count have one per query head)."""
+def has_kv_heads(model: torch.nn.Module) -> bool:
+    """Whether the model's architecture has key/value heads of their own (its ``attn.hook_k``
+    site's head axis is ``kv_head``; ``cfg.n_kv_head`` and ``cfg.kv_groups`` say how many
+    and which query heads read each). Our GPTs have one key and value per query head."""
     arch = registry.architecture_of(model)
-    if arch is None or arch.sites.get("attn.hook_k", (None,) * 4)[2] != "kv_head":
-        return False
-    return model.cfg.n_kv_head < model.cfg.n_head
+    return arch is not None and arch.sites.get("attn.hook_k", (None,) * 4)[2] == "kv_head"
+
+
+def is_grouped_query(model: torch.nn.Module) -> bool:
+    """Whether query heads share key/value heads (``n_kv_head < n_head``)."""
+    return has_kv_heads(model) and model.cfg.n_kv_head < model.cfg.n_head
