@@ -4,9 +4,10 @@ against the clean prefix) give transformers' own logits, and head / key-value-he
 through our sites and by the fast engine equal plain torch hooks written here on the modules
 themselves (one forward per head).
 
-Sliding-window layers (Gemma 2/3, Mistral, the Qwen layers past ``max_window_layers``) see
-WINDOW < T keys and Gemma's logits are softcapped at 2, so a resumption that got a layer's mask
-or the final softcapping wrong fails here."""
+The models are ``tests.helpers.hf.tiny_family_config``'s: sliding-window layers (Gemma 2/3,
+Mistral, the Qwen layers past ``max_window_layers``) see 4 < T keys and Gemma's logits are
+softcapped at 2, so a resumption that got a layer's mask or the final softcapping wrong fails
+here."""
 
 from __future__ import annotations
 
@@ -29,39 +30,11 @@ from headgeom.hashing import canonical_json  # noqa: E402
 from headgeom.model import registry  # noqa: E402
 from headgeom.model.families import FAMILIES, UnsupportedFamilyError  # noqa: E402
 from headgeom.model.hf import HFCausalLM  # noqa: E402
+from tests.helpers.hf import TINY_VOCAB, tiny_family_config  # noqa: E402
 
-V, T, B = 97, 9, 3
-# initializer_range 0.2: effects well above float32 round-off on 32-wide models
-SIZES = dict(num_hidden_layers=2, intermediate_size=64, vocab_size=V, initializer_range=0.2)
-GQA = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, **SIZES)
-WINDOW = 4  # keys a sliding-window layer sees, < T
-QWEN_WINDOW = dict(use_sliding_window=True, sliding_window=WINDOW, max_window_layers=1)
-GEMMA = dict(head_dim=8, sliding_window=WINDOW, final_logit_softcapping=2.0,
-             layer_types=["sliding_attention", "full_attention"], **GQA)  # fmt: skip
-
-
-def _config(family: str):
-    return {
-        "llama": lambda: transformers.LlamaConfig(**GQA),
-        "qwen2": lambda: transformers.Qwen2Config(**QWEN_WINDOW, **GQA),
-        "qwen3": lambda: transformers.Qwen3Config(head_dim=8, **QWEN_WINDOW, **GQA),
-        "mistral": lambda: transformers.MistralConfig(sliding_window=WINDOW, **GQA),
-        "gemma2": lambda: transformers.Gemma2Config(**GEMMA),
-        "gemma3": lambda: transformers.Gemma3TextConfig(**GEMMA),
-        "gpt_neox": lambda: transformers.GPTNeoXConfig(
-            hidden_size=32, num_attention_heads=4, **SIZES
-        ),
-        "gpt2": lambda: transformers.GPT2Config(
-            n_embd=32,
-            n_head=4,
-            n_layer=2,
-            vocab_size=V,
-            n_positions=64,
-            initializer_range=0.2,
-            bos_token_id=0,
-            eos_token_id=0,
-        ),
-    }[family]()
+T, B = 9, 3
+V = TINY_VOCAB
+_config = tiny_family_config
 
 
 # Written here from each model's source, not from the family records: the layer list and
