@@ -185,6 +185,22 @@ def test_the_fast_engine_equals_the_naive_hook_loop(case, prefix_reuse):
 
 
 @torch.no_grad()
+def test_the_fast_engine_equals_the_plain_one_with_fixed_replacements(case):
+    """Mean / zero ablation (a fixed z per head at every position, so nothing of the clean
+    prefix is reused): the fast engine equals the plain one."""
+    family, hf, clean, ref, correct, incorrect = case
+    model = HFCausalLM.wrap(hf)
+    torch.manual_seed(5)
+    replacement = torch.randn(model.cfg.n_layer, model.cfg.n_head, model.cfg.d_head)
+    args = (clean.tolist(), ref.tolist(), correct.tolist(), incorrect.tolist())
+    plain = patch_all_heads(model, *args, batch_size=B, replacement=replacement)
+    fast = patch_all_heads_fast(model, *args, batch_size=B, max_rows=5, replacement=replacement)
+    tol = forward_tolerance(model, float(hf(input_ids=clean).logits.abs().max()))
+    assert np.abs(fast[1] - plain[1]).max() <= tol
+    assert np.abs(plain[0][:, None, None] - plain[1]).max() > 1000 * tol
+
+
+@torch.no_grad()
 def test_resumed_layers_give_transformers_own_logits(case):
     """From the cached residual entering any layer l: the layers on whole sequences, or
     ``after_z`` on the cached z and ``forward_suffix`` against the clean prefix's cached
