@@ -129,6 +129,7 @@ UNITS: dict[str, tuple[str, Callable[[Study], float]]] = {
     "evaluate_clean": ("task examples (every split)", _all_examples),
     "evaluate_step": ("task examples (every split, SVA)", _task_examples),
     "patch_heads": ("examples patched (every task)", _patched),
+    "patch_kv_heads": ("examples patched (every task)", _patched),
     "patch_step": ("examples patched (lanes split)", lambda s: _split(s, "sva", s.stage(
         "lanes")["split"])),
     "patch_modes": ("examples patched (tasks × extra modes)", _mode_patched),
@@ -165,6 +166,7 @@ ROWS: dict[str, Callable[[Study], float]] = {
     "train": lambda s: s.stage("training")["batch_size"],
     "train_timeline": lambda s: s.stage("training")["batch_size"],
     "patch_heads": lambda s: min(_patched_task(s), s.stage("patching")["batch_size"]),
+    "patch_kv_heads": lambda s: min(_patched_task(s), s.stage("patching")["batch_size"]),
     "patch_step": lambda s: min(UNITS["patch_step"][1](s), s.stage("patching")["batch_size"]),
     "atp_agreement": lambda s: min(_split(s, "sva", s.stage("concentration")["split"]),
                                    s.stage("patching")["batch_size"]),
@@ -266,6 +268,7 @@ JOBS: dict[str, Callable[[Study], list[Job]]] = {
                                              s.run_set("dynamics_timeline"))),
     "evaluate_step": _steps,
     "patch_heads": lambda s: _runs(s.runs),  # every run's concentration (rule all), all tasks
+    "patch_kv_heads": lambda s: _runs(s.grouped_query_runs),
     "patch_step": _steps,
     "atp_agreement": lambda s: _runs(s.runs),  # every run (rule all), all tasks
     "concentration": lambda s: _runs(s.runs),

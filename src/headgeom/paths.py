@@ -67,6 +67,8 @@ TEMPLATES = {
     "resume": "models/{model}/s{seed}/resume",  # resumable training state; not an output
     "hf": "models/{model}/s{seed}/hf",
     **RUN_TEMPLATES,
+    # one run and task of a grouped-query causal LM (rule patch_kv_heads; docs §10.1)
+    "kv_effects": "patching_kv/{model}/s{seed}/{task}.parquet",
     # one run, every task (rule clamps; docs §13.3, §15.3)
     "clamp_pairs": "clamps/{model}/s{seed}/pairs.parquet",
     "clamp_paths": "clamps/{model}/s{seed}/paths.parquet",
@@ -145,6 +147,7 @@ PRODUCERS = {
     "geometry_heads": "geometry_stats",
     "eval": "evaluate_clean",
     "effects": "patch_heads",
+    "kv_effects": "patch_kv_heads",
     "summary": "concentration",
     "heads": "concentration",
     "robustness": "concentration",

@@ -527,6 +527,38 @@ EFFECTS = ResultTable(
     "(split, example, layer, head) of one (model, seed, task)",
 )
 
+# --- key/value-head patching of grouped-query models (src/patch_kv_heads.py) -------------
+#: example_id keeps the task file's type, as in EFFECTS.
+KV_EFFECTS = ResultTable(
+    "kv_effects",
+    _schema(
+        _RUN_TASK_SPLIT,
+        [
+            ("example_id", pa.int32()),
+            ("condition", pa.string()),
+            ("lexical_group", pa.string()),
+            ("layer", pa.int32()),
+            ("kv_head", pa.int32()),
+            ("query_heads", pa.list_(pa.int32())),
+            ("clean_ld", pa.float64()),
+            ("patched_ld", pa.float64()),
+            ("effect", pa.float64()),
+        ],
+    ),
+    {
+        "model": "model configuration name (the {model} wildcard)",
+        "example_id": "example id in the task file",
+        "layer": "layer l of the patched key/value head, 0-based",
+        "kv_head": "key/value head j within the layer, 0-based",
+        "query_heads": "the query heads h that read key/value head j (cfg.kv_groups[j])",
+        "clean_ld": "logit(correct) − logit(incorrect) at the final position, clean prompt",
+        "patched_ld": "the same with key/value head j's k and v projection outputs replaced by "
+        "their reference values at all positions (before k-norm and rotary, docs §10.1)",
+        "effect": "drop d_{l,j}(x) = clean_ld − patched_ld (positive: the patch hurts)",
+    },
+    "(split, example, layer, key/value head) of one (model, seed, task)",
+)
+
 # --- attribution patching beside exact (src/atp_agreement.py) ---------------------------
 #: example_id keeps the task file's type: write with ``ATP_EXAMPLES.with_type(...)``.
 ATP_EXAMPLES = ResultTable(

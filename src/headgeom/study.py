@@ -407,6 +407,17 @@ class Study(ResourceRequests):
     def trained_models(self) -> list[str]:
         return [m for m in self.models if not self.is_imported(m)]
 
+    @property
+    def grouped_query_runs(self) -> list[tuple[str, int]]:
+        """The runs of imported causal LMs whose query heads share key/value heads
+        (``n_kv_head < n_head`` in their model config): rule patch_kv_heads patches them."""
+
+        def grouped(model: str) -> bool:
+            cfg = self.model_config(model)  # GPT configs (hf-gpt2 imports) have no n_kv_head
+            return "n_kv_head" in cfg and cfg["n_kv_head"] < cfg["n_head"]
+
+        return [(m, s) for m, s in self.runs if self.is_imported(m) and grouped(m)]
+
     @staticmethod
     def model_pattern(models: Iterable[str]) -> str:
         """A wildcard regex matching exactly ``models`` (none: a regex that matches nothing)."""

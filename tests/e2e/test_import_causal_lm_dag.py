@@ -1,6 +1,7 @@
-"""The micro DAG up to clean evaluation and all-heads patching on an imported causal LM: a
-random tiny grouped-query Llama with its own tokenizer (written locally; nothing is
-downloaded), imported with format hf-causal-lm, its tasks built with its tokenizer."""
+"""The micro DAG up to clean evaluation, all-heads patching and key/value-head patching on
+an imported causal LM: a random tiny grouped-query Llama with its own tokenizer (written
+locally; nothing is downloaded), imported with format hf-causal-lm, its tasks built with its
+tokenizer."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from tests.e2e.conftest import REPO, make_workdir, snakemake
 pytestmark = pytest.mark.e2e
 pytest.importorskip("transformers", reason="building the tiny Llama needs transformers [dev]")
 TASKS = ("sva", "quote", "plural")
-MODEL, LAYERS, HEADS = "llama-tiny", 2, 4
+MODEL, LAYERS, HEADS, KV_HEADS = "llama-tiny", 2, 4, 2
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +31,8 @@ def llama_run(tmp_path_factory):
     work = make_workdir(tmp_path_factory.mktemp("llama") / "w", cfg)
     hf = save_tiny_llama(work / MODEL, seed=0)
     results = f"results/{cfg['study']}"
-    targets = [f"{results}/{stage}/{MODEL}/s0/{t}.parquet" for stage in ("eval", "patching", "atp")
-               for t in TASKS]  # fmt: skip
+    stages = ("eval", "patching", "patching_kv", "atp")
+    targets = [f"{results}/{stage}/{MODEL}/s0/{t}.parquet" for stage in stages for t in TASKS]
     snakemake(work, "--cores", "2", *targets)
     return work / results, hf
 
@@ -67,6 +68,17 @@ def test_atp_sits_beside_the_exact_effects_of_every_task(llama_run):
         assert meta["effects_sha256"] == sha256_file(results / "patching" / MODEL / "s0"
                                                      / f"{task}.parquet")  # fmt: skip
     assert (run / "agreement.png").read_bytes().startswith(b"\x89PNG")
+def test_key_value_head_patching_covers_every_kv_head_with_its_query_heads(llama_run):
+    results, _ = llama_run
+    for task in TASKS:
+        path = results / "patching_kv" / MODEL / "s0" / f"{task}.parquet"
+        rows = pq.read_table(path).to_pandas()
+        heads = set(zip(rows["layer"], rows["kv_head"], strict=True))
+        assert heads == {(layer, j) for layer in range(LAYERS) for j in range(KV_HEADS)}, task
+        assert {tuple(q) for q in rows["query_heads"]} == {(0, 1), (2, 3)}, task
+        assert np.isfinite(rows["effect"]).all() and (rows["effect"] != 0).any(), task
+        assert (rows.groupby(["split", "example_id"]).size() == LAYERS * KV_HEADS).all(), task
+        assert read_parquet_metadata(path)["analysis"] == "patch_kv_heads"
 
 
 def test_clean_evaluation_runs_on_the_models_own_tokens(llama_run):

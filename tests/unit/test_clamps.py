@@ -13,8 +13,11 @@ from headgeom.analysis.clamps import Case, ClampSet
 from headgeom.analysis.patching import logit_difference
 from headgeom.analysis.tolerance import forward_tolerance
 from headgeom.model import registry
+from headgeom.model.families import FAMILIES
 from headgeom.model.gpt import site
+from headgeom.model.hf import HFCausalLM
 from tests.helpers.examples import random_pairs
+from tests.helpers.hf import TINY_VOCAB, tiny_family_config
 from tests.helpers.models import multiscreen_model, zoo_model
 from tests.tolerances import patch_tolerance
 
@@ -99,6 +102,28 @@ def test_engine_equals_naive_for_multiscreen(geometry):
     _, got = clamps.clamp_patch(model, *pairs, cases, batch_size=3)
     tol = patch_tolerance(model, pairs[0], pairs[1])  # routes part at block 0: L + 1 stages
     np.testing.assert_allclose(got, naive(model, *pairs, cases), rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("prefix_reuse", [True, False])
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_engine_equals_naive_hooks_on_every_transformers_family(family, prefix_reuse):
+    """A wrapped transformers causal LM runs the clamp engine through its layers' own
+    forward (headgeom.model.hf_blocks): sliding windows, post-norms, parallel residuals."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(1234)
+    hf = transformers.AutoModelForCausalLM.from_config(tiny_family_config(family)).eval()
+    model = HFCausalLM.wrap(hf)
+    rng = np.random.default_rng(2)
+    pairs = random_pairs(5, (5, 7), seed=2)
+    pairs = (*pairs[:2], rng.integers(0, TINY_VOCAB, 5), rng.integers(0, TINY_VOCAB, 5))
+    cases = mixed_cases(model)
+    clean_ld, got = clamps.clamp_patch(
+        model, *pairs, cases, batch_size=3, max_rows=5, prefix_reuse=prefix_reuse
+    )
+    want = naive(model, *pairs, cases)
+    tol = patch_tolerance(model, pairs[0], pairs[1])  # routes part at block 0
+    np.testing.assert_allclose(got, want, rtol=0, atol=tol)
+    assert np.abs(clean_ld[:, None] - want).max() > 1000 * tol  # the cases do something
 
 
 # --------------------------------------------------------------------------- checks C12, C13

@@ -1,6 +1,13 @@
 """Every registered transformers family on a tiny random model: our wrapper's logits are
-transformers' own, and head / key-value-head patches through our sites equal plain torch hooks
-written here on the modules themselves (one forward per head)."""
+transformers' own, its layers resumed from a cached residual (whole sequences, or a suffix
+against the clean prefix) give transformers' own logits, and head / key-value-head patches
+through our sites and by the fast engine equal plain torch hooks written here on the modules
+themselves (one forward per head).
+
+The models are ``tests.helpers.hf.tiny_family_config``'s: sliding-window layers (Gemma 2/3,
+Mistral, the Qwen layers past ``max_window_layers``) see 4 < T keys and Gemma's logits are
+softcapped at 2, so a resumption that got a layer's mask or the final softcapping wrong fails
+here."""
 
 from __future__ import annotations
 
@@ -12,41 +19,22 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from headgeom.analysis.patching import patch_all_heads, patch_all_heads_fast  # noqa: E402
+from headgeom.analysis.patching import (  # noqa: E402
+    patch_all_heads,
+    patch_all_heads_fast,
+    supports_fast,
+    supports_prefix_reuse,
+)
 from headgeom.analysis.tolerance import forward_tolerance, rounding_tolerance  # noqa: E402
 from headgeom.hashing import canonical_json  # noqa: E402
 from headgeom.model import registry  # noqa: E402
 from headgeom.model.families import FAMILIES, UnsupportedFamilyError  # noqa: E402
 from headgeom.model.hf import HFCausalLM  # noqa: E402
+from tests.helpers.hf import TINY_VOCAB, tiny_family_config  # noqa: E402
 
-V, T, B = 97, 9, 3
-# initializer_range 0.2: effects well above float32 round-off on 32-wide models
-SIZES = dict(num_hidden_layers=2, intermediate_size=64, vocab_size=V, initializer_range=0.2)
-GQA = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, **SIZES)
-
-
-def _config(family: str):
-    return {
-        "llama": lambda: transformers.LlamaConfig(**GQA),
-        "qwen2": lambda: transformers.Qwen2Config(**GQA),
-        "qwen3": lambda: transformers.Qwen3Config(head_dim=8, **GQA),
-        "mistral": lambda: transformers.MistralConfig(**GQA),
-        "gemma2": lambda: transformers.Gemma2Config(head_dim=8, **GQA),
-        "gemma3": lambda: transformers.Gemma3TextConfig(head_dim=8, **GQA),
-        "gpt_neox": lambda: transformers.GPTNeoXConfig(
-            hidden_size=32, num_attention_heads=4, **SIZES
-        ),
-        "gpt2": lambda: transformers.GPT2Config(
-            n_embd=32,
-            n_head=4,
-            n_layer=2,
-            vocab_size=V,
-            n_positions=64,
-            initializer_range=0.2,
-            bos_token_id=0,
-            eos_token_id=0,
-        ),
-    }[family]()
+T, B = 9, 3
+V = TINY_VOCAB
+_config = tiny_family_config
 
 
 # Written here from each model's source, not from the family records: the layer list and
@@ -122,14 +110,11 @@ def test_every_family_is_registered_and_its_logits_are_transformers_own(case):
         assert tuple(value.shape) == tuple(sizes[a] for a in axes[site]), name
 
 
-@torch.no_grad()
-def test_every_query_head_patch_equals_a_plain_hook_on_the_output_projection(case):
-    family, hf, clean, ref, correct, incorrect = case
-    model = HFCausalLM.wrap(hf)
-    L, H, d = model.cfg.n_layer, model.cfg.n_head, model.cfg.d_head
-
-    # naive: capture o_proj's input on the reference run, then one clean forward per head with
-    # that head's slice replaced by a forward pre-hook
+def _naive_head_patching(hf, clean, ref, correct, incorrect) -> np.ndarray:
+    """Patched LD (B, L, H): o_proj's input captured on the reference run, then one clean
+    forward per head with that head's slice replaced by a forward pre-hook."""
+    cfg = HFCausalLM.wrap(hf).cfg
+    L, H, d = cfg.n_layer, cfg.n_head, cfg.d_head
     ref_z = {}
     handles = [
         _o_proj(hf, layer).register_forward_pre_hook(
@@ -140,7 +125,7 @@ def test_every_query_head_patch_equals_a_plain_hook_on_the_output_projection(cas
     hf(input_ids=ref)
     for h in handles:
         h.remove()
-    naive = np.empty((B, L, H))
+    naive = np.empty((len(clean), L, H))
     for layer in range(L):
         for head in range(H):
             cols = slice(head * d, (head + 1) * d)
@@ -153,7 +138,14 @@ def test_every_query_head_patch_equals_a_plain_hook_on_the_output_projection(cas
             handle = _o_proj(hf, layer).register_forward_pre_hook(swap)
             naive[:, layer, head] = _ld(hf(input_ids=clean).logits, correct, incorrect).numpy()
             handle.remove()
+    return naive
 
+
+@torch.no_grad()
+def test_every_query_head_patch_equals_a_plain_hook_on_the_output_projection(case):
+    family, hf, clean, ref, correct, incorrect = case
+    model = HFCausalLM.wrap(hf)
+    naive = _naive_head_patching(hf, clean, ref, correct, incorrect)
     clean_ld, patched = patch_all_heads(
         model, clean.tolist(), ref.tolist(), correct.tolist(), incorrect.tolist(), batch_size=B
     )
@@ -161,14 +153,98 @@ def test_every_query_head_patch_equals_a_plain_hook_on_the_output_projection(cas
     expected_clean = _ld(hf(input_ids=clean).logits, correct, incorrect).numpy()
     assert np.abs(clean_ld - expected_clean).max() <= tol
     assert np.abs(patched - naive).max() <= tol
-    # the fast engine's entry point looks the model up in the registry: no fast_patching
-    # declared, so it runs the plain engine, byte for byte
-    fast = patch_all_heads_fast(
-        model, clean.tolist(), ref.tolist(), correct.tolist(), incorrect.tolist(), batch_size=B
-    )
-    np.testing.assert_array_equal(fast[1], patched)
     # the comparison can fail: the effects are far above the tolerance
     assert np.abs(clean_ld[:, None, None] - naive).max() > 1000 * tol
+
+
+@pytest.mark.parametrize("prefix_reuse", [True, False])
+@torch.no_grad()
+def test_the_fast_engine_equals_the_naive_hook_loop(case, prefix_reuse):
+    """Layer resumption, stacked rows (max_rows 5 cuts the heads × examples into several
+    forwards) and, with prefix_reuse, the clean prefix's keys/values: examples whose first
+    differing position is 0 (no prefix), 2, and T − 1 (every later layer runs one position),
+    each its own batch (batch_size 1), and all three in one batch."""
+    family, hf, clean, ref, correct, incorrect = case
+    model = HFCausalLM.wrap(hf)
+    assert supports_fast(model) and supports_prefix_reuse(model)
+    ref = ref.clone()
+    ref[0, 0] = (clean[0, 0] + 1) % V  # differs from position 0
+    ref[2, : T - 1] = clean[2, : T - 1]  # differs at the last position only
+    ref[2, T - 1] = (clean[2, T - 1] + 1) % V
+    naive = _naive_head_patching(hf, clean, ref, correct, incorrect)
+    expected_clean = _ld(hf(input_ids=clean).logits, correct, incorrect).numpy()
+    tol = forward_tolerance(model, float(hf(input_ids=clean).logits.abs().max()))
+    args = (clean.tolist(), ref.tolist(), correct.tolist(), incorrect.tolist())
+    for batch_size in (1, B):
+        clean_ld, patched = patch_all_heads_fast(
+            model, *args, batch_size=batch_size, max_rows=5, prefix_reuse=prefix_reuse
+        )
+        assert np.abs(clean_ld - expected_clean).max() <= tol
+        assert np.abs(patched - naive).max() <= tol, (batch_size, np.abs(patched - naive).max())
+    assert np.abs(expected_clean[:, None, None] - naive).max() > 1000 * tol
+
+
+@torch.no_grad()
+def test_the_fast_engine_equals_the_plain_one_with_fixed_replacements(case):
+    """Mean / zero ablation (a fixed z per head at every position, so nothing of the clean
+    prefix is reused): the fast engine equals the plain one."""
+    family, hf, clean, ref, correct, incorrect = case
+    model = HFCausalLM.wrap(hf)
+    torch.manual_seed(5)
+    replacement = torch.randn(model.cfg.n_layer, model.cfg.n_head, model.cfg.d_head)
+    args = (clean.tolist(), ref.tolist(), correct.tolist(), incorrect.tolist())
+    plain = patch_all_heads(model, *args, batch_size=B, replacement=replacement)
+    fast = patch_all_heads_fast(model, *args, batch_size=B, max_rows=5, replacement=replacement)
+    tol = forward_tolerance(model, float(hf(input_ids=clean).logits.abs().max()))
+    assert np.abs(fast[1] - plain[1]).max() <= tol
+    assert np.abs(plain[0][:, None, None] - plain[1]).max() > 1000 * tol
+
+
+@torch.no_grad()
+def test_resumed_layers_give_transformers_own_logits(case):
+    """From the cached residual entering any layer l: the layers on whole sequences, or
+    ``after_z`` on the cached z and ``forward_suffix`` against the clean prefix's cached
+    keys/values from any position p, then ``answer_logits`` of every vocabulary id, equal
+    transformers' forward; so do ``after_attn`` of ``attn.writer`` and ``attn.z_suffix``."""
+    family, hf, clean, *_ = case
+    model = HFCausalLM.wrap(hf)
+    L = model.cfg.n_layer
+    names = [f"blocks.{layer}.{s}" for layer in range(L)
+             for s in ("hook_resid_pre", "attn.hook_z", "attn.hook_k", "attn.hook_v")]  # fmt: skip
+    _, cache = model.run_with_cache(clean, names)
+    expected = hf(input_ids=clean).logits[:, -1]
+    every_id = torch.arange(V).expand(B, V)
+    tol = forward_tolerance(model, float(expected.abs().max()))
+
+    def at(layer, name):
+        return cache[f"blocks.{layer}.{name}"]
+
+    for layer in range(L):
+        x = at(layer, "hook_resid_pre")
+        for block in model.blocks[layer:]:
+            x = block(x)
+        assert (model.answer_logits(x, every_id) - expected).abs().max() <= tol
+        for p in (0, 3, T - 1):
+            x, z = at(layer, "hook_resid_pre")[:, p:], at(layer, "attn.hook_z")[:, p:]
+            block = model.blocks[layer]
+            x_z = block.after_z(x, z)
+            assert (block.after_attn(x, block.attn.writer(z)) - x_z).abs().max() <= tol
+            if layer > 0:  # the attention's z from the prefix's keys/values
+                past = at(layer, "attn.hook_k")[:, :p], at(layer, "attn.hook_v")[:, :p]
+                z_suffix, _, _ = block.attn.z_suffix(block.hook_resid_pre(x), *past)
+                assert (z_suffix - z).abs().max() <= tol
+            x = x_z
+            for j in range(layer + 1, L):
+                past = at(j, "attn.hook_k")[:, :p], at(j, "attn.hook_v")[:, :p]
+                x, _, _ = model.blocks[j].forward_suffix(x, *past, last_only=j == L - 1)
+            assert (model.answer_logits(x, every_id) - expected).abs().max() <= tol
+    # not vacuous: the windows and Gemma's softcapping change the logits
+    unbounded = {"sliding_window": 64, "final_logit_softcapping": None}
+    config = type(hf.config)(**{**hf.config.to_dict(), **unbounded})
+    wide = transformers.AutoModelForCausalLM.from_config(config).eval()
+    wide.load_state_dict(hf.state_dict())
+    changed = (wide(input_ids=clean).logits[:, -1] - expected).abs().max()
+    assert (changed > 1000 * tol) == (family in ("gemma2", "gemma3", "mistral", "qwen2", "qwen3"))
 
 
 @torch.no_grad()

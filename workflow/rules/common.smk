@@ -155,6 +155,8 @@ def final_outputs(catalog=True):
     atlas = STUDY.run_set("ablation_atlas")
     ablation = [PATHS["ablation_atlas"].format(model=m, seed=s) for m, s in atlas]
     ablation += [PATHS["ablation_modes"]] if STUDY.run_set("ablation_modes") else []
+    # docs §10.1: key/value-head patching of the grouped-query causal LMs
+    kv_effects = per_run("kv_effects", STUDY.grouped_query_runs)
     # the document's tables (one job) and the catalog of every artifact
     document = [
         PATHS[f"table_{x}"].format(table=t)
@@ -175,6 +177,7 @@ def final_outputs(catalog=True):
         + cross_model
         + exclusivity
         + ablation
+        + kv_effects
         + document
         + checks
         + explorer

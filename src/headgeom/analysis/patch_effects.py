@@ -1,8 +1,10 @@
 """The effects table of one model on one task: every head patched on every example of the
-requested splits (docs §10.1), one row per (split, example, layer, head).
+requested splits (docs §10.1), one row per (split, example, layer, head); and the same for
+the key/value heads of a grouped-query model, one row per (split, example, layer, kv head).
 
-The engines live in :mod:`headgeom.analysis.patching`; this module runs one over each split
-and lays the result out as the tidy ``results.EFFECTS`` rows.
+The engines live in :mod:`headgeom.analysis.patching` and
+:mod:`headgeom.analysis.kv_patching`; this module runs one over each split and lays the
+result out as the tidy ``results.EFFECTS`` / ``results.KV_EFFECTS`` rows.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from tqdm import tqdm
 from headgeom import results
 from headgeom.analysis.batching import length_batches
 from headgeom.analysis.effects import drops_columns
+from headgeom.analysis.kv_patching import patch_kv_heads
 from headgeom.analysis.patching import (
     patch_all_heads,
     patch_all_heads_fast,
@@ -76,19 +79,58 @@ def patch_task(
                 clean_ld, patched_ld = patch_all_heads(
                     model, *arrays, batch_size, bar.update, replacement
                 )
-        grid = drops_columns(clean_ld, patched_ld)
-        example = grid.pop("example")
-        frames.append(
-            pd.DataFrame(
-                {
-                    "split": split,
-                    "example_id": rows["example_id"].to_numpy()[example],
-                    "condition": rows["condition"].astype(str).to_numpy()[example],
-                    "lexical_group": rows["lexical_group"].astype(str).to_numpy()[example],
-                    **grid,
-                }
-            )
-        )
+        frames.append(_split_frame(split, rows, clean_ld, patched_ld))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _split_frame(split, rows, clean_ld, patched_ld) -> pd.DataFrame:
+    """The tidy rows of one split: (example, layer, head) of ``drops_columns``."""
+    grid = drops_columns(clean_ld, patched_ld)
+    example = grid.pop("example")
+    return pd.DataFrame(
+        {
+            "split": split,
+            "example_id": rows["example_id"].to_numpy()[example],
+            "condition": rows["condition"].astype(str).to_numpy()[example],
+            "lexical_group": rows["lexical_group"].astype(str).to_numpy()[example],
+            **grid,
+        }
+    )
+
+
+def patch_kv_task(
+    model: torch.nn.Module,
+    vocab: np.ndarray,
+    task: TaskSplits,
+    splits: Sequence[str],
+    batch_size: int,
+    max_rows: int,
+    engine: str,
+) -> pd.DataFrame:
+    """``results.KV_EFFECTS`` rows (without model/seed/task columns) of every key/value head
+    (``kv_patching.patch_kv_heads``: its k and v projection outputs, all positions, reference
+    values) on every example of ``splits``; ``query_heads`` names the query heads that read
+    each (``model.cfg.kv_groups``)."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    n_layer, n_kv = model.cfg.n_layer, model.cfg.n_kv_head
+    frames = []
+    for split in splits:
+        rows = task.frame[task.frame["split"] == split].reset_index(drop=True)
+        inputs = model_inputs(rows, vocab)
+        n_batches = len(length_batches([len(x) for x in inputs.clean_ids], batch_size))
+        with tqdm(
+            total=n_batches * n_layer * n_kv, desc=f"kv {split}", unit="head", file=sys.stderr
+        ) as bar:
+            clean_ld, patched_ld = patch_kv_heads(
+                model, inputs.clean_ids, inputs.ref_ids, inputs.correct, inputs.incorrect,
+                batch_size, engine=engine, progress=bar.update, max_rows=max_rows,
+            )  # fmt: skip
+        frame = _split_frame(split, rows, clean_ld, patched_ld).rename(columns={"head": "kv_head"})
+        groups = [list(g) for g in model.cfg.kv_groups]
+        frame.insert(frame.columns.get_loc("kv_head") + 1, "query_heads",
+                     [groups[j] for j in frame["kv_head"]])  # fmt: skip
+        frames.append(frame)
     return pd.concat(frames, ignore_index=True)
 
 
@@ -108,6 +150,13 @@ def mode_replacement(
         raise ValueError("patching mode 'mean' needs the head means (--means)")
     return z_means
 
+
+#: What key/value-head patching replaces (the kv effects files' ``patch_site`` metadata).
+KV_SITE = (
+    "blocks.{l}.attn.hook_k and attn.hook_v, key/value head j, all positions: its k and v "
+    "projection outputs set to their reference values, before the k-norm (Qwen3, Gemma 3) "
+    "and the rotary, which then act on them (docs §10.1)"
+)
 
 #: What each mode replaces z^{l,h} by (the effects files' ``patch_site`` metadata).
 MODE_SITES = {
@@ -163,3 +212,21 @@ def effects_metadata(
         "threads": run.threads,
         "dtype": "float32 forward, float64 logit differences",
     }
+
+
+def kv_effects_metadata(model, manifest, task, run: EffectsRun, device) -> dict:
+    """File metadata of a key/value-head effects Parquet (src/patch_kv_heads.py): those of
+    :func:`effects_metadata` for resample patching, with the key/value head count, the query
+    heads of each and what the engine did."""
+    meta = effects_metadata(model, manifest, task, run, device)
+    meta["analysis"] = "patch_kv_heads"
+    paths = engine_paths(model, run.engine)
+    meta.update(
+        n_kv_heads=model.cfg.n_kv_head,
+        kv_groups=[list(g) for g in model.cfg.kv_groups],
+        patch_site=KV_SITE,
+        engine_paths=paths.replace("per head", "per key/value head").replace(
+            "stacked heads", "stacked key/value heads"
+        ),
+    )
+    return meta

@@ -212,7 +212,9 @@ def supports_prefix_reuse(model: torch.nn.Module) -> bool:
     """Whether the fast engine can also reuse the clean prefix: the registry's
     ``prefix_reuse`` (blocks with the KV-prefix forward of ``headgeom.model.gpt``,
     ``forward_suffix`` and ``after_z``). GPT models of every zoo geometry have it, and so do
-    the multiscreen controls (windows and MiPE depend on absolute positions only)."""
+    the multiscreen controls (windows and MiPE depend on absolute positions only) and wrapped
+    ``transformers`` causal LMs (their layers' own forward with the clean prefix's keys/values
+    handed through the cache argument, ``headgeom.model.hf_blocks``)."""
     arch = registry.architecture_of(model)
     return supports_fast(model) and arch.prefix_reuse
 

@@ -16,7 +16,13 @@ is one record in :data:`FAMILIES`.
   (Gemma's post-norms, else the projections themselves); ``mlp`` — the MLP module;
 * ``resid_mid`` — a module whose input is the residual after attention (None where the
   family has none: GPT-NeoX's parallel residual adds attention and MLP to the same input);
-* ``final_norm``, ``lm_head``;
+* ``attn`` — the attention module (it holds the projections; its forward returns the output
+  projection's output first): the fast engine replaces its forward to resume a layer after
+  its attention (:mod:`headgeom.model.hf_blocks`);
+* ``layer_cache`` — the decoder layer's keyword for the key/value cache (``cache``; GPT-NeoX's
+  ``layer_past``), through which the fast engine hands a layer the clean prefix's keys/values;
+* ``final_norm``, ``lm_head``; ``logit_softcap_key`` — the config key of a final logit
+  softcapping ``c · tanh(logits / c)`` after ``lm_head`` (Gemma 2/3), None where there is none;
 * ``kv_heads_key`` — the config key of the key/value head count (None: one per query head);
   ``head_dim_key`` — the config key of d_head (None, or a null value: hidden_size / heads).
   Query head h reads key/value head h // (n_head / n_kv_head), as ``transformers``'
@@ -39,6 +45,7 @@ class Family:
     name: str
     model_types: tuple[str, ...]
     layers: str
+    attn: str
     o_proj: str
     mlp: str
     attn_out: str
@@ -53,6 +60,8 @@ class Family:
     qkv_layout: QKVLayout = "separate"
     kv_heads_key: str | None = "num_key_value_heads"
     head_dim_key: str | None = "head_dim"
+    layer_cache: str = "cache"
+    logit_softcap_key: str | None = None
 
 
 def _llama_like(name: str, model_types: tuple[str, ...]) -> Family:
@@ -62,6 +71,7 @@ def _llama_like(name: str, model_types: tuple[str, ...]) -> Family:
         name=name,
         model_types=model_types,
         layers="model.layers",
+        attn="self_attn",
         q_proj="self_attn.q_proj",
         k_proj="self_attn.k_proj",
         v_proj="self_attn.v_proj",
@@ -77,12 +87,13 @@ def _llama_like(name: str, model_types: tuple[str, ...]) -> Family:
 
 def _gemma(name: str, model_types: tuple[str, ...]) -> Family:
     """Gemma 2/3: Llama's layout with norms after attention and MLP, so what a block adds to
-    the residual is the post-norms' output."""
+    the residual is the post-norms' output; the logits are softcapped."""
     return dataclasses.replace(
         _llama_like(name, model_types),
         attn_out="post_attention_layernorm",
         mlp_out="post_feedforward_layernorm",
         resid_mid="pre_feedforward_layernorm",
+        logit_softcap_key="final_logit_softcapping",
     )
 
 
@@ -100,6 +111,8 @@ FAMILIES: Mapping[str, Family] = MappingProxyType(
                 name="gpt_neox",  # Pythia
                 model_types=("gpt_neox",),
                 layers="gpt_neox.layers",
+                attn="attention",
+                layer_cache="layer_past",
                 qkv="attention.query_key_value",
                 qkv_layout="per_head",
                 o_proj="attention.dense",
@@ -116,6 +129,7 @@ FAMILIES: Mapping[str, Family] = MappingProxyType(
                 name="gpt2",
                 model_types=("gpt2",),
                 layers="transformer.h",
+                attn="attn",
                 qkv="attn.c_attn",
                 qkv_layout="blocks",
                 o_proj="attn.c_proj",
@@ -135,9 +149,10 @@ _BY_MODEL_TYPE = {t: f for f in FAMILIES.values() for t in f.model_types}
 
 #: What a family record declares, for the refusal of a model type without one.
 DECLARES = (
-    "decoder layers, attention output projection (its input is each query head's z), "
-    "q/k/v projections or the fused qkv and its layout, key/value head count and d_head "
-    "config keys, attention and MLP outputs, residual after attention, final norm, lm_head"
+    "decoder layers, attention module, attention output projection (its input is each query "
+    "head's z), q/k/v projections or the fused qkv and its layout, key/value head count and "
+    "d_head config keys, attention and MLP outputs, residual after attention, the layers' "
+    "cache keyword, final norm, lm_head, logit softcapping config key"
 )
 
 

@@ -18,13 +18,17 @@ sites the engines address (as on ``headgeom.model.gpt.GPT``) on its modules with
 
 ``model.hooks({site: fn})`` sets ``fn(activation) -> activation | None`` on those sites for the
 duration of a block, as on our GPT, so the plain patching engine runs on it unchanged.
-``transformers`` is imported only when a model is built (the ``hf`` extra).
+``model.blocks`` are the decoder layers with the block methods the fast engines use (layer
+resumption, the clean-prefix forward; :mod:`headgeom.model.hf_blocks`) and
+:meth:`HFCausalLM.answer_logits` reads two answer logits from the residual leaving the last
+layer. ``transformers`` is imported only when a model is built (the ``hf`` extra).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -35,6 +39,7 @@ from torch import nn
 
 from headgeom.model import facts
 from headgeom.model.families import Family, UnsupportedFamilyError, family_of
+from headgeom.model.hf_blocks import HFBlock, LayerContext, layer_arguments
 from headgeom.optional import require
 
 #: The architecture key of ``headgeom.model.registry`` for wrapped ``transformers`` models.
@@ -188,13 +193,20 @@ class HFCausalLM(nn.Module):
         self.cfg = cfg
         self.family: Family = family_of(cfg.hf_config.get("model_type", ""))
         self.hf = _build_hf(cfg.hf_config) if hf_model is None else hf_model
-        self._layers = self._module(self.family.layers)
-        if len(self._layers) != cfg.n_layer:
+        self.layer_modules = self._module(self.family.layers)
+        if len(self.layer_modules) != cfg.n_layer:
             raise UnsupportedFamilyError(
-                f"{self.family.layers} holds {len(self._layers)} layers, the config {cfg.n_layer}"
+                f"{self.family.layers} holds {len(self.layer_modules)} layers, the config "
+                f"{cfg.n_layer}"
             )
         for path in self._declared():
             self._module(path)  # a missing module is refused now, not at its first hook
+        # views of the layers (a tuple, not a ModuleList: the parameters stay registered once)
+        self.blocks = tuple(HFBlock(self, layer) for layer in range(cfg.n_layer))
+        self._silent: set[str] = set()  # sites whose hooks do nothing now
+        self._all_silent = False
+        self._active: dict[str, Hook] = {}  # the hooks set by hooks(), by site
+        self._contexts: dict[tuple, list[LayerContext]] = {}
 
     @classmethod
     def wrap(cls, hf_model: nn.Module) -> HFCausalLM:
@@ -202,7 +214,7 @@ class HFCausalLM(nn.Module):
 
     def _declared(self) -> list[str]:
         f = self.family
-        per_layer = [f.o_proj, f.mlp, f.attn_out, f.mlp_out, f.resid_mid, f.q_proj,
+        per_layer = [f.attn, f.o_proj, f.mlp, f.attn_out, f.mlp_out, f.resid_mid, f.q_proj,
                      f.k_proj, f.v_proj, f.qkv]  # fmt: skip
         layer = f"{f.layers}.0"
         return [f.final_norm, f.lm_head, *(f"{layer}.{p}" for p in per_layer if p)]
@@ -227,6 +239,56 @@ class HFCausalLM(nn.Module):
         out = self.hf(input_ids=ids, use_cache=False, logits_to_keep=1 if last_only else 0)
         return out.logits[:, -1] if last_only else out.logits
 
+    def answer_logits(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """Logits (R, K) of the token ids ``ids`` (R, K) at the final position, from the
+        residual ``x`` (R, T, D) leaving the last layer: the forward after its layers (final
+        norm, ``lm_head`` rows, the family's logit softcapping) for a few ids only. The
+        ``hook_resid_final`` site sees the final position only."""
+        f = self.family
+        h = self._module(f.final_norm)(x[:, -1:])[:, 0]  # (R, D)
+        head = self._module(f.lm_head)
+        logits = torch.einsum("rd,rkd->rk", h, head.weight[ids])
+        if getattr(head, "bias", None) is not None:
+            logits = logits + head.bias[ids]
+        cap = self.hf.config.to_dict().get(f.logit_softcap_key) if f.logit_softcap_key else None
+        if cap:  # as the *ForCausalLM forward does: c · tanh(logits / c)
+            logits = torch.tanh(logits / cap) * cap
+        return logits
+
+    @torch.no_grad()
+    def layer_contexts(self, T: int) -> list[LayerContext]:
+        """Per decoder layer, what the model's own forward on a length-T sequence passes it
+        besides the residual, recorded once per (T, device, dtype) from a forward on a batch
+        of one (the content is irrelevant: no padding, so masks and rotary tables depend on
+        positions only), with every site silent."""
+        weight = next(self.hf.parameters())
+        key = (int(T), str(weight.device), weight.dtype)
+        if key not in self._contexts:
+            seen: list[dict[str, Any] | None] = [None] * self.cfg.n_layer
+
+            def record(index):
+                def hook(module, args, kwargs):
+                    seen[index] = layer_arguments(module, args, kwargs)
+
+                return hook
+
+            handles = [layer.register_forward_pre_hook(record(i), with_kwargs=True)
+                       for i, layer in enumerate(self.layer_modules)]  # fmt: skip
+            pad = self.hf.config.pad_token_id
+            token = 0 if pad != 0 else 1  # content is irrelevant; avoid the padding warning
+            ids = torch.full((1, int(T)), token, dtype=torch.long, device=weight.device)
+            try:
+                with self.silenced():
+                    self.hf(input_ids=ids, use_cache=False, logits_to_keep=1)
+            finally:
+                for handle in handles:
+                    handle.remove()
+            attn = str(self.hf.config._attn_implementation)
+            if len(self._contexts) >= 64:  # lengths of one study are few; bound the memory
+                self._contexts.pop(next(iter(self._contexts)))
+            self._contexts[key] = [LayerContext(kw, attn) for kw in seen]
+        return self._contexts[key]
+
     # ------------------------------------------------------------------ sites
     def site_names(self) -> list[str]:
         """Every site this model offers."""
@@ -235,15 +297,59 @@ class HFCausalLM(nn.Module):
         names = [f"blocks.{layer}.{s}" for layer in range(self.cfg.n_layer) for s in per_block]
         return [*names, "hook_resid_final"]
 
+    @functools.cached_property
+    def _site_set(self) -> frozenset[str]:
+        return frozenset(self.site_names())
+
+    @contextlib.contextmanager
+    def silenced(self, names: list[str] | None = None) -> Iterator[None]:
+        """The hooks set on the sites ``names`` (None: every site) do nothing for the
+        duration (the blocks' internal runs; :mod:`headgeom.model.hf_blocks`)."""
+        before_all, before = self._all_silent, set(self._silent)
+        if names is None:
+            self._all_silent = True
+        else:
+            self._silent |= set(names)
+        try:
+            yield
+        finally:
+            self._all_silent, self._silent = before_all, before
+
+    @contextlib.contextmanager
+    def internal_hooks(self, fns: Mapping[str, Hook]) -> Iterator[None]:
+        """:meth:`hooks` that fire even while the sites are :meth:`silenced`, after the sites'
+        own hooks (the blocks' internal runs)."""
+        handles = []
+        try:
+            for name, fn in fns.items():
+                handles.append(self._attach(name, fn))
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def apply_site(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        """The hook set on site ``name`` by :meth:`hooks` applied to ``x`` (``x`` itself
+        when none is set or it is silenced): for a block that applies a site itself."""
+        fn = self._active.get(name)
+        out = None if fn is None else self._live(name, fn)(x)
+        return x if out is None else out
+
+    def _live(self, name: str, fn: Hook) -> Hook:
+        def hook(x: torch.Tensor) -> torch.Tensor | None:
+            return None if self._all_silent or name in self._silent else fn(x)
+
+        return hook
+
     def _attach(self, name: str, fn: Hook):
         f, cfg = self.family, self.cfg
         if name == "hook_resid_final":
             return _on_input(self._module(f.final_norm), fn)
         match = _BLOCK_SITE.fullmatch(name)
-        if match is None or name not in self.site_names():
+        if match is None or name not in self._site_set:
             raise KeyError(f"unknown site {name!r} of a {f.name} model; known: {self.site_names()}")
         layer, site = int(match[1]), match[2]
-        block = self._layers[layer]
+        block = self.layer_modules[layer]
         if site == "hook_resid_pre":
             return _on_input(block, fn)
         if site == "hook_resid_mid":
@@ -266,17 +372,20 @@ class HFCausalLM(nn.Module):
     @contextlib.contextmanager
     def hooks(self, fns: Mapping[str, Hook]) -> Iterator[None]:
         """Attach ``fns`` to named sites; they are removed on exit, even after an error."""
-        unknown = set(fns) - set(self.site_names())
+        unknown = set(fns) - self._site_set
         if unknown:
             raise KeyError(f"unknown sites {sorted(unknown)}")
         handles = []
         try:
             for name, fn in fns.items():
-                handles.append(self._attach(name, fn))
+                handles.append(self._attach(name, self._live(name, fn)))
+                self._active[name] = fn
             yield
         finally:
             for handle in handles:
                 handle.remove()
+            for name in fns:
+                self._active.pop(name, None)
 
     def run_with_cache(
         self, ids: torch.Tensor, names: list[str], last_only: bool = False

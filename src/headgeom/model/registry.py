@@ -105,15 +105,16 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
                 layer_parts=True,
             ),
             # A transformers model's own forward, sites by hooks on its family's modules
-            # (headgeom.model.families): the plain engines only, for now.
+            # (headgeom.model.families); its decoder layers run as blocks from a cached
+            # residual and against the clean prefix's keys/values (headgeom.model.hf_blocks).
             Architecture(
                 name=hf.ARCHITECTURE,
                 config=hf.HFModelConfig,
                 model=hf.HFCausalLM,
                 sites=MappingProxyType(hf.SITE_AXES),
                 geometry_params=False,
-                fast_patching=False,
-                prefix_reuse=False,
+                fast_patching=True,
+                prefix_reuse=True,
                 edge_patching=False,
                 layer_parts=False,  # the transformers layer is run whole, by its own forward
             ),
