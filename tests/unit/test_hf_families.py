@@ -345,6 +345,14 @@ def test_the_registry_rebuilds_a_wrapped_model_from_its_config_dict(case):
         assert torch.equal(rebuilt(clean), hf(input_ids=clean).logits)
 
 
+def test_the_wrapper_holds_each_weight_once_under_the_transformers_names(case):
+    # a checkpoint is the wrapper's state dict: exactly the transformers model's, each
+    # tensor under its own name once (no second copy through a view of the layers)
+    family, hf, *_ = case
+    wrapped = HFCausalLM.wrap(hf).state_dict()
+    assert list(wrapped) == [f"hf.{name}" for name in hf.state_dict()], family
+
+
 def test_an_unsupported_model_type_is_refused_naming_what_is_missing():
     with pytest.raises(UnsupportedFamilyError, match="model_type 'falcon' has no family record"):
         HFCausalLM.wrap(transformers.FalconForCausalLM(transformers.FalconConfig(

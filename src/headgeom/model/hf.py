@@ -193,7 +193,9 @@ class HFCausalLM(nn.Module):
         self.cfg = cfg
         self.family: Family = family_of(cfg.hf_config.get("model_type", ""))
         self.hf = _build_hf(cfg.hf_config) if hf_model is None else hf_model
-        self.layer_modules = self._module(self.family.layers)
+        # a tuple, not the ModuleList itself: an alias registered as a submodule would put
+        # every layer's weights in the state dict (and the checkpoint) a second time
+        self.layer_modules = tuple(self._module(self.family.layers))
         if len(self.layer_modules) != cfg.n_layer:
             raise UnsupportedFamilyError(
                 f"{self.family.layers} holds {len(self.layer_modules)} layers, the config "
