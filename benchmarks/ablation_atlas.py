@@ -1,4 +1,4 @@
-"""Block ablation atlas: stacked edits (headgeom.analysis.ablation.block_atlas) against a
+"""Block ablation atlas: stacked edits (headgeom.heads.analysis.ablation.block_atlas) against a
 naive peer (one full forward per edit and window batch, one per edit and task prompt group),
 side by side, on a random demo-size model (4 layers, 4 heads, d_model 64, n_ctx 64).
 
@@ -24,7 +24,7 @@ import time
 import numpy as np
 import torch
 
-from headgeom.analysis import ablation
+from headgeom.heads.analysis import ablation
 from headgeom.model import registry, zoo
 from headgeom.runtime import set_threads
 

@@ -25,11 +25,11 @@ import time
 import numpy as np
 import torch
 
-from headgeom.analysis import clamps
-from headgeom.analysis.batching import length_batches
-from headgeom.analysis.clamps import Case
-from headgeom.analysis.patching import logit_difference
 from headgeom.data import tasks
+from headgeom.heads.analysis import clamps
+from headgeom.heads.analysis.batching import length_batches
+from headgeom.heads.analysis.clamps import Case
+from headgeom.heads.analysis.patching import logit_difference
 from headgeom.model import registry, zoo
 from headgeom.model.gpt import site
 

@@ -34,7 +34,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from patching_engine import Clock, run_tl, task_examples  # noqa: E402
 
-from headgeom.analysis.patching import patch_all_heads_fast  # noqa: E402
+from headgeom.heads.analysis.patching import patch_all_heads_fast  # noqa: E402
 from headgeom.model.importing import import_hf_gpt2  # noqa: E402
 
 

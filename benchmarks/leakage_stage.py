@@ -26,11 +26,11 @@ import time
 import numpy as np
 import torch
 
-from headgeom.analysis.batching import length_batches
-from headgeom.analysis.leakage import leakage_table, leakage_to_readers, read_bases
-from headgeom.analysis.patching import delta_patch_layer, patch_all_heads_fast
-from headgeom.analysis.stats import effects_from_drops
 from headgeom.data.task_files import PatchInputs
+from headgeom.heads.analysis.batching import length_batches
+from headgeom.heads.analysis.leakage import leakage_table, leakage_to_readers, read_bases
+from headgeom.heads.analysis.patching import delta_patch_layer, patch_all_heads_fast
+from headgeom.heads.analysis.stats import effects_from_drops
 from headgeom.model.config import ModelConfig
 from headgeom.model.gpt import GPT
 

@@ -32,9 +32,9 @@ import numpy as np
 import torch
 from scipy import stats
 
-from headgeom.analysis.batching import first_difference
-from headgeom.analysis.patching import attribution_patch, patch_all_heads_fast
 from headgeom.data import tasks
+from headgeom.heads.analysis.batching import first_difference
+from headgeom.heads.analysis.patching import attribution_patch, patch_all_heads_fast
 from headgeom.model import registry, zoo
 
 PAPER_ARCH = dict(n_layer=12, n_head=12, d_model=768, d_head=64, d_mlp=3072, n_ctx=512)

@@ -21,7 +21,7 @@ key                                value
 a dot (``C3.rejection``). A residual of null means the check does not apply to that artifact
 (C14 where the writes do not decompose R^D; C1 away from the paper's size). Rule ``checks``
 gathers every logged check of the DAG with :func:`collect` and adds the two computed from
-numbers alone (``headgeom.paper.cross_run_checks``: C16 against the paper's numbers and
+numbers alone (``headgeom.heads.paper.cross_run_checks``: C16 against the paper's numbers and
 the §7.3 loss ordering).
 """
 

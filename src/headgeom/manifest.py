@@ -29,7 +29,7 @@ from headgeom.run_config import RunConfig
 # Corpus-manifest fields copied into ``data`` when present (names as in docs §2.3).
 DATASET_FIELDS = ("dataset_config", "dataset_revision", "dataset_split", "source_files")
 
-# Train-log file metadata the final manifest is built from (written by src/train.py).
+# Train-log file metadata the final manifest is built from (written by heads/stages/train.py).
 LOG_METADATA = (
     "config_hash",
     "corpus_manifest_sha256",
@@ -161,7 +161,9 @@ def final_manifest(
     meta = read_parquet_metadata(train_log)  # str values as stored, others JSON
     missing = sorted(set(LOG_METADATA) - set(meta))
     if missing:
-        raise LineageError(f"{train_log}: not a training log of src/train.py (lacks {missing})")
+        raise LineageError(
+            f"{train_log}: not a training log of headgeom.heads.stages.train (lacks {missing})"
+        )
     if meta["config_hash"] != run.config_hash:
         raise LineageError(
             f"{train_log}: trained with config hash {meta['config_hash']} but "

@@ -1,6 +1,7 @@
-"""What a study config may be: the schema check (``workflow/schemas/config.schema.yaml``, with
-defaults filled as Snakemake's ``validate`` fills them) and its messages, one short line per
-problem (key path, bad value, what is allowed, the nearest allowed name), never the schema.
+"""What a study config may be: the schema check (each kind's ``workflow/schemas/*.schema.yaml``,
+:mod:`headgeom.studies`, with defaults filled as Snakemake's ``validate`` fills them) and its
+messages, one short line per problem (key path, bad value, what is allowed, the nearest
+allowed name), never the schema.
 """
 
 from __future__ import annotations
@@ -13,9 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-#: The schema beside the workflow (the repository root holds src/ and workflow/).
-SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
 
 class StudyConfigError(ValueError):
@@ -148,7 +146,7 @@ def run_checks(checks: Iterable) -> None:
         raise StudyConfigError(problems)
 
 
-def load_schema(path: str | Path = SCHEMA) -> dict:
+def load_schema(path: str | Path) -> dict:
     return yaml.safe_load(Path(path).read_text())
 
 

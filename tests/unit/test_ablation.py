@@ -15,20 +15,20 @@ import pandas as pd
 import pytest
 import torch
 
-from headgeom.analysis import ablation
-from headgeom.analysis.ablation import Edit
-from headgeom.analysis.ablation_modes import mode_comparison
-from headgeom.analysis.patch_effects import mode_replacement, patch_task
-from headgeom.analysis.patching import (
+from headgeom.heads.analysis import ablation
+from headgeom.heads.analysis.ablation import Edit
+from headgeom.heads.analysis.ablation_modes import mode_comparison
+from headgeom.heads.analysis.patch_effects import mode_replacement, patch_task
+from headgeom.heads.analysis.patching import (
     logit_difference,
     patch_all_heads,
     patch_all_heads_fast,
 )
-from headgeom.analysis.tolerance import forward_tolerance
+from headgeom.heads.analysis.tolerance import forward_tolerance
+from headgeom.heads.paper.plan import PaperPlan
 from headgeom.io import IntegrityError
 from headgeom.model import registry, zoo
 from headgeom.model.gpt import site
-from headgeom.paper.plan import PaperPlan
 from tests.helpers.models import perturbed
 from tests.tolerances import largest, patch_tolerance
 
@@ -407,7 +407,7 @@ def demo_config():
 
 
 def test_study_modes_runs_and_splits():
-    from headgeom.study import Study
+    from headgeom.heads.study import Study
 
     study = Study.from_config(demo_config())
     assert study.patch_mode == "resample"
@@ -431,7 +431,7 @@ def test_study_modes_runs_and_splits():
 
 
 def test_study_refuses_bad_ablation_config():
-    from headgeom.study import Study, StudyConfigError
+    from headgeom.heads.study import Study, StudyConfigError
 
     cfg = demo_config()
     cfg["patching"]["mode"] = "means"
@@ -446,7 +446,7 @@ def test_study_refuses_bad_ablation_config():
 
 
 def test_study_refuses_windows_beyond_the_validation_file():
-    from headgeom.study import Study, StudyConfigError
+    from headgeom.heads.study import Study, StudyConfigError
 
     cfg = demo_config()  # 65,536 validation tokens = 1024 windows of 64
     cfg["ablation"]["n_mean_windows"] = 1020

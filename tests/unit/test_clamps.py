@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from headgeom.analysis import clamps
-from headgeom.analysis.clamps import Case, ClampSet
-from headgeom.analysis.patching import logit_difference
-from headgeom.analysis.tolerance import forward_tolerance
+from headgeom.heads.analysis import clamps
+from headgeom.heads.analysis.clamps import Case, ClampSet
+from headgeom.heads.analysis.patching import logit_difference
+from headgeom.heads.analysis.tolerance import forward_tolerance
 from headgeom.model import registry
 from headgeom.model.gpt import site
 from tests.helpers.examples import random_pairs
@@ -110,7 +110,7 @@ def task_inputs(pairs):
 
 
 def stored_effects(model, pairs):
-    from headgeom.analysis.patching import patch_all_heads
+    from headgeom.heads.analysis.patching import patch_all_heads
 
     clean_ld, patched = patch_all_heads(model, *pairs, batch_size=8)
     return (clean_ld[:, None, None] - patched).mean(axis=0)
@@ -118,7 +118,7 @@ def stored_effects(model, pairs):
 
 @pytest.mark.parametrize("geometry", sorted(registry.geometry_names("gpt")))
 def test_checks_c12_c13_and_identities_on_every_geometry(geometry):
-    from headgeom.analysis.clamp_analyses import clamp_analyses, require_checks
+    from headgeom.heads.analysis.clamp_analyses import clamp_analyses, require_checks
 
     model = zoo_model(geometry, seed=5)
     pairs = random_pairs(9, (6, 8), seed=3)
@@ -221,7 +221,7 @@ def relay_model():
 
 
 def test_planted_relay_gives_a_reduction_near_one():
-    from headgeom.analysis.clamp_analyses import reduction
+    from headgeom.heads.analysis.clamp_analyses import reduction
 
     model = relay_model()
     rng = np.random.default_rng(0)

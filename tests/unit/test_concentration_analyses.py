@@ -16,9 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from headgeom import checks
-from headgeom.analysis.stats import concentration
+from headgeom.heads.analysis.stats import concentration
+from headgeom.heads.stages import compare_concentration, concentration_loss
+from headgeom.heads.stages import concentration as concentration_stage
+from headgeom.heads.stages import lanes as lanes_stage
 from headgeom.io import read_parquet_metadata, write_manifest, write_parquet
-from tests.scripts import load_script
 
 EFFECTS_SCHEMA = pa.schema(
     [
@@ -107,7 +109,7 @@ def run_concentration(tmp_path, effects, *extra):
     ]
     for k, p in out.items():
         argv += [f"--out-{k}", str(p)]
-    assert load_script("concentration").main(argv) == 0
+    assert concentration_stage.main(argv) == 0
     return {k: pq.read_table(p).to_pandas() for k, p in out.items()}, out
 
 
@@ -224,7 +226,7 @@ def test_robustness_outputs_need_the_seeds(tmp_path):
         "g",
     ]
     with pytest.raises(SystemExit):
-        load_script("concentration").main(argv)
+        concentration_stage.main(argv)
 
 
 # ----------------------------------------------------------------------- paired
@@ -246,7 +248,7 @@ def run_compare(tmp_path, effects, pairs, task="sva"):
         "--out-logo",
         str(out["logo"]),
     ]
-    assert load_script("compare_concentration").main(argv) == 0
+    assert compare_concentration.main(argv) == 0
     return {k: pq.read_table(p).to_pandas() for k, p in out.items()}
 
 
@@ -367,7 +369,7 @@ def test_c16_loss_versus_n_eff_from_the_paper_numbers(tmp_path):
         "--out-spearman",
         str(out_rho),
     ]
-    assert load_script("concentration_loss").main(argv) == 0
+    assert concentration_loss.main(argv) == 0
     rho = pq.read_table(out_rho).to_pandas().set_index(["analysis", "subset", "task"], drop=False)
     loss_rows = rho[rho["analysis"] == "loss_vs_N_eff"].set_index("subset")
     assert round(loss_rows.loc["all", "rho"], 3) == -0.767 and loss_rows.loc["all", "n"] == 9
@@ -407,7 +409,7 @@ def test_loss_script_refuses_unmatched_manifests(tmp_path):
         str(tmp_path / "s"),
     ]
     with pytest.raises(ValueError, match="different \\(model, seed\\)"):
-        load_script("concentration_loss").main(argv)
+        concentration_loss.main(argv)
     assert not (tmp_path / "l").exists()
 
 
@@ -415,7 +417,7 @@ def test_bootstrap_cost_at_paper_scale():
     # 2,000 resamples × 240 examples × 144 heads must be a matrix product, not a loop.
     import time
 
-    from headgeom.analysis.stats import bootstrap_n_eff
+    from headgeom.heads.analysis.stats import bootstrap_n_eff
 
     d = np.random.default_rng(2).standard_normal((240, 12, 12))
     start = time.perf_counter()
@@ -445,7 +447,7 @@ def test_one_job_for_every_task_equals_one_job_per_task(tmp_path):
     def outs(folder, task):
         return {k: folder / f"{task}.{k}.parquet" for k in kinds}
 
-    concentration, lanes = load_script("concentration"), load_script("lanes")
+    concentration, lanes = concentration_stage, lanes_stage
     lane_args = ["--split", "discovery", "--n-permutations", "300", "--seed", "5"]
     for task, path in tasks.items():
         argv = ["--effects", str(path), *settings]

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from headgeom import results
-from headgeom.analysis import coordinates as C
+from headgeom.heads.analysis import coordinates as C
 from headgeom.model import registry, zoo
 from tests.helpers.edges import edge_model as zoo_model
 from tests.helpers.examples import random_pairs

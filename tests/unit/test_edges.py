@@ -17,9 +17,11 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from headgeom.analysis import edges as E
 from headgeom.data.task_files import TaskSplits, first_per_condition
 from headgeom.hashing import sha256_file
+from headgeom.heads.analysis import edges as E
+from headgeom.heads.stages import acdc as acdc_stage
+from headgeom.heads.stages import edges as edges_stage
 from headgeom.io import write_manifest, write_parquet
 from headgeom.model.checkpoint import save_checkpoint
 from tests.helpers.edges import (
@@ -31,7 +33,6 @@ from tests.helpers.edges import (
 )
 from tests.helpers.examples import TASK_SCHEMA, random_pairs
 from tests.helpers.models import N_VOCAB, multiscreen_model
-from tests.scripts import load_script
 
 
 # --------------------------------------------------------------------------- tests
@@ -194,9 +195,9 @@ def test_stage_uses_the_first_per_condition_and_records_them(tmp_path):
             "--task", str(tmp_path / "sva.parquet"), "--n-examples", "8",
             "--device", "cpu"]  # fmt: skip
     edge_outs = ["--out-edges", str(out["edges"]), "--out-summary", str(out["summary"])]
-    assert load_script("edges").main(argv + edge_outs) == 0
+    assert edges_stage.main(argv + edge_outs) == 0
     acdc_out = ["--out", str(out["acdc"]), "--acdc-threshold", "0.01"]
-    assert load_script("acdc").main(argv + acdc_out) == 0
+    assert acdc_stage.main(argv + acdc_out) == 0
     meta = {k.decode(): v.decode() for k, v in pq.read_metadata(out["edges"]).metadata.items()}
     # by hand: SS 0, 1; SP 2, 6; PP 3, 7; PS 5, 8 (SS 4 and PS 9 are third of theirs)
     assert json.loads(meta["example_ids"]) == [0, 1, 2, 3, 5, 6, 7, 8]

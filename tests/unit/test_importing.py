@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from headgeom.analysis.patching import patch_all_heads_fast
+from headgeom.heads.analysis.patching import patch_all_heads_fast
 from headgeom.model.importing import ModelImportError, import_hf_gpt2, import_model
 from headgeom.model.interop import export_hf
 from tests.helpers.hf import save_tiny

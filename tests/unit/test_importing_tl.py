@@ -19,8 +19,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from headgeom.analysis.patching import patch_all_heads_fast
-from headgeom.analysis.tolerance import rounding_tolerance
+from headgeom.heads.analysis.patching import patch_all_heads_fast
+from headgeom.heads.analysis.tolerance import rounding_tolerance
 from headgeom.model.gpt import GPT
 from headgeom.model.importing import (
     ModelImportError,
@@ -193,7 +193,7 @@ def test_a_study_reads_a_tl_model_from_its_shapes(tmp_path):
 
     import yaml
 
-    from headgeom.study import Study, StudyConfigError
+    from headgeom.heads.study import Study, StudyConfigError
 
     d = tl_dir(tmp_path / "tl", tl_state_dict(learned_model(seed=13)))
     cfg = yaml.safe_load((Path(__file__).parents[1] / "e2e" / "import.yaml").read_text())

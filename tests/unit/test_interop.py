@@ -13,8 +13,9 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from headgeom.analysis.patching import patch_all_heads, patch_all_heads_fast
 from headgeom.hashing import content_hash, sha256_file
+from headgeom.heads.analysis.patching import patch_all_heads, patch_all_heads_fast
+from headgeom.heads.stages import export_hf as export_hf_stage
 from headgeom.io import write_manifest
 from headgeom.model.checkpoint import save_checkpoint
 from headgeom.model.config import ModelConfig
@@ -22,7 +23,6 @@ from headgeom.model.gpt import GPT
 from headgeom.model.interop import export_hf, require_learned, to_transformer_lens
 from tests.helpers.models import LEARNED_VOCAB as N_VOCAB
 from tests.helpers.models import learned_model
-from tests.scripts import load_script
 from tests.tolerances import largest, peer_patch_tolerance, peer_tolerance
 
 transformers = pytest.importorskip("transformers", reason="transformers is not installed")
@@ -81,7 +81,7 @@ def test_export_script_verifies_the_manifest_and_refuses_other_geometries(tmp_pa
     manifest = tmp_path / "manifest.json"
     record = {"config_id": "learned", "checkpoint_file_sha256": sha256_file(checkpoint)}
     write_manifest(manifest, record)
-    script = load_script("export_hf")
+    script = export_hf_stage
     out = tmp_path / "hf"
     argv = ["--checkpoint", str(checkpoint), "--manifest", str(manifest), "--out-dir", str(out)]
     assert script.main(argv) == 0

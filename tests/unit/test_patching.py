@@ -14,17 +14,21 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from headgeom.analysis.batching import length_batches
-from headgeom.analysis.leakage import C8_STAGES
-from headgeom.analysis.patching import (
+from headgeom.hashing import ManifestMismatchError, content_hash, sha256_file
+from headgeom.heads.analysis.batching import length_batches
+from headgeom.heads.analysis.leakage import C8_STAGES
+from headgeom.heads.analysis.patching import (
     delta_patch_layer,
     logit_difference,
     patch_all_heads,
     patch_perturbations,
     perturbation_check,
 )
-from headgeom.analysis.tolerance import model_dtype, rounding_tolerance
-from headgeom.hashing import ManifestMismatchError, content_hash, sha256_file
+from headgeom.heads.analysis.tolerance import model_dtype, rounding_tolerance
+from headgeom.heads.stages import concentration as concentration_stage
+from headgeom.heads.stages import lanes as lanes_stage
+from headgeom.heads.stages import leakage as leakage_stage
+from headgeom.heads.stages import patch_heads
 from headgeom.io import (
     IntegrityError,
     read_parquet_metadata,
@@ -36,7 +40,6 @@ from headgeom.model.gpt import GPT, site
 from tests.helpers import models
 from tests.helpers.examples import TASK_SCHEMA
 from tests.helpers.models import small_gpt
-from tests.scripts import load_script
 from tests.tolerances import patch_tolerance
 
 GEOMETRIES = ("learned", "write-common-axis")
@@ -246,7 +249,7 @@ def make_fixture(tmp_path: Path, geometry: str = "learned") -> dict[str, Path]:
 
 
 def run_patch_heads(paths, out: Path, splits="discovery,validation,evaluation"):
-    return load_script("patch_heads").main(
+    return patch_heads.main(
         [
             "--checkpoint",
             str(paths["checkpoint"]),
@@ -283,7 +286,7 @@ def test_patch_heads_takes_every_task_of_a_run_in_one_job(tmp_path):
     base = ["--checkpoint", str(paths["checkpoint"]), "--manifest", str(paths["manifest"]),
             "--splits", "discovery,evaluation", "--batch-size", "3", "--model-name", "learned",
             "--seed", "42", "--device", "cpu"]  # fmt: skip
-    script = load_script("patch_heads")
+    script = patch_heads
     alone = {t: tmp_path / f"alone-{t}.parquet" for t in ("sva", "quote")}
     for task_file, out in zip((paths["task"], quote), alone.values(), strict=True):
         assert script.main([*base, "--task", str(task_file), "--out", str(out)]) == 0
@@ -297,7 +300,7 @@ def test_patch_heads_takes_every_task_of_a_run_in_one_job(tmp_path):
     with pytest.raises(SystemExit):  # two task files, one output
         script.main([*base, "--task", str(paths["task"]), str(quote), "--out", str(alone["sva"])])
     # leakage, one job per run too: each task's file that of a job given that task alone
-    leakage = load_script("leakage")
+    leakage = leakage_stage
     common = ["--checkpoint", str(paths["checkpoint"]), "--manifest", str(paths["manifest"]),
               "--split", "evaluation", "--batch-size", "2", "--device", "cpu"]  # fmt: skip
     tasks = {"sva": paths["task"], "quote": quote}
@@ -353,7 +356,7 @@ def test_scripts_end_to_end(tmp_path, geometry):
     assert len(meta["manifest_content_hash"]) == 64
 
     summary_path, heads_path = tmp_path / "summary.parquet", tmp_path / "heads.parquet"
-    concentration = load_script("concentration")
+    concentration = concentration_stage
     argv = ["--effects", str(effects_path), "--out-summary", str(summary_path)]
     assert concentration.main([*argv, "--out-heads", str(heads_path)]) == 0
     summary = pq.read_table(summary_path).to_pandas()
@@ -383,7 +386,7 @@ def test_scripts_end_to_end(tmp_path, geometry):
     assert read_parquet_metadata(summary_path)["effects_sha256"] == sha256_file(effects_path)
 
     leakage_path = tmp_path / "leakage.parquet"
-    leakage = load_script("leakage")
+    leakage = leakage_stage
     assert (
         leakage.main(
             [
@@ -435,7 +438,7 @@ def test_scripts_end_to_end(tmp_path, geometry):
     assert lmeta["model"] == "learned" and json.loads(lmeta["seed"]) == 42
 
     lanes_path = tmp_path / "lanes.parquet"
-    lanes = load_script("lanes")
+    lanes = lanes_stage
     argv = ["--heads", str(heads_path), "--split", "discovery", "--n-permutations", "200"]
     assert lanes.main([*argv, "--seed", "7", "--out", str(lanes_path)]) == 0
     lane = pq.read_table(lanes_path).to_pandas()
@@ -466,7 +469,7 @@ def test_patch_heads_defaults_to_all_four_splits_and_names_the_manifest(tmp_path
     argv = ["--checkpoint", str(paths["checkpoint"]), "--manifest", str(paths["manifest"])]
     argv += ["--task", str(paths["task"]), "--model-name", "learned", "--seed", "42"]
     argv += ["--task-name", "sva", "--device", "cpu", "--max-rows", "5"]
-    script = load_script("patch_heads")
+    script = patch_heads
     fast, plain = tmp_path / "fast.parquet", tmp_path / "plain.parquet"
     assert script.main([*argv, "--out", str(fast)]) == 0
     assert script.main([*argv, "--engine", "plain", "--out", str(plain)]) == 0
@@ -492,7 +495,7 @@ def test_direct_leakage_into_a_reader_equals_the_manual_projection(tmp_path):
     run_patch_heads(paths, effects_path, splits="evaluation")
     argv = ["--checkpoint", str(paths["checkpoint"]), "--manifest", str(paths["manifest"])]
     argv += ["--task", str(paths["task"]), "--effects", str(effects_path), "--device", "cpu"]
-    load_script("leakage").main([*argv, "--out", str(leakage_path)])
+    leakage_stage.main([*argv, "--out", str(leakage_path)])
     leak = pq.read_table(leakage_path).to_pandas()
     value = leak.query(
         "source_layer == 0 and source_head == 1 and reader_layer == 2 "
@@ -535,7 +538,7 @@ def test_leakage_refuses_effects_of_another_task_and_block_readers(tmp_path):
     meta = dict(table.schema.metadata)
     meta[b"task_dataset_sha256"] = b"cd" * 32
     pq.write_table(table.replace_schema_metadata(meta), effects_path)
-    leakage = load_script("leakage")
+    leakage = leakage_stage
     argv = ["--checkpoint", str(paths["checkpoint"]), "--manifest", str(paths["manifest"])]
     argv += ["--task", str(paths["task"]), "--effects", str(effects_path)]
     out = tmp_path / "leakage.parquet"
@@ -556,7 +559,7 @@ def test_leakage_refuses_effects_of_another_task_and_block_readers(tmp_path):
 
 def test_lanes_reports_null_when_undefined(tmp_path):
     heads = tmp_path / "heads.parquet"
-    lanes = load_script("lanes")
+    lanes = lanes_stage
     rows = {
         "model": ["m"] * 6,
         "seed": [1] * 6,

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from headgeom.analysis.batching import first_difference, length_batches
-from headgeom.analysis.patching import (
+from headgeom.heads.analysis.batching import first_difference, length_batches
+from headgeom.heads.analysis.patching import (
     attribution_patch,
     logit_difference,
     patch_all_heads,
@@ -20,7 +20,7 @@ from headgeom.analysis.patching import (
     supports_fast,
     supports_prefix_reuse,
 )
-from headgeom.analysis.tolerance import rounding_tolerance
+from headgeom.heads.analysis.tolerance import rounding_tolerance
 from headgeom.model import registry
 from headgeom.model.gpt import site
 from tests.helpers.examples import random_pairs

@@ -73,7 +73,7 @@ def test_auto_circuit_edges_agree_with_ours(tiny):
         pytest.skip(f"no {peer.name} environment (python benchmarks/peers/envs.py {peer.name})")
     import torch
 
-    from headgeom.analysis import edges as E
+    from headgeom.heads.analysis import edges as E
 
     folder, pairs = tiny
     out = folder / "edges.npz"

@@ -1,4 +1,4 @@
-"""The run-set table (headgeom.run_sets): each set's config key is a key of the schema, the
+"""The run-set table (headgeom.heads.run_sets): each set's config key is a key of the schema, the
 defaults are the paper's, and the one resolver refuses what it cannot resolve."""
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from headgeom import run_sets
-from headgeom.study import Study, StudyConfigError
-from headgeom.validation import SCHEMA
+from headgeom.heads import run_sets
+from headgeom.heads.study import SCHEMA, Study, StudyConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 

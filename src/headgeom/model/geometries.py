@@ -9,7 +9,7 @@ weight-space maps so geometric analyses read the same matrices the forward pass 
 * ``reader.read_maps(X)``         -> (head, d_head, d_model): W_X^{l,h}
 * ``reader.folded_read_maps(X)``  -> (head, d_head, d_model): W_X diag(γ) P_c (docs §9.2)
 * ``reader.read_heads(x, heads, kinds)`` -> (N, ..., d_head): the X of N chosen (head, X)
-  pairs, each on its own input (ACDC, ``headgeom.analysis.acdc``)
+  pairs, each on its own input (ACDC, ``headgeom.heads.analysis.acdc``)
 
 Every geometry of the study is one keyword record in ``GEOMETRIES`` (a :class:`Geometry`):
 its architecture, reader kind, sizing rule, parameters and capabilities, and for GPT its
