@@ -99,7 +99,9 @@ def main() -> None:
     model = registry.build_model(zoo.derive_model_config("learned", ARCH, {}), 632).eval()
     rng = np.random.default_rng(0)
     windows = torch.as_tensor(rng.integers(0, 632, (8, 64)))
-    means = ablation.write_means(model, torch.as_tensor(rng.integers(0, 632, (64, 64))))
+    means = ablation.write_means(
+        model, torch.as_tensor(rng.integers(0, 632, (64, 64))), batch_size=16
+    )
     tasks = [
         ablation.TaskPrompts(
             t, list(rng.integers(0, 632, (80, n))), rng.integers(0, 632, 80), rng.integers(1, 9, 80)
@@ -110,7 +112,7 @@ def main() -> None:
         t0 = time.perf_counter()
         naive(model, means, windows, tasks)
         t1 = time.perf_counter()
-        ablation.block_atlas(model, means, windows, tasks, batch_size=16)
+        ablation.block_atlas(model, means, windows, tasks, batch_size=16, work_bytes=2 * 2**30)
         t2 = time.perf_counter()
     print(f"naive (one forward per edit): {t1 - t0:.2f} s")
     print(f"block_atlas (stacked, resumed): {t2 - t1:.2f} s  (also descriptors and retention)")

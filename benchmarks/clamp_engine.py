@@ -133,7 +133,7 @@ def main(argv=None) -> int:
     for task in ("sva", "quote", "plural"):
         pairs = task_examples(task, args.n_examples)
         with Clock() as fast:
-            ld, got = clamps.clamp_patch(model, *pairs, cases)
+            ld, got = clamps.clamp_patch(model, *pairs, cases, batch_size=128, max_rows=4096)
         with Clock() as slow:
             ld_n, want = naive(model, *pairs, cases)
         d_got, d_want = ld[:, None] - got, ld_n[:, None] - want

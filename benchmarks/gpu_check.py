@@ -618,7 +618,7 @@ def clamps_section(ctx: Context, deadline: float) -> dict:
             continue
         reset_peak(device)
         with Clock(device) as fast:
-            ld, got = clamps.clamp_patch(model, *pairs, cases)
+            ld, got = clamps.clamp_patch(model, *pairs, cases, batch_size=128, max_rows=4096)
         peak["engine"] = max(peak["engine"], peak_bytes(device) or 0)
         reset_peak(device)
         with Clock(device) as slow:
@@ -705,7 +705,7 @@ def edges_section(ctx: Context, deadline: float) -> dict:
     sub = every.subset(np.arange(n_fast))
     reset_peak(device)
     with Clock(device) as fast:
-        kl = edges.edge_kl(model, clean[:k], ref[:k], sub)
+        kl = edges.edge_kl(model, clean[:k], ref[:k], sub, batch_size=16, max_rows=2048)
     peak_fast = peak_bytes(device)
     reset_peak(device)
     with Clock(device) as slow:

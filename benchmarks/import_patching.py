@@ -91,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     lengths = sorted({len(x) for x in pairs[0]})
     print(f"{args.n_examples} SVA evaluation examples, lengths {lengths}")
     with Clock() as ours:
-        clean_ld, patched = patch_all_heads_fast(model, *pairs, batch_size=args.batch_size)
+        clean_ld, patched = patch_all_heads_fast(
+            model, *pairs, batch_size=args.batch_size, max_rows=4096
+        )
     e_ours = (clean_ld[:, None, None] - patched).mean(axis=0)
     tl = transformer_lens_of(hf)
     tl_clock, e_tl = run_tl(tl, pairs)

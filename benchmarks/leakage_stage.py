@@ -84,7 +84,13 @@ def run(model: GPT, inputs: PatchInputs, batch: int) -> tuple[float, float]:
     """(patching seconds, leakage seconds) on the same inputs."""
     t0 = time.perf_counter()
     clean_ld, patched = patch_all_heads_fast(
-        model, inputs.clean_ids, inputs.ref_ids, inputs.correct, inputs.incorrect, batch
+        model,
+        inputs.clean_ids,
+        inputs.ref_ids,
+        inputs.correct,
+        inputs.incorrect,
+        batch,
+        max_rows=4096,
     )
     t_patch = time.perf_counter() - t0
     e = effects_from_drops(clean_ld[:, None, None] - patched)

@@ -226,7 +226,9 @@ def main(argv: list[str] | None = None) -> int:
 
         tl_model = to_transformer_lens(model)
     data = {t: task_examples(t, args.n_examples, args.split) for t in tasks.TASKS}
-    patch_all_heads_fast(model, *[x[:1] for x in data["sva"]], batch_size=1)  # warm-up
+    patch_all_heads_fast(
+        model, *[x[:1] for x in data["sva"]], batch_size=1, max_rows=4096
+    )  # warm-up
 
     print("\nexact engine vs TransformerLens (per-head mean effects e_{l,h}); times in s, wall/CPU")
     print(

@@ -96,7 +96,7 @@ def test_engine_equals_naive_for_multiscreen(geometry):
     assert clamps.mlps_from(model, 0) == clamps.NOTHING  # no MLP site in the registry
     pairs = random_pairs(5, (6, 4), seed=4)
     cases = mixed_cases(model)
-    _, got = clamps.clamp_patch(model, *pairs, cases, batch_size=3)
+    _, got = clamps.clamp_patch(model, *pairs, cases, batch_size=3, max_rows=4096)
     tol = patch_tolerance(model, pairs[0], pairs[1])  # routes part at block 0: L + 1 stages
     np.testing.assert_allclose(got, naive(model, *pairs, cases), rtol=0, atol=tol)
 
@@ -178,12 +178,14 @@ def test_bad_cases_are_refused():
     model = zoo_model("learned")
     pairs = random_pairs(2, (5,))
     with pytest.raises(ValueError, match="cannot also be clamped"):
-        clamps.clamp_patch(model, *pairs, [Case((1, 1), ClampSet(heads=frozenset({(1, 1)})))])
+        clamps.clamp_patch(
+            model, *pairs, [Case((1, 1), ClampSet(heads=frozenset({(1, 1)})))], 128, 4096
+        )
     with pytest.raises(ValueError, match="outside"):
-        clamps.clamp_patch(model, *pairs, [Case((9, 0))])
+        clamps.clamp_patch(model, *pairs, [Case((9, 0))], 128, 4096)
     ms = multiscreen_model("learned")
     with pytest.raises(ValueError, match="no MLP"):
-        clamps.clamp_patch(ms, *pairs, [Case((0, 0), ClampSet(mlps=frozenset({0})))])
+        clamps.clamp_patch(ms, *pairs, [Case((0, 0), ClampSet(mlps=frozenset({0})))], 128, 4096)
 
 
 # --------------------------------------------------------------------------- planted relay
@@ -234,7 +236,7 @@ def test_planted_relay_gives_a_reduction_near_one():
         Case((0, 0), ClampSet(heads=frozenset({(1, 0)}))),  # the relay
         Case((0, 0), ClampSet(heads=frozenset({(1, 1)}))),  # a silent head
     ]
-    clean_ld, patched = clamps.clamp_patch(model, *pairs, cases)
+    clean_ld, patched = clamps.clamp_patch(model, *pairs, cases, batch_size=128, max_rows=4096)
     e = (clean_ld[:, None] - patched).mean(axis=0)
     tol = patch_tolerance(model, clean, ref)  # routes part at block 0: L + 1 stages
     np.testing.assert_allclose(patched, naive(model, *pairs, cases), rtol=0, atol=tol)

@@ -22,6 +22,9 @@ from headgeom.heads.stages import concentration as concentration_stage
 from headgeom.heads.stages import lanes as lanes_stage
 from headgeom.io import read_parquet_metadata, write_manifest, write_parquet
 
+#: What rule concentration passes from the config besides counts and seeds (schema defaults).
+STUDY_FLAGS = ["--split", "evaluation", "--ci", "0.95", "--index-meaningful", "true"]
+
 EFFECTS_SCHEMA = pa.schema(
     [
         ("model", pa.string()),
@@ -97,6 +100,7 @@ def run_concentration(tmp_path, effects, *extra):
     argv = [
         "--effects",
         str(effects),
+        *STUDY_FLAGS,
         "--bootstrap-seed",
         "3",
         "--permutation-seed",
@@ -209,11 +213,16 @@ def test_missing_analysis_split_is_a_clear_error(tmp_path):
         run_concentration(tmp_path, effects)
 
 
-def test_robustness_outputs_need_the_seeds(tmp_path):
+def test_robustness_outputs_need_the_seeds(tmp_path, capsys):
     effects = write_effects(tmp_path / "e.parquet", np.ones((4, 1, 2)))
     argv = [
         "--effects",
         str(effects),
+        *STUDY_FLAGS,
+        "--n-bootstrap",
+        "300",
+        "--n-permutations",
+        "500",
         "--out-summary",
         "s",
         "--out-heads",
@@ -227,6 +236,7 @@ def test_robustness_outputs_need_the_seeds(tmp_path):
     ]
     with pytest.raises(SystemExit):
         concentration_stage.main(argv)
+    assert "need --bootstrap-seed and --permutation-seed" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------- paired
@@ -243,6 +253,10 @@ def run_compare(tmp_path, effects, pairs, task="sva"):
         "400",
         "--bootstrap-seed",
         "9",
+        "--split",
+        "evaluation",
+        "--ci",
+        "0.95",
         "--out-paired",
         str(out["paired"]),
         "--out-logo",
@@ -362,6 +376,8 @@ def test_c16_loss_versus_n_eff_from_the_paper_numbers(tmp_path):
         json.dumps(models),
         "--base-n-head",
         "12",
+        "--split",
+        "evaluation",
         "--loss-models",
         json.dumps(list(paper)),
         "--out-loss",
@@ -401,6 +417,8 @@ def test_loss_script_refuses_unmatched_manifests(tmp_path):
         "{}",
         "--base-n-head",
         "2",
+        "--split",
+        "evaluation",
         "--loss-models",
         "[]",
         "--out-loss",
@@ -439,7 +457,7 @@ def test_one_job_for_every_task_equals_one_job_per_task(tmp_path):
              for t in ("sva", "quote")}  # fmt: skip
     kinds = ("summary", "heads", "robustness", "conditions", "logo")
     settings = ["--bootstrap-seed", "3", "--permutation-seed", "4", "--n-bootstrap", "200",
-                "--n-permutations", "300"]  # fmt: skip
+                "--n-permutations", "300", *STUDY_FLAGS]  # fmt: skip
     alone, together = tmp_path / "alone", tmp_path / "together"
     for folder in (alone, together):
         folder.mkdir()

@@ -125,9 +125,9 @@ def test_final_lane_index_is_the_modal_index_of_the_top_three():
     heads = pd.DataFrame({"split": "discovery", "layer": [0, 1, 2, 3, 1],
                           "head": [1, 3, 3, 0, 2],
                           "e": [0.9, 0.8, 0.7, 0.6, 0.1]})  # fmt: skip
-    assert final_lane_index(heads) == 3
+    assert final_lane_index(heads, "discovery") == 3
     heads.loc[2, "head"] = 2  # top-3 indices 1, 3, 2: a tie goes to the best head's index
-    assert final_lane_index(heads) == 1
+    assert final_lane_index(heads, "discovery") == 1
 
 
 def test_value_gradient_traces_match_directional_finite_differences():

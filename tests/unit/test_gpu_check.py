@@ -144,7 +144,7 @@ def kl_tolerance(model, pairs, section) -> float:
     checked = E.all_edges(model.cfg.n_layer, model.cfg.n_head).subset(
         np.arange(section["naive_edges_timed"])
     )
-    kl = float(E.edge_kl(model, clean, ref, checked).max())
+    kl = float(E.edge_kl(model, clean, ref, checked, batch_size=16, max_rows=2048).max())
     delta, V = E.logit_rounding(model), model.cfg.n_vocab
     floor = (8 + math.log2(V)) * E.EPS64 * (1 + 2 * (math.log(V) + 2 * E.logit_scale(model)))
     return 2 * (delta * 2 * math.sqrt(2 * kl) + 2 * delta**2 + floor)

@@ -164,7 +164,13 @@ def test_every_query_head_patch_equals_a_plain_hook_on_the_output_projection(cas
     # the fast engine's entry point looks the model up in the registry: no fast_patching
     # declared, so it runs the plain engine, byte for byte
     fast = patch_all_heads_fast(
-        model, clean.tolist(), ref.tolist(), correct.tolist(), incorrect.tolist(), batch_size=B
+        model,
+        clean.tolist(),
+        ref.tolist(),
+        correct.tolist(),
+        incorrect.tolist(),
+        batch_size=B,
+        max_rows=4096,
     )
     np.testing.assert_array_equal(fast[1], patched)
     # the comparison can fail: the effects are far above the tolerance

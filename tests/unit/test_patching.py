@@ -261,6 +261,10 @@ def run_patch_heads(paths, out: Path, splits="discovery,validation,evaluation"):
             splits,
             "--batch-size",
             "3",
+            "--max-rows",
+            "4096",
+            "--mode",
+            "resample",
             "--model-name",
             "learned",
             "--seed",
@@ -284,8 +288,9 @@ def test_patch_heads_takes_every_task_of_a_run_in_one_job(tmp_path):
     meta = {"dataset_sha256": "cd" * 32, "task": "quote"}
     write_parquet(quote, table, TASK_SCHEMA, metadata=meta)
     base = ["--checkpoint", str(paths["checkpoint"]), "--manifest", str(paths["manifest"]),
-            "--splits", "discovery,evaluation", "--batch-size", "3", "--model-name", "learned",
-            "--seed", "42", "--device", "cpu"]  # fmt: skip
+            "--splits", "discovery,evaluation", "--batch-size", "3", "--max-rows", "4096",
+            "--mode", "resample", "--model-name", "learned", "--seed", "42",
+            "--device", "cpu"]  # fmt: skip
     script = patch_heads
     alone = {t: tmp_path / f"alone-{t}.parquet" for t in ("sva", "quote")}
     for task_file, out in zip((paths["task"], quote), alone.values(), strict=True):
@@ -357,7 +362,9 @@ def test_scripts_end_to_end(tmp_path, geometry):
 
     summary_path, heads_path = tmp_path / "summary.parquet", tmp_path / "heads.parquet"
     concentration = concentration_stage
-    argv = ["--effects", str(effects_path), "--out-summary", str(summary_path)]
+    argv = ["--effects", str(effects_path), "--split", "evaluation", "--n-bootstrap", "2000",
+            "--n-permutations", "5000", "--ci", "0.95", "--index-meaningful", "true",
+            "--out-summary", str(summary_path)]  # fmt: skip
     assert concentration.main([*argv, "--out-heads", str(heads_path)]) == 0
     summary = pq.read_table(summary_path).to_pandas()
     heads = pq.read_table(heads_path).to_pandas()
@@ -462,14 +469,20 @@ def test_scripts_end_to_end(tmp_path, geometry):
         assert 1 / 201 <= row["p_value"] <= 1
 
 
-def test_patch_heads_defaults_to_all_four_splits_and_names_the_manifest(tmp_path):
-    """Without --splits every split is patched (docs §10.1: all four, per example); the
-    file names the checkpoint and its manifest; both engines write the same effects."""
+def test_patch_heads_patches_the_splits_it_is_given_and_names_the_manifest(tmp_path, capsys):
+    """--splits names every split patched (the holdout too when listed, per example), the
+    stage has no default of its own (the rule passes config patching.splits); the file names
+    the checkpoint and its manifest; both engines write the same effects."""
     paths = make_fixture(tmp_path)
     argv = ["--checkpoint", str(paths["checkpoint"]), "--manifest", str(paths["manifest"])]
     argv += ["--task", str(paths["task"]), "--model-name", "learned", "--seed", "42"]
     argv += ["--task-name", "sva", "--device", "cpu", "--max-rows", "5"]
+    argv += ["--batch-size", "128", "--mode", "resample"]
     script = patch_heads
+    with pytest.raises(SystemExit):
+        script.main([*argv, "--out", str(tmp_path / "none.parquet")])
+    assert "required: --splits" in capsys.readouterr().err
+    argv += ["--splits", ",".join(SPLIT_SIZES)]
     fast, plain = tmp_path / "fast.parquet", tmp_path / "plain.parquet"
     assert script.main([*argv, "--out", str(fast)]) == 0
     assert script.main([*argv, "--engine", "plain", "--out", str(plain)]) == 0
@@ -495,6 +508,7 @@ def test_direct_leakage_into_a_reader_equals_the_manual_projection(tmp_path):
     run_patch_heads(paths, effects_path, splits="evaluation")
     argv = ["--checkpoint", str(paths["checkpoint"]), "--manifest", str(paths["manifest"])]
     argv += ["--task", str(paths["task"]), "--effects", str(effects_path), "--device", "cpu"]
+    argv += ["--split", "evaluation"]
     leakage_stage.main([*argv, "--out", str(leakage_path)])
     leak = pq.read_table(leakage_path).to_pandas()
     value = leak.query(
@@ -540,7 +554,7 @@ def test_leakage_refuses_effects_of_another_task_and_block_readers(tmp_path):
     pq.write_table(table.replace_schema_metadata(meta), effects_path)
     leakage = leakage_stage
     argv = ["--checkpoint", str(paths["checkpoint"]), "--manifest", str(paths["manifest"])]
-    argv += ["--task", str(paths["task"]), "--effects", str(effects_path)]
+    argv += ["--task", str(paths["task"]), "--effects", str(effects_path), "--split", "evaluation"]
     out = tmp_path / "leakage.parquet"
     # edited by hand and rewritten without headgeom's writer: its footer has no digests
     with pytest.raises(IntegrityError, match="footer lacks"):
@@ -584,14 +598,13 @@ def test_lanes_reports_null_when_undefined(tmp_path):
     )
     write_parquet(heads, pa.table(rows).cast(schema), schema)
     out = tmp_path / "lanes.parquet"
-    assert lanes.main(["--heads", str(heads), "--seed", "1", "--out", str(out)]) == 0
+    lane_args = ["--n-permutations", "5000", "--seed", "1", "--out", str(out)]
+    assert lanes.main(["--heads", str(heads), "--split", "discovery", *lane_args]) == 0
     lane = pq.read_table(out).to_pylist()[0]
     assert lane["lambda_score"] is None and lane["p_value"] is None
     assert lane["chance"] == 0.5
     with pytest.raises(ValueError, match="split"):
-        lanes.main(
-            ["--heads", str(heads), "--split", "evaluation", "--seed", "1", "--out", str(out)]
-        )
+        lanes.main(["--heads", str(heads), "--split", "evaluation", *lane_args])
 
 
 if __name__ == "__main__":  # pragma: no cover

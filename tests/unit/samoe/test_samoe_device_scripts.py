@@ -81,7 +81,7 @@ def argv(script: str, inp: dict, variant: str, out: Path) -> list[str]:
     """The script's arguments for ``variant``, its outputs under ``out``."""
     if script == "audit_cost":
         v = ("ordinary", "latest", "persistent")
-        return ["--family", "toy", "--seed", "42",
+        return ["--family", "toy", "--seed", "42", "--device", "auto",
                 "--checkpoints", *(str(inp[x]) for x in v),
                 "--manifests", *(str(inp["dir"] / f"{x}.json") for x in v),
                 "--pools", str(inp["pools"]), "--targets", str(inp["targets"]),
@@ -89,6 +89,7 @@ def argv(script: str, inp: dict, variant: str, out: Path) -> list[str]:
                 "--audit-cost", str(out / "audit_cost.parquet"),
                 "--runtime", str(out / "runtime.parquet")]  # fmt: skip
     common = ["--run-json", json.dumps({"family": "toy", "variant": variant, "seed": 42}),
+              "--device", "auto",  # config analysis_device's default
               "--checkpoint", str(inp[variant]),
               "--manifest", str(inp["dir"] / f"{variant}.json"),
               "--pools", str(inp["pools"]), "--corpus-manifest", str(inp["corpus"])]  # fmt: skip

@@ -199,6 +199,8 @@ def test_samoe_quality_reads_a_hub_runs_harness_file(tmp_path, model):
     argv = [
         "--run-json",
         json.dumps(run),
+        "--device",
+        "auto",
         "--checkpoint",
         str(tmp_path / "model.safetensors"),
         "--manifest",
@@ -363,7 +365,8 @@ def test_offline_the_stage_stops_naming_the_dataset_and_writes_nothing(tmp_path,
     cfg = {"tasks": ["headgeom_hub_mc"], "max_len": 64, "task_dir": str(task_dir)}
     out = tmp_path / "out" / "harness.parquet"
     argv = ["--run-json", json.dumps({"family": "smollm2", "variant": "latest", "seed": 42}),
-            "--downstream-json", json.dumps(cfg), "--checkpoint", str(tmp_path / "none"),
+            "--device", "auto", "--downstream-json", json.dumps(cfg),
+            "--checkpoint", str(tmp_path / "none"),
             "--manifest", str(tmp_path / "none.json"), "--corpus-manifest",
             str(tmp_path / "none.json"), "--out", str(out), "--allow-other-harness"]  # fmt: skip
     with pytest.raises(SystemExit, match=r"headgeom-tests/nowhere.*HF_DATASETS_OFFLINE.*task_dir"):
@@ -392,7 +395,7 @@ def test_the_stage_writes_a_runs_suite_that_quality_reads(tmp_path, model, monke
            "harness_commit": "b" * 40}  # fmt: skip
     files = {k: str(tmp_path / v) for k, v in (("checkpoint", "model.safetensors"),
              ("manifest", "manifest.json"), ("corpus-manifest", "corpus.json"))}  # fmt: skip
-    argv = ["--run-json", json.dumps(run), "--downstream-json", json.dumps(cfg),
+    argv = ["--run-json", json.dumps(run), "--device", "auto", "--downstream-json", json.dumps(cfg),
             *(x for k, v in files.items() for x in (f"--{k}", v)),
             "--out", str(tmp_path / "harness.parquet")]  # fmt: skip
     # the pinned commit is not what the registry installed: refused unless allowed
@@ -412,6 +415,8 @@ def test_the_stage_writes_a_runs_suite_that_quality_reads(tmp_path, model, monke
     argv = [
         "--run-json",
         json.dumps(run),
+        "--device",
+        "auto",
         "--pools",
         str(tmp_path / "pools.parquet"),
         *(x for k, v in files.items() for x in (f"--{k}", v)),

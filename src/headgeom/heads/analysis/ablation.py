@@ -93,7 +93,7 @@ def _device(model: torch.nn.Module) -> torch.device:
 
 # ----------------------------------------------------------------------------- means
 @torch.no_grad()
-def write_means(model, windows: torch.Tensor, batch_size: int = 64) -> dict[str, torch.Tensor]:
+def write_means(model, windows: torch.Tensor, batch_size: int) -> dict[str, torch.Tensor]:
     """Means over the windows' positions t ≥ 1, float64: each head's z before W_O
     (``z_mean`` (L, H, d_head)), the attention block's output (``attn_out_mean`` (L, D))
     and, when the model has MLPs, the MLP's output (``mlp_out_mean`` (L, D))."""
@@ -553,8 +553,8 @@ def block_atlas(
     means: Mapping[str, torch.Tensor],
     eval_windows: torch.Tensor,
     tasks: Sequence[TaskPrompts],
-    batch_size: int = 16,
-    work_bytes: int = 2 * 2**30,
+    batch_size: int,
+    work_bytes: int,
     modes: Sequence[str] = ABLATIONS,
     progress: Callable[[int], object] | None = None,
     edits: Sequence[Edit] | None = None,

@@ -440,7 +440,7 @@ def acdc(
     model,
     clean_ids: Sequence,
     ref_ids: Sequence,
-    threshold: float = 0.001,
+    threshold: float,
     n_checks: int = 8,
     seed: int = 0,
 ) -> AcdcResult:

@@ -95,7 +95,7 @@ class ClampResult:
 
 
 def clamp_analyses(
-    model, inputs, e_stored: np.ndarray, lumped: bool, batch_size: int = 128, max_rows: int = 4096
+    model, inputs, e_stored: np.ndarray, lumped: bool, batch_size: int, max_rows: int
 ) -> ClampResult:
     """Pairs, paths and (when ``lumped``) the lumped lane clamp of one task's examples
     (``inputs``: headgeom.data.task_files.PatchInputs) whose stored effects are ``e_stored``

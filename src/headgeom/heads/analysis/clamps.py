@@ -279,7 +279,7 @@ def clamp_batch(
     correct: torch.Tensor,
     incorrect: torch.Tensor,
     cases: Sequence[Case],
-    max_rows: int = 4096,
+    max_rows: int,
     prefix_reuse: bool = True,
     shortcuts: bool = True,
     readout: Callable | None = None,
@@ -331,8 +331,8 @@ def clamp_patch(
     correct: Sequence[int],
     incorrect: Sequence[int],
     cases: Sequence[Case],
-    batch_size: int = 128,
-    max_rows: int = 4096,
+    batch_size: int,
+    max_rows: int,
     prefix_reuse: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Every case on every example: ``(clean_ld (N,), patched_ld (N, C))`` float64 in input

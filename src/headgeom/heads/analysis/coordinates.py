@@ -149,9 +149,9 @@ def direction_drops(
     correct: Sequence[int],
     incorrect: Sequence[int],
     layer: int,
-    rotations: np.ndarray | None = None,
-    batch_size: int = 64,
-    max_rows: int = 4096,
+    rotations: np.ndarray | None,
+    batch_size: int,
+    max_rows: int,
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """site -> (drops (N, G), magnitudes (N, G)) float64 for every direction of every site
     of :data:`SITES` at ``layer`` (``before_wo_rotated`` only when ``rotations`` (H, d, d)
@@ -438,11 +438,11 @@ def coordinate_rows(
     e: np.ndarray,
     validation,
     evaluation,
-    n_sets: int = 1000,
-    null_seed: int = 1502,
-    rotation_seed: int = 1503,
-    batch_size: int = 64,
-    max_rows: int = 4096,
+    n_sets: int,
+    null_seed: int,
+    rotation_seed: int,
+    batch_size: int,
+    max_rows: int,
 ) -> list[dict]:
     """The rows of one task (docs §15.2): ``e`` (L, H) its evaluation effects, ``validation``
     and ``evaluation`` ``ModelInputs`` of the two splits. (one summary row per site, one row

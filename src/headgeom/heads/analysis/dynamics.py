@@ -140,7 +140,7 @@ def tau_summary(
     return out
 
 
-def final_lane_index(heads: pd.DataFrame, split: str = "discovery", top: int = 3) -> int:
+def final_lane_index(heads: pd.DataFrame, split: str, top: int = 3) -> int:
     """The head index holding most of the top-``top`` heads by ``split`` effect (ties: the
     index of the best of the tied; heads ranked as tables/lane_heads ranks them: e, then
     layer, head), the "final SVA lane index" of docs §13.4. ``heads``: results.HEADS rows."""

@@ -293,7 +293,7 @@ def edge_kl_batch(
     clean: torch.Tensor,
     ref: torch.Tensor,
     edges: Edges,
-    max_rows: int = 2048,
+    max_rows: int,
     progress: Progress = None,
 ) -> torch.Tensor:
     """KL (B, E) float64 of every edge on one batch of equal-length examples (B, T)."""
@@ -399,8 +399,9 @@ def edge_kl(
     clean_ids: Sequence,
     ref_ids: Sequence,
     edges: Edges | None = None,
-    batch_size: int = 16,
-    max_rows: int = 2048,
+    *,
+    batch_size: int,
+    max_rows: int,
     progress: Progress = None,
 ) -> np.ndarray:
     """KL(P_clean ‖ P_edge-patched) (N, E) float64 per example and edge (default: every edge,
@@ -471,7 +472,7 @@ def edge_kl_naive(
 
 
 # --------------------------------------------------------------------------- Table 7
-def edge_frame(model, clean_ids, ref_ids, batch_size: int = 16, max_rows: int = 2048):
+def edge_frame(model, clean_ids, ref_ids, batch_size: int, max_rows: int):
     """One row per edge (docs §15.1): writer, reader, X, the mean KL over the examples and
     the edge PK between Im W_O^i and reader j's weight-space X rows (effective W_X = A_X S_hᵀ
     for block readers; ``weightspace.write_read_pk``)."""
@@ -480,7 +481,7 @@ def edge_frame(model, clean_ids, ref_ids, batch_size: int = 16, max_rows: int = 
     from headgeom.heads.analysis import weightspace
 
     edges = all_edges(model.cfg.n_layer, model.cfg.n_head)
-    kl = edge_kl(model, clean_ids, ref_ids, edges, batch_size, max_rows)
+    kl = edge_kl(model, clean_ids, ref_ids, edges, batch_size=batch_size, max_rows=max_rows)
     frame = pd.DataFrame(
         {
             "writer_layer": edges.writer_layer,
@@ -592,9 +593,9 @@ def add_stage_arguments(parser) -> None:
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--manifest", required=True)
     parser.add_argument("--task", required=True)
-    parser.add_argument("--split", default="validation")
-    parser.add_argument("--n-examples", type=int, default=16)
-    parser.add_argument("--dtype", choices=tuple(DTYPES), default="float64",
+    parser.add_argument("--split", required=True)
+    parser.add_argument("--n-examples", type=int, required=True)
+    parser.add_argument("--dtype", choices=tuple(DTYPES), required=True,
                         help="dtype the model runs in")  # fmt: skip
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, default=1)

@@ -48,7 +48,7 @@ def patch_task(
     batch_size: int,
     max_rows: int,
     engine: str,
-    mode: str = "resample",
+    mode: str,
     z_means: torch.Tensor | None = None,
 ) -> pd.DataFrame:
     """Effects rows (without model/seed/task columns) of every head on every example of

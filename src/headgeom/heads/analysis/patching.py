@@ -228,7 +228,7 @@ def patch_batch_fast(
     ref: torch.Tensor,
     correct: torch.Tensor,
     incorrect: torch.Tensor,
-    max_rows: int = 4096,
+    max_rows: int,
     progress: Progress = None,
     prefix_reuse: bool = True,
     replacement: torch.Tensor | None = None,
@@ -362,7 +362,8 @@ def patch_all_heads_fast(
     incorrect: Sequence[int],
     batch_size: int,
     progress: Progress = None,
-    max_rows: int = 4096,
+    *,
+    max_rows: int,
     prefix_reuse: bool = True,
     replacement: torch.Tensor | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:

@@ -34,14 +34,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--manifest", required=True, help="its JSON manifest")
     p.add_argument("--val-tokens", required=True, help="val_tokens.parquet (GPT-2 ids)")
     p.add_argument("--tasks", nargs="+", required=True, help="task Parquets (retention)")
-    p.add_argument("--n-mean-windows", type=int, default=64, help="windows for the means")
-    p.add_argument("--n-eval-windows", type=int, default=64, help="windows for the measures")
-    p.add_argument("--batch-size", type=int, default=16, help="windows per forward")
+    p.add_argument("--n-mean-windows", type=int, required=True, help="windows for the means")
+    p.add_argument("--n-eval-windows", type=int, required=True, help="windows for the measures")
+    p.add_argument("--batch-size", type=int, required=True, help="windows per forward")
     p.add_argument(
-        "--work-mb", type=int, default=2048, help="working memory of the stacked forwards and KLs"
+        "--work-mb", type=int, required=True, help="working memory of the stacked forwards and KLs"
     )
     p.add_argument(
-        "--n-retention", type=int, default=0, help="first N evaluation prompts per task (0: all)"
+        "--n-retention",
+        type=int,
+        required=True,
+        help="first N evaluation prompts per task (0: all)",
     )
     p.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")

@@ -24,7 +24,7 @@ from headgeom.runtime import pick_device, set_threads
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     edges.add_stage_arguments(parser)
-    parser.add_argument("--acdc-threshold", type=float, default=0.001)
+    parser.add_argument("--acdc-threshold", type=float, required=True)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     set_threads(args.threads)

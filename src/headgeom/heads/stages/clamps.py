@@ -33,9 +33,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--manifest", required=True)
     parser.add_argument("--tasks", nargs="+", required=True, help="task Parquets")
     parser.add_argument("--heads", nargs="+", required=True, help="heads Parquets, same order")
-    parser.add_argument("--split", default="evaluation")
-    parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--max-rows", type=int, default=4096)
+    parser.add_argument("--split", required=True)
+    parser.add_argument("--batch-size", type=int, required=True)
+    parser.add_argument("--max-rows", type=int, required=True)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--threads", type=int, default=1)
     for name in ("pairs", "paths", "lumped"):

@@ -29,8 +29,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--input", nargs=4, action="append", required=True,
                    metavar=("MODE", "SUMMARY", "HEADS", "LANES"))  # fmt: skip
-    p.add_argument("--split", default="evaluation", help="split of N_eff, E and ρ")
-    p.add_argument("--base-mode", default="resample", help="the study's patching.mode")
+    p.add_argument("--split", required=True, help="split of N_eff, E and ρ")
+    p.add_argument("--base-mode", required=True, help="the study's patching.mode")
     p.add_argument("--out", required=True, help="mode-comparison Parquet")
     return p.parse_args(argv)
 

@@ -34,13 +34,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--effects", nargs="+", required=True, help="effects Parquets (heads/stages/patch_heads.py)"
     )
-    parser.add_argument("--split", default="evaluation", help="analysis split of §12")
-    parser.add_argument("--n-bootstrap", type=int, default=2000)
+    parser.add_argument("--split", required=True, help="analysis split of §12")
+    parser.add_argument("--n-bootstrap", type=int, required=True)
     parser.add_argument("--bootstrap-seed", type=int, help="needed with the §12 outputs")
-    parser.add_argument("--n-permutations", type=int, default=5000)
+    parser.add_argument("--n-permutations", type=int, required=True)
     parser.add_argument("--permutation-seed", type=int, help="needed with the §12 outputs")
-    parser.add_argument("--ci", type=float, default=0.95, help="percentile interval level")
-    parser.add_argument("--index-meaningful", choices=["true", "false"], default="true")
+    parser.add_argument("--ci", type=float, required=True, help="percentile interval level")
+    parser.add_argument("--index-meaningful", choices=["true", "false"], required=True)
     parser.add_argument("--out-summary", nargs="+", required=True, help="per-split summaries")
     parser.add_argument("--out-heads", nargs="+", required=True, help="per-head effects")
     for name in ROBUSTNESS_OUTPUTS:

@@ -40,7 +40,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="JSON {model: {display_name, geometry, corpus, n_head, reader_type}}",
     )
     parser.add_argument("--base-n-head", type=int, required=True)
-    parser.add_argument("--split", default="evaluation")
+    parser.add_argument("--split", required=True)
     parser.add_argument("--loss-models", required=True, help="JSON list of models")
     parser.add_argument(
         "--paper-runs", help="JSON [[model, seed], ...] of §12.3's pooled Spearman (default: all)"

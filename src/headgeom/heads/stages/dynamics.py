@@ -43,14 +43,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                        ("value-gradient-steps", int), ("evals", str), ("lanes", str),
                        ("geometry", str)):  # fmt: skip
         p.add_argument(f"--{name}", nargs="+", type=kind, required=True)
-    p.add_argument("--sequences", type=int, default=32, help="validation windows (§14.4)")
+    p.add_argument("--sequences", type=int, required=True, help="validation windows (§14.4)")
     p.add_argument(
-        "--backward-sequences", type=int, default=8, help="sequences per backward (memory)"
+        "--backward-sequences", type=int, required=True, help="sequences per backward (memory)"
     )
     p.add_argument("--task", required=True, help="tasks/sva.parquet")
     p.add_argument("--val-tokens", required=True, help="the corpus's val_tokens.parquet")
     p.add_argument("--heads", required=True, help="final SVA heads Parquet (lane index)")
-    p.add_argument("--lane-split", default="discovery")
+    p.add_argument("--lane-split", required=True)
     p.add_argument("--threads", type=int, default=1)
     for name in ("timeline", "tau", "value-gradients"):
         p.add_argument(f"--out-{name}", required=True)

@@ -27,8 +27,8 @@ from headgeom.runtime import pick_device, set_threads
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     edges.add_stage_arguments(parser)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--max-rows", type=int, default=2048)
+    parser.add_argument("--batch-size", type=int, required=True)
+    parser.add_argument("--max-rows", type=int, required=True)
     parser.add_argument("--out-edges", required=True)
     parser.add_argument("--out-summary", required=True)
     args = parser.parse_args(argv)

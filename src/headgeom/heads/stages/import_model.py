@@ -32,7 +32,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--run-json", required=True, help="import run config (Study.import_config)")
     p.add_argument("--val-tokens", required=True, help="val_tokens.parquet (GPT-2 ids)")
     p.add_argument("--n-ctx", type=int, required=True, help="validation window length")
-    p.add_argument("--batch-size", type=int, default=16, help="validation batch size")
+    p.add_argument("--batch-size", type=int, required=True, help="validation batch size")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--checkpoint", required=True, help="output checkpoint .safetensors")
     p.add_argument("--manifest", required=True, help="output manifest.json")

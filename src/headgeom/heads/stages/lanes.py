@@ -27,8 +27,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--heads", nargs="+", required=True, help="heads Parquets (heads/stages/concentration.py)"
     )
-    parser.add_argument("--split", default="discovery", help="split of the effects to use")
-    parser.add_argument("--n-permutations", type=int, default=5000)
+    parser.add_argument("--split", required=True, help="split of the effects to use")
+    parser.add_argument("--n-permutations", type=int, required=True)
     parser.add_argument("--seed", type=int, required=True, help="permutation RNG seed")
     parser.add_argument("--out", nargs="+", required=True, help="lanes Parquet per --heads")
     args = parser.parse_args(argv)

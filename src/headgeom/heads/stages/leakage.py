@@ -34,7 +34,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--effects", nargs="+", required=True, help="effects Parquet per --task (patch_heads)"
     )
-    parser.add_argument("--split", default="evaluation")
+    parser.add_argument("--split", required=True)
     parser.add_argument("--batch-size", type=int, default=64, help="examples per forward")
     parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")

@@ -64,7 +64,7 @@ def load_tokenizer(spec: str) -> tuple[Any, dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", required=True, choices=tasks.TASKS)
-    parser.add_argument("--config-json", default="{}", help="the task's config block as JSON")
+    parser.add_argument("--config-json", required=True, help="the task's config block as JSON")
     parser.add_argument("--tokenizer", default="gpt2", help="gpt2, tokenizer.json, .gguf or dir")
     parser.add_argument("--out", required=True, type=Path, help="output Parquet")
     args = parser.parse_args(argv)

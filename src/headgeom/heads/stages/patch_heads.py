@@ -36,14 +36,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--task", nargs="+", required=True, help="task Parquets (heads/stages/make_tasks.py)"
     )
-    parser.add_argument(
-        "--splits", default="discovery,validation,evaluation,holdout", help="comma-separated"
-    )
-    parser.add_argument("--batch-size", type=int, default=128, help="examples per batch")
+    parser.add_argument("--splits", required=True, help="comma-separated")
+    parser.add_argument("--batch-size", type=int, required=True, help="examples per batch")
     parser.add_argument(
         "--max-rows",
         type=int,
-        default=4096,
+        required=True,
         help="fast engine: head patches × examples per forward (bounds memory)",
     )
     parser.add_argument("--model-name", required=True)
@@ -60,7 +58,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="patching engine: fast (layer resumption, clean-prefix reuse, stacked heads, "
         "answer logits only; equal within 1e-5) or plain (one full forward per head)",
     )
-    parser.add_argument("--mode", choices=MODES, default="resample", help="ablation mode")
+    parser.add_argument("--mode", choices=MODES, required=True, help="ablation mode")
     parser.add_argument("--means", help="means artifact (needed with --mode mean)")
     parser.add_argument("--out", nargs="+", required=True, help="effects Parquet per --task")
     args = parser.parse_args(argv)

@@ -34,9 +34,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--task", nargs=2, action="append", required=True, metavar=("NAME", "PATH"))
     p.add_argument("--out", nargs=3, action="append", required=True,
                    metavar=("TASK", "MODE", "PATH"), help="one effects Parquet")  # fmt: skip
-    p.add_argument("--splits", default="discovery,evaluation", help="comma-separated")
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--max-rows", type=int, default=4096)
+    p.add_argument("--splits", required=True, help="comma-separated")
+    p.add_argument("--batch-size", type=int, required=True)
+    p.add_argument("--max-rows", type=int, required=True)
     p.add_argument("--engine", choices=ENGINES, default="fast")
     p.add_argument("--model-name", required=True)
     p.add_argument("--seed", type=int, required=True)

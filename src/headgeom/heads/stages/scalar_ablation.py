@@ -35,7 +35,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--manifest", required=True)
     p.add_argument("--tasks", nargs="+", required=True, help="task Parquets")
     p.add_argument("--layers", nargs="+", type=int, required=True)
-    p.add_argument("--draws", type=int, default=5, help="random controls")
+    p.add_argument("--draws", type=int, required=True, help="random controls")
     p.add_argument("--seed", type=int, required=True, help="Haar seed (recorded)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", required=True)

@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("pools", "targets", "corpus-manifest", "audit-cost", "runtime"):
         parser.add_argument(f"--{name}", required=True, type=Path)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
+    parser.add_argument("--device", required=True, help="auto (CUDA when present), cpu, cuda")
     args = parser.parse_args(argv)
     try:
         device = analysis_device(args.device)

@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--downstream-json", required=True, help="the config's downstream block")
     for name in ("checkpoint", "manifest", "corpus-manifest", "out"):
         parser.add_argument(f"--{name}", required=True, type=Path)
-    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
+    parser.add_argument("--device", required=True, help="auto (CUDA when present), cpu, cuda")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument(
         "--allow-other-harness",

@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("checkpoint", "manifest", "pools", "corpus-manifest", "out"):
         parser.add_argument(f"--{name}", required=True, type=Path)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
+    parser.add_argument("--device", required=True, help="auto (CUDA when present), cpu, cuda")
     add_batch_sequences(parser)
     args = parser.parse_args(argv)
     try:

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     suite_file.add_argument("--downstream", type=Path, help="the toy suite (samoe_corpus)")
     suite_file.add_argument("--harness", type=Path, help="the run's lm-eval suite (samoe_harness)")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda")
+    parser.add_argument("--device", required=True, help="auto (CUDA when present), cpu, cuda")
     add_batch_sequences(parser)
     args = parser.parse_args(argv)
     try:
