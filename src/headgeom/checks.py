@@ -37,6 +37,9 @@ from typing import Any
 
 import pandas as pd
 
+from headgeom.hashing import load_manifest
+from headgeom.io import read_parquet_metadata
+
 KINDS = {"abs": "max_abs_residual", "rel": "max_rel_residual", "count": "mismatches"}
 
 
@@ -229,10 +232,7 @@ def artifact_checks(path: str | os.PathLike) -> list[tuple[str | None, dict[str,
     its ``families`` (the basis family record, one group per family)."""
     path = Path(path)
     if path.suffix == ".parquet":
-        from headgeom.io import read_parquet_metadata
-
         return [(None, parse(read_parquet_metadata(path), path))]
-    from headgeom.hashing import load_manifest
 
     obj = load_manifest(path)  # every JSON artifact a check reads is sealed
     if not isinstance(obj, dict):

@@ -18,7 +18,7 @@ import os
 import torch
 
 from headgeom import checks
-from headgeom.hashing import load_manifest, manifest_hash, sha256_file
+from headgeom.hashing import content_hash, load_manifest, manifest_hash, sha256_file, source_freeze
 from headgeom.io import read_parquet_metadata, read_table
 from headgeom.model import registry
 from headgeom.model.checkpoint import load_checkpoint
@@ -220,8 +220,6 @@ def edited_manifest(parent: dict, checkpoint_sha256: str, edit: dict) -> dict:
     (docs §14.5: never in place): the parent's run identity, a ``parent`` record (its
     checkpoint bytes, manifest content hash, config id and step), the ``edit`` as done
     (kind, layers, seeds) and the edited file's own SHA-256."""
-    from headgeom.hashing import content_hash, source_freeze
-
     keep = ("model_name", "display_name", "config_hash", "config", "init_seed", "data",
             "basis_family_hash", "step", "tokens_seen", "n_trainable_params")  # fmt: skip
     return {

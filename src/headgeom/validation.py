@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from jsonschema import Draft202012Validator, validators
 
 
 class StudyConfigError(ValueError):
@@ -112,8 +113,6 @@ def _describe(error) -> list[str]:
 def _validator(schema: Mapping):
     """Draft 2020-12 validator that fills ``default`` values as it validates (as Snakemake's
     ``validate``; a copy of each default, so one schema serves many configs)."""
-    from jsonschema import Draft202012Validator, validators
-
     check_properties = Draft202012Validator.VALIDATORS["properties"]
 
     def properties_with_defaults(validator, properties, instance, subschema):

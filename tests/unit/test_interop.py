@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -152,7 +153,10 @@ def test_head_effects_equal_transformer_lens_patching(engine):
     model = learned_model(seed=4)
     tl = to_transformer_lens(model)
     clean, ref, correct, incorrect = pairs(6, 8, seed=5)
-    run = patch_all_heads_fast if engine == "fast" else patch_all_heads
+    if engine == "fast":
+        run = partial(patch_all_heads_fast, max_rows=4096)
+    else:
+        run = patch_all_heads
     clean_ld, patched = run(model, list(clean), list(ref), correct, incorrect, batch_size=6)
     drops = clean_ld[:, None, None] - patched  # (N, L, H)
     assert np.abs(drops.mean(axis=0)).max() > 1e-2

@@ -13,12 +13,14 @@ the config the workflow runs.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterable, Mapping
 from functools import cached_property, partial
 from pathlib import Path
 
+from headgeom.data import lexicon
 from headgeom.heads import run_sets, selections
-from headgeom.model import facts
+from headgeom.model import facts, zoo
 from headgeom.resources import ResourceRequests
 from headgeom.studies import KINDS
 from headgeom.validation import (
@@ -140,8 +142,6 @@ class Study(ResourceRequests):
     def model_config(self, model: str) -> dict:
         """The model section of a run config: the geometry sized for the study's architecture,
         every choice explicit (headgeom.model.zoo.derive_model_config)."""
-        from headgeom.model import zoo
-
         if model not in self._model_configs and self.is_imported(model):
             self._model_configs[model] = self._imported_model_config(model)
         if model not in self._model_configs:
@@ -255,7 +255,7 @@ class Study(ResourceRequests):
     def intermediate_checkpoints(self, folder: str) -> list[str]:
         """Paths in a run's ``folder`` of every intermediate checkpoint (training.
         checkpoint_steps below the final step) and then of every one's manifest."""
-        from headgeom.run_config import TrainConfig, checkpoint_name, checkpoint_schedule
+        from headgeom.run_config import TrainConfig, checkpoint_name, checkpoint_schedule  # torch
 
         steps = checkpoint_schedule(TrainConfig.from_dict(self.config["training"]))
         names = [checkpoint_name(s) for s in steps]
@@ -409,8 +409,6 @@ class Study(ResourceRequests):
     @staticmethod
     def model_pattern(models: Iterable[str]) -> str:
         """A wildcard regex matching exactly ``models`` (none: a regex that matches nothing)."""
-        import re
-
         models = list(models)
         return "|".join(map(re.escape, models)) if models else "(?!x)x"
 
@@ -420,7 +418,7 @@ class Study(ResourceRequests):
     def _imported_model_config(self, model: str) -> dict:
         """The model section of an imported model: from its config.json (read now, so a
         missing or foreign directory fails before any job)."""
-        from headgeom.model import importing
+        from headgeom.model import importing  # torch: the workflow reads the study
 
         spec = self.import_spec(model)
         if not facts.has_gpt2_form(self.models[model]["geometry"]):
@@ -437,7 +435,7 @@ class Study(ResourceRequests):
             raise ValueError(f"config models.{model}.import: {err}") from None
         n_ctx = self.config["architecture"]["n_ctx"]
         if spec["format"] in importing.CAUSAL_LM_FORMATS:
-            from headgeom.model.causal_import import context_length
+            from headgeom.model.causal_import import context_length  # torch: as above
 
             context, key = context_length(model_cfg), "max_position_embeddings"
         else:
@@ -452,7 +450,7 @@ class Study(ResourceRequests):
 
     def import_inputs(self, model: str) -> list[str]:
         """The files rule import_model reads from the user's directory (or GGUF file)."""
-        from headgeom.model import importing
+        from headgeom.model import importing  # torch: the workflow reads the study
 
         spec = self.import_spec(model)
         return importing.import_inputs(
@@ -528,8 +526,6 @@ class Study(ResourceRequests):
     def _check_edge_examples(self) -> None:
         """The edge stage measures the first edges.n_examples of its split: the split must
         hold them (tasks.<task>.splits)."""
-        from headgeom.data import lexicon
-
         if not self.run_set("edges"):
             return
         cfg = self.config.get("edges", {})
@@ -581,7 +577,7 @@ class Study(ResourceRequests):
     @property
     def checkpoint_steps(self) -> list[int]:
         """The intermediate checkpoints training writes (training.checkpoint_steps < steps)."""
-        from headgeom.run_config import TrainConfig, checkpoint_schedule
+        from headgeom.run_config import TrainConfig, checkpoint_schedule  # torch: as above
 
         return list(checkpoint_schedule(TrainConfig.from_dict(self.config["training"])))
 
@@ -606,7 +602,7 @@ class Study(ResourceRequests):
     @staticmethod
     def step_label(step: int | str) -> str:
         """The {step} wildcard of a checkpoint step: its zero-padded file-name form."""
-        from headgeom.run_config import checkpoint_name
+        from headgeom.run_config import checkpoint_name  # torch: the workflow reads the study
 
         return checkpoint_name(int(step)).removeprefix("step").removesuffix(".safetensors")
 

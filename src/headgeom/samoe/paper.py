@@ -479,8 +479,8 @@ def table22(x: Inputs) -> Table:
 def table6(x: Inputs) -> Table:
     """The downstream protocol (paper Table 6): the toy suite's, or the paper's tasks through
     lm-evaluation-harness (their harness-default splits)."""
-    from headgeom.samoe import harness
-    from headgeom.samoe.downstream import PRIMARY
+    from headgeom.samoe import harness  # torch (~2 s) for one table's metric names
+    from headgeom.samoe.downstream import PRIMARY  # torch, as above
 
     ds = x.config["downstream"]
     rows = []

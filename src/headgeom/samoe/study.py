@@ -12,6 +12,7 @@ it cannot run raises ``StudyConfigError``, one short line per problem.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from functools import cached_property
 from pathlib import Path
@@ -128,7 +129,7 @@ class SAMoEStudy(ResourceRequests):
         """Toy families score the toy suite; Hub families run the harness's tasks at a pinned
         commit and max_len (SAMOE §11). (A study of both kinds has one task list for both:
         each job refuses the other kind's tasks.)"""
-        from headgeom.samoe.downstream import TOY_TASKS
+        from headgeom.samoe.downstream import TOY_TASKS  # torch: workflow reads this
 
         ds = self.config["downstream"]
         toy = [t for t in ds["tasks"] if t in TOY_TASKS]
@@ -187,7 +188,7 @@ class SAMoEStudy(ResourceRequests):
         return {"family": family, "hf": self.hf(family)}
 
     def dense_config(self, family: str) -> DenseConfig:
-        from headgeom.samoe.config import DenseConfig
+        from headgeom.samoe.config import DenseConfig  # torch: the workflow reads the study
 
         if not self.is_toy(family):
             raise ValueError(f"family {family} is imported from the Hub ({self.hf(family)}), "
@@ -207,7 +208,7 @@ class SAMoEStudy(ResourceRequests):
 
     def paper_shape(self, family: str):
         """The shapes of a Hub family (``headgeom.samoe.counts.PAPER_SHAPES``)."""
-        from headgeom.samoe.counts import PAPER_SHAPES
+        from headgeom.samoe.counts import PAPER_SHAPES  # torch: the workflow reads the study
 
         repo = self.hf(family)["repo_id"]
         if repo not in PAPER_SHAPES:
@@ -236,7 +237,7 @@ class SAMoEStudy(ResourceRequests):
 
     # ------------------------------------------------------------------ stage configs
     def moe_config(self) -> MoEConfig:
-        from headgeom.samoe.config import MoEConfig
+        from headgeom.samoe.config import MoEConfig  # torch: the workflow reads the study
 
         try:
             return MoEConfig.from_dict(self.config["moe"])
@@ -245,7 +246,7 @@ class SAMoEStudy(ResourceRequests):
 
     def cpt_config(self, variant: str | None = None) -> CPTConfig:
         """The recipe; for ``variant``, with its micro-batch from ``cpt.microbatch``."""
-        from headgeom.samoe.config import CPTConfig
+        from headgeom.samoe.config import CPTConfig  # torch: the workflow reads the study
 
         cpt = {k: v for k, v in self.config["cpt"].items() if k not in _PAPER_CPT_KEYS}
         micro = self.config["cpt"].get("microbatch", {})
@@ -379,8 +380,6 @@ class SAMoEStudy(ResourceRequests):
         return [r for r in self.runs if r[1] == "ordinary"]
 
     def pattern(self, values) -> str:
-        import re
-
         return "|".join(re.escape(str(v)) for v in values) or "(?!)"
 
     def summary(self) -> dict[str, Any]:

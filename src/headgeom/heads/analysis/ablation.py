@@ -27,6 +27,7 @@ The mode comparison (concentration per patching mode) is
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from headgeom.data.task_files import TaskSplits, model_inputs
 from headgeom.hashing import canonical_json, sha256_file
 from headgeom.heads.analysis.edges import kl_of_logp
 from headgeom.heads.analysis.evaluation import length_groups
+from headgeom.heads.analysis.patching import supports_fast
 from headgeom.io import IntegrityError, atomic_path
 from headgeom.model import registry
 from headgeom.model.gpt import site
@@ -161,8 +163,6 @@ def read_means(path: str | os.PathLike, checkpoint_sha256: str | None = None) ->
     """Read a means artifact, verified: refuse one whose record or tensors differ from the
     digest its writer stored, or computed from another checkpoint than
     ``checkpoint_sha256`` (when given), naming the file and both hashes."""
-    import json
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: means artifact not found (rule ablation_atlas)")
@@ -498,8 +498,6 @@ def _answer_lds(model, ids, good, bad, layer_edits, means, max_rows) -> dict[Edi
     registry declares the blocks functions of the residual entering them (``fast_patching``;
     then edits of layer l rerun blocks l.. from the cached clean residual and only the two
     answer logits, ``model.answer_logits``), else by full stacked forwards."""
-    from headgeom.heads.analysis.patching import supports_fast
-
     out = {}
     answers = torch.stack([good, bad], dim=1)
     resume = supports_fast(model)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from scipy.stats import spearmanr
 
 
 def mode_comparison(
@@ -21,8 +22,6 @@ def mode_comparison(
     against ``base_mode`` of the same run and task, the Spearman ρ of the per-head effects
     e_{l,h} and the ratios N_eff / N_eff(base), E / E(base). Every frame has a ``mode``
     column."""
-    from scipy.stats import spearmanr
-
     keys = ["model", "seed", "task", "mode"]
     summ = summaries[summaries["split"] == split].set_index(keys)
     lane = lanes.set_index(keys)

@@ -22,8 +22,10 @@ import pandas as pd
 import torch
 from torch.nn import functional as F
 
+from headgeom import results
 from headgeom.heads.analysis.evaluation import length_groups
-from headgeom.io import read_table
+from headgeom.heads.analysis.weightspace import head_maps, head_spaces
+from headgeom.io import read_parquet_metadata, read_table
 from headgeom.model.gpt import site
 
 # ----------------------------------------------------------------------------- τ (§13.4)
@@ -246,8 +248,6 @@ def scalar_signs(model) -> pd.DataFrame:
 
 # ----------------------------------------------------------------------------- tables
 def _head_bases(model) -> tuple[list[list[np.ndarray]], np.ndarray]:
-    from headgeom.heads.analysis.weightspace import head_maps, head_spaces
-
     maps = head_maps(model)
     return head_spaces(maps).write, maps.write
 
@@ -289,9 +289,6 @@ def timeline_table(entries, final_step: int, lane_split: str) -> pd.DataFrame:
     """One results.TIMELINE row per ``(step, manifest, eval, lanes, geometry)``: the SVA
     evaluation accuracy, Λ and p on ``lane_split``, own-best and median P(T_h), each Parquet
     refused unless it was computed from that step's checkpoint (its provenance)."""
-
-    from headgeom import results
-    from headgeom.io import read_parquet_metadata
 
     rows = []
     for step, manifest, eval_path, lanes_path, geometry_path in entries:

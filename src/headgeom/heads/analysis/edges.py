@@ -58,13 +58,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import torch
 from torch.nn import functional as F
 
 from headgeom import results
 from headgeom.data.task_files import PatchInputs, first_per_condition, model_inputs, read_task
+from headgeom.heads.analysis import weightspace
 from headgeom.heads.analysis.batching import check_pairs, length_batches, model_device, stack_rows
 from headgeom.heads.analysis.patching import head_perturbations, supports_prefix_reuse
+from headgeom.heads.analysis.stats import spearman
 from headgeom.heads.analysis.tolerance import forward_tolerance
 from headgeom.model import registry
 from headgeom.model.checkpoint import load_verified
@@ -476,9 +479,6 @@ def edge_frame(model, clean_ids, ref_ids, batch_size: int, max_rows: int):
     """One row per edge (docs §15.1): writer, reader, X, the mean KL over the examples and
     the edge PK between Im W_O^i and reader j's weight-space X rows (effective W_X = A_X S_hᵀ
     for block readers; ``weightspace.write_read_pk``)."""
-    import pandas as pd
-
-    from headgeom.heads.analysis import weightspace
 
     edges = all_edges(model.cfg.n_layer, model.cfg.n_head)
     kl = edge_kl(model, clean_ids, ref_ids, edges, batch_size=batch_size, max_rows=max_rows)
@@ -513,8 +513,6 @@ def edge_correlations(frame) -> dict:
     """Pooled Spearman(PK, KL) over every edge and the median within-(reader, X) Spearman
     for Q, K and V (groups whose PK or KL is constant have no ρ and are left out; their
     number is reported)."""
-    from headgeom.heads.analysis.stats import spearman
-
     rho, p = spearman(frame["pk"].to_numpy(), frame["kl"].to_numpy())
     out = {
         "n_edges": len(frame),

@@ -29,6 +29,8 @@ from headgeom.heads.analysis.weightspace import (
     write_read_pk,
     write_write_pk,
 )
+from headgeom.model import registry
+from headgeom.model.geometries import AXIS
 
 #: The designed-PK check (docs §9.4): measured PKs of frozen head blocks equal their designed
 #: values to this absolute error. PKs are sums of d² squared inner products of float64
@@ -134,9 +136,6 @@ def designed_pk(model, spaces) -> tuple[float | None, int]:
     member), 0 for two blocks of one basis, ``family.pk`` across members (docs §5.5 item 3;
     paper: 64 / 0 / 5.332–5.336). Pairs: writes of layers l < l', and with block readers
     the write of l and the reader of l' ≥ l (all-rotated-self: 64 on its own diagonal)."""
-    from headgeom.model import registry
-    from headgeom.model.geometries import AXIS
-
     cfg = model.cfg
     bases = registry.frozen_bases(cfg)
     if "write" not in bases:

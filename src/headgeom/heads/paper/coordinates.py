@@ -10,6 +10,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from headgeom import results
+from headgeom.heads import selections
 from headgeom.heads.paper import references
 from headgeom.heads.paper.inputs import (
     TASK_ORDER,
@@ -48,8 +49,6 @@ def coordinates_table(inputs: Inputs) -> Table:
     and task, a column per site (range over the group's runs, evaluation split, directions
     selected on validation), the paper's SVA value in brackets; and how often the selected
     set beats every magnitude-matched random set."""
-    from headgeom.heads import selections
-
     runs = read_runs(need_kind(inputs, "runs", "coordinates"))
     frame = read_kind(need_kind(inputs, "coordinates", "coordinates"), COORDINATES_COLUMNS,
                       "coordinates")  # fmt: skip

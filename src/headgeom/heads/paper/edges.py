@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from headgeom import results
+from headgeom.heads import selections
 from headgeom.heads.paper import references
 from headgeom.heads.paper.inputs import Inputs, need_kind, optional_kind, read_kind, read_runs
 from headgeom.render import Block, Table, value_range
@@ -56,8 +57,6 @@ def table7(inputs: Inputs) -> Table:
     """Spearman(edge PK, edge KL) (paper Table 7, docs §15.1): rows grouped as the paper
     (``selections.TABLE7_GROUPS``), each a range over its models, the paper's value beside;
     a second block summarises the ACDC circuits (docs §15.4) by source type."""
-    from headgeom.heads import selections
-
     runs = read_runs(need_kind(inputs, "runs", "table7"))
     summaries = read_kind(need_kind(inputs, "summaries", "table7"), EDGE_SUMMARY_COLUMNS,
                           "table7")  # fmt: skip

@@ -76,7 +76,7 @@ def figure2_data(inputs: Inputs) -> pd.DataFrame:
     """Every source → later reader pair (L, ρ, the two percentiles of L) of every leakage
     run and task, flagged where it is one of the evaluation-selected top pairs (docs §11.4,
     §17.2 Figure 2)."""
-    from headgeom.heads.analysis.exclusivity import add_percentiles
+    from headgeom.heads.analysis.exclusivity import add_percentiles  # scipy.stats: ~1 s
 
     cols = results.LEAKAGE.columns(
         "model", "seed", "task", "source_layer", "source_head", "reader_layer",

@@ -21,6 +21,7 @@ from headgeom.heads.paper.inputs import (
     read_runs,
 )
 from headgeom.heads.paper.seeds import below_learned, capacity_covariation, evaluation_summaries
+from headgeom.heads.selections import COORDINATE_GROUPS
 from headgeom.model import facts
 from headgeom.render import Block, Table, format_p, value_range
 
@@ -168,7 +169,6 @@ def _alignment_finding(inputs: Inputs) -> str:
 
 
 def _coordinate_finding(inputs: Inputs) -> str:  # coordinate concentration (docs §15.2)
-    from headgeom.heads.selections import COORDINATE_GROUPS
 
     cols = results.COORDINATES.columns("model", "seed", "task", "site", "share_evaluation")
     frame = read_kind(inputs["coordinates"], cols, "table1")

@@ -48,8 +48,8 @@ def load_tokenizer(spec: str) -> tuple[Any, dict[str, Any]]:
         tok, record = load_tokenizer_json(path)
     elif path.suffix == ".gguf" or path.is_dir():
         # the model layer resolves (and hashes) a model's files; only then transformers loads
-        from headgeom.model.sources import ModelSource
-        from headgeom.model.sources import load_tokenizer as load_source_tokenizer
+        from headgeom.model.sources import ModelSource  # torch: GPT-2 runs skip it
+        from headgeom.model.sources import load_tokenizer as load_source_tokenizer  # torch
 
         kind = "gguf" if path.suffix == ".gguf" else "directory"
         tok, record = load_source_tokenizer(ModelSource(kind=kind, path=str(path)))

@@ -23,13 +23,18 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import torch
+
+from headgeom.data.corpus_sources import all_or_nothing
+from headgeom.optional import require
+from headgeom.samoe import results
+from headgeom.samoe.checkpoint import save_hub_dense
+from headgeom.samoe.hub import MODEL_TYPES, HubSource
+from headgeom.samoe.manifest import run_manifest, write_run_manifest
 
 
 def load_pretrained(repo: str, revision: str, family: str):
     """The Hub model in float32, or exit naming what could not be had."""
-    import torch
-
-    from headgeom.optional import require
 
     transformers = require("transformers", f"samoe_import_dense {family}")
 
@@ -53,12 +58,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cfg = json.loads(args.config_json)
     family, repo, revision = cfg["family"], cfg["hf"]["repo_id"], cfg["hf"]["revision"]
-
-    from headgeom.data.corpus_sources import all_or_nothing
-    from headgeom.samoe import results
-    from headgeom.samoe.checkpoint import save_hub_dense
-    from headgeom.samoe.hub import MODEL_TYPES, HubSource
-    from headgeom.samoe.manifest import run_manifest, write_run_manifest
 
     lm = load_pretrained(repo, revision, family)
     if lm.config.model_type not in MODEL_TYPES:
