@@ -1,4 +1,4 @@
-"""Block ablation atlas: stacked edits (headgeom.analysis.ablation.block_atlas) against a
+"""Block ablation atlas: stacked edits (headgeom.heads.analysis.ablation.block_atlas) against a
 naive peer (one full forward per edit and window batch, one per edit and task prompt group),
 side by side, on a random demo-size model (4 layers, 4 heads, d_model 64, n_ctx 64).
 
@@ -24,7 +24,7 @@ import time
 import numpy as np
 import torch
 
-from headgeom.analysis import ablation
+from headgeom.heads.analysis import ablation
 from headgeom.model import registry, zoo
 from headgeom.runtime import set_threads
 
@@ -99,7 +99,9 @@ def main() -> None:
     model = registry.build_model(zoo.derive_model_config("learned", ARCH, {}), 632).eval()
     rng = np.random.default_rng(0)
     windows = torch.as_tensor(rng.integers(0, 632, (8, 64)))
-    means = ablation.write_means(model, torch.as_tensor(rng.integers(0, 632, (64, 64))))
+    means = ablation.write_means(
+        model, torch.as_tensor(rng.integers(0, 632, (64, 64))), batch_size=16
+    )
     tasks = [
         ablation.TaskPrompts(
             t, list(rng.integers(0, 632, (80, n))), rng.integers(0, 632, 80), rng.integers(1, 9, 80)
@@ -110,7 +112,7 @@ def main() -> None:
         t0 = time.perf_counter()
         naive(model, means, windows, tasks)
         t1 = time.perf_counter()
-        ablation.block_atlas(model, means, windows, tasks, batch_size=16)
+        ablation.block_atlas(model, means, windows, tasks, batch_size=16, work_bytes=2 * 2**30)
         t2 = time.perf_counter()
     print(f"naive (one forward per edit): {t1 - t0:.2f} s")
     print(f"block_atlas (stacked, resumed): {t2 - t1:.2f} s  (also descriptors and retention)")

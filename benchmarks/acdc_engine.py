@@ -1,4 +1,4 @@
-"""ACDC's engine (docs §15.4, :class:`headgeom.analysis.acdc.Circuit`) against the
+"""ACDC's engine (docs §15.4, :class:`headgeom.heads.analysis.acdc.Circuit`) against the
 implementation before it (``tests/reference_acdc.py``: :class:`Graph`), metric calls per
 second at the paper's shape, and the projected time of a whole ACDC run.
 
@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT))
 from patching_engine import Clock, paper_model, task_examples  # noqa: E402
 
-from headgeom.analysis import acdc as A  # noqa: E402
+from headgeom.heads.analysis import acdc as A  # noqa: E402
 from tests import reference_acdc as R  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}

@@ -25,11 +25,11 @@ import time
 import numpy as np
 import torch
 
-from headgeom.analysis import clamps
-from headgeom.analysis.batching import length_batches
-from headgeom.analysis.clamps import Case
-from headgeom.analysis.patching import logit_difference
 from headgeom.data import tasks
+from headgeom.heads.analysis import clamps
+from headgeom.heads.analysis.batching import length_batches
+from headgeom.heads.analysis.clamps import Case
+from headgeom.heads.analysis.patching import logit_difference
 from headgeom.model import registry, zoo
 from headgeom.model.gpt import site
 
@@ -133,7 +133,7 @@ def main(argv=None) -> int:
     for task in ("sva", "quote", "plural"):
         pairs = task_examples(task, args.n_examples)
         with Clock() as fast:
-            ld, got = clamps.clamp_patch(model, *pairs, cases)
+            ld, got = clamps.clamp_patch(model, *pairs, cases, batch_size=128, max_rows=4096)
         with Clock() as slow:
             ld_n, want = naive(model, *pairs, cases)
         d_got, d_want = ld[:, None] - got, ld_n[:, None] - want

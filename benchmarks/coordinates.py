@@ -26,7 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from patching_engine import N_VOCAB, paper_model, task_examples  # noqa: E402
 
-from headgeom.analysis import coordinates as C  # noqa: E402
+from headgeom.heads.analysis import coordinates as C  # noqa: E402
 
 
 def parse_args(argv):

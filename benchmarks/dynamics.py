@@ -20,8 +20,8 @@ import time
 import numpy as np
 import torch
 
-from headgeom.analysis.dynamics import lm_loss, task_gradients, value_gradient_traces
-from headgeom.analysis.evaluation import length_groups
+from headgeom.heads.analysis.dynamics import lm_loss, task_gradients, value_gradient_traces
+from headgeom.heads.analysis.evaluation import length_groups
 from headgeom.model import registry, zoo
 
 DEMO = dict(n_layer=4, n_head=4, d_model=64, d_head=16, d_mlp=256, n_ctx=64)

@@ -8,7 +8,7 @@ The model has the paper's shape (12 × 12 heads, D = 768, d_mlp = 3072, V = 50,2
 `learned` geometry and random GPT-2-initialised weights (the cost does not depend on the
 weights); examples are real SVA validation examples (GPT-2 ids). Three engines, one run:
 
-* ours (:func:`headgeom.analysis.edges.edge_kl`): resumed at the reader, suffix only, rows =
+* ours (:func:`headgeom.heads.analysis.edges.edge_kl`): resumed at the reader, suffix only, rows =
   edge × example, the reader once per writer;
 * full-forward loop: one hooked full forward per edge (TransformerLens style,
   :func:`edge_kl_naive`);
@@ -44,8 +44,8 @@ from patching_engine import (  # noqa: E402
     task_examples,
 )
 
-from headgeom.analysis import edges as E  # noqa: E402
-from headgeom.analysis.batching import first_difference  # noqa: E402
+from headgeom.heads.analysis import edges as E  # noqa: E402
+from headgeom.heads.analysis.batching import first_difference  # noqa: E402
 
 
 def edge_flops(cfg, reader_layer: int, T: int, p: int, engine: str) -> int:

@@ -27,8 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from headgeom.explorer import page  # noqa: E402
-from headgeom.explorer.data import gather  # noqa: E402
+from headgeom.heads.explorer import page  # noqa: E402
+from headgeom.heads.explorer.data import gather  # noqa: E402
 from tests.helpers.explorer import Shape, write_study  # noqa: E402
 
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -30,8 +30,8 @@ reported with its error and the next one runs.
 * **clamps**: ``clamps.clamp_patch`` vs the naive hooked-forward loop of
   benchmarks/clamp_engine.py (§15.3 path cases of five sources).
 * **leakage**: ``leakage.leakage_table`` on the same examples (rate for the projection).
-* **edges**: ``headgeom.analysis.edges`` (docs §15.1) vs its per-edge hook loop, in the analysis
-  model's float32.
+* **edges**: ``headgeom.heads.analysis.edges`` (docs §15.1) vs its per-edge hook loop, in the
+  analysis model's float32.
 * **real_model**: the real-model engine (``headgeom.model.hf.HFCausalLM``: a ``transformers``
   causal LM with named sites) on a Llama-3.2-1B-shaped model built from its config with random
   weights (16 layers × 32 query / 8 key-value heads, D = 2048, grouped-query attention, rotary;
@@ -41,13 +41,13 @@ reported with its error and the next one runs.
   device's dense peak of that precision. Random weights make the effects meaningless and the
   timing real: the cost does not depend on the values.
 * **projection**: every rule of the ``--config`` study's DAG (default config/paper.yaml) with
-  jobs in it: its jobs from the Study's run sets (``headgeom.cost.JOBS``), work per job in
-  ``headgeom.cost.UNITS``, on the device its config resources give it. GPU rules at the rates
+  jobs in it: its jobs from the Study's run sets (``headgeom.heads.cost.JOBS``), work per job in
+  ``headgeom.heads.cost.UNITS``, on the device its config resources give it. GPU rules at the rates
   measured above (training at the config's ``training.compile`` and precision, each model at
   the measured geometry's rate, else learned's, × the FLOPs-per-token ratio; analyses at the
   engines' fp32 rates × the FLOPs ratio), CPU rules fitted from a finished rehearsal's
-  benchmark files (``--rehearsal-results``, ``headgeom.cost.fit``), else "not measured"; totals
-  in GPU-hours and CPU core-hours, and the GPU rows scaled to an H100 SXM by the peak of each
+  benchmark files (``--rehearsal-results``, ``headgeom.heads.cost.fit``), else "not measured";
+  totals in GPU-hours and CPU core-hours, and the GPU rows scaled to an H100 SXM by the peak of each
   row's own precision (bf16 training, fp32 analyses).
 
 The analysis sections run in exact fp32 (TF32 off, as the workflow's analyses do).
@@ -81,7 +81,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the engines' peers: patching_engine, clamp_engine
 
-from headgeom import cost  # noqa: E402
+from headgeom import cost as shared  # noqa: E402
+from headgeom.heads import cost  # noqa: E402
 from headgeom.training.loop import configure_matmuls  # noqa: E402
 from headgeom.training.throughput import (  # noqa: E402
     PAPER_SHAPE,
@@ -141,7 +142,7 @@ def parse_args(argv):
         "--rehearsal-results",
         type=Path,
         help="a finished rehearsal's results folder (results/rehearsal): its benchmark files "
-        "give the CPU rules' projection (headgeom.cost.fit)",
+        "give the CPU rules' projection (headgeom.heads.cost.fit)",
     )
     p.add_argument(
         "--rehearsal-config",
@@ -316,8 +317,8 @@ def resume_run_config(tiny: bool) -> dict:
 
 
 def write_synthetic_corpus(d: Path, n_train: int, n_val: int, n_ids: int = 256) -> Path:
-    """Token files, vocabulary and corpus manifest laid out as src/tokenize_corpus.py writes
-    them, from a learnable Markov stream over ``n_ids`` GPT-2 ids (no tokenizer needed)."""
+    """Token files, vocabulary and corpus manifest laid out as heads/stages/tokenize_corpus.py
+    writes them, from a learnable Markov stream over ``n_ids`` GPT-2 ids (no tokenizer needed)."""
     import pyarrow as pa
 
     from headgeom import results
@@ -372,7 +373,7 @@ def write_synthetic_corpus(d: Path, n_train: int, n_val: int, n_ids: int = 256) 
 
 
 def resume_worker(spec_path: Path) -> int:
-    """Subprocess: one training job (train_job) as src/train.py runs it; SIGKILLed right
+    """Subprocess: one training job (train_job) as heads/stages/train.py runs it; SIGKILLed right
     after its resumable state of step ``kill_at`` is written, when given."""
     spec = json.loads(Path(spec_path).read_text())
     if spec["deterministic"]:
@@ -625,7 +626,7 @@ def clamp_sources(model) -> list[tuple[int, int]]:
 def clamps_section(ctx: Context, deadline: float) -> dict:
     import clamp_engine
 
-    from headgeom.analysis import clamps
+    from headgeom.heads.analysis import clamps
 
     model, device = analysis_model(ctx), ctx.device
     data = examples(ctx, 4 if ctx.tiny else 16)
@@ -637,7 +638,7 @@ def clamps_section(ctx: Context, deadline: float) -> dict:
             continue
         reset_peak(device)
         with Clock(device) as fast:
-            ld, got = clamps.clamp_patch(model, *pairs, cases)
+            ld, got = clamps.clamp_patch(model, *pairs, cases, batch_size=128, max_rows=4096)
         peak["engine"] = max(peak["engine"], peak_bytes(device) or 0)
         reset_peak(device)
         with Clock(device) as slow:
@@ -671,9 +672,9 @@ def clamps_section(ctx: Context, deadline: float) -> dict:
 def leakage_section(ctx: Context, deadline: float) -> dict:
     import patching_engine
 
-    from headgeom.analysis.leakage import leakage_table
-    from headgeom.analysis.stats import effects_from_drops
     from headgeom.data.task_files import PatchInputs
+    from headgeom.heads.analysis.leakage import leakage_table
+    from headgeom.heads.analysis.stats import effects_from_drops
 
     model, device = analysis_model(ctx), ctx.device
     data = examples(ctx, 4 if ctx.tiny else 32)
@@ -710,9 +711,9 @@ def leakage_section(ctx: Context, deadline: float) -> dict:
 
 def edges_section(ctx: Context, deadline: float) -> dict:
     try:
-        from headgeom.analysis import edges
+        from headgeom.heads.analysis import edges
     except ImportError as err:
-        return {"status": "not present", "reason": f"headgeom.analysis.edges: {err}"}
+        return {"status": "not present", "reason": f"headgeom.heads.analysis.edges: {err}"}
     model, device = analysis_model(ctx), ctx.device
     clean, ref = examples(ctx, 4)["sva"][:2]
     k = 2 if ctx.tiny else 4
@@ -724,7 +725,7 @@ def edges_section(ctx: Context, deadline: float) -> dict:
     sub = every.subset(np.arange(n_fast))
     reset_peak(device)
     with Clock(device) as fast:
-        kl = edges.edge_kl(model, clean[:k], ref[:k], sub)
+        kl = edges.edge_kl(model, clean[:k], ref[:k], sub, batch_size=16, max_rows=2048)
     peak_fast = peak_bytes(device)
     reset_peak(device)
     with Clock(device) as slow:
@@ -752,8 +753,8 @@ def edges_section(ctx: Context, deadline: float) -> dict:
 # --------------------------------------------------------------------------- projection
 # Each rule of the projected study's DAG on the device its resources give it (config
 # resources.<rule>.gpu; a `use rule` copy takes its base rule's): jobs from the Study's run
-# sets (headgeom.cost.JOBS), work per job in headgeom.cost.UNITS, GPU rules at the rates
-# measured above, CPU rules from a rehearsal's benchmark files (headgeom.cost.fit).
+# sets (headgeom.heads.cost.JOBS), work per job in headgeom.heads.cost.UNITS, GPU rules at the rates
+# measured above, CPU rules from a rehearsal's benchmark files (headgeom.heads.cost.fit).
 GPU_MEASURED = "GPU measured in this run"
 GPU_UNMEASURED = "GPU, not measured here"
 CPU_FITTED = "CPU fitted from rehearsal benchmarks"
@@ -776,7 +777,7 @@ def device_peaks(ctx: Context) -> dict[str, float | None]:
 
 def _study(path: Path):
     from headgeom import config_layers
-    from headgeom.study import Study
+    from headgeom.heads.study import Study
 
     return Study.from_config(config_layers.load(path, ROOT))  # `extends` from the repository
 
@@ -842,7 +843,7 @@ def _gpu_analysis_rates(ctx: Context, study) -> dict[str, tuple[float | None, st
 
 def _edge_ratio(ctx: Context, study):
     """model -> its edges over the measured model's (an edge job patches every edge)."""
-    from headgeom.analysis.edges import all_edges
+    from headgeom.heads.analysis.edges import all_edges
 
     def ratio(model: str) -> float:
         cfg = study.model_config(model)
@@ -857,7 +858,7 @@ def projection_section(ctx: Context, deadline: float) -> dict:
     jobs = cost.jobs(study)
     unknown = sorted(set(jobs) ^ set(rules))
     if unknown:
-        raise RuntimeError(f"headgeom.cost.JOBS and workflow/rules/*.smk differ: {unknown}")
+        raise RuntimeError(f"headgeom.heads.cost.JOBS and workflow/heads/*.smk differ: {unknown}")
     flops = _model_flops(study)
     ref_flops = ctx.shared.get("analysis_flops")  # the model the analysis rates are of
     train_rates, train_why = _train_rates(ctx, study)
@@ -867,7 +868,7 @@ def projection_section(ctx: Context, deadline: float) -> dict:
     fitted, rehearsal = {}, None
     if ctx.rehearsal is not None:
         rehearsal = _study(ctx.rehearsal_config)
-        measured = cost.read_benchmarks(ctx.rehearsal)
+        measured = shared.read_benchmarks(ctx.rehearsal)
         fitted = {p.rule: p for p in cost.fit(measured, rehearsal, study)}
 
     rows = []
@@ -1007,7 +1008,7 @@ def resumption_flops(model, pairs) -> float:
 def real_model_section(ctx: Context, deadline: float) -> dict:
     import patching_engine  # benchmarks/: our engine's runner
 
-    from headgeom.analysis.patching import supports_fast, supports_prefix_reuse
+    from headgeom.heads.analysis.patching import supports_fast, supports_prefix_reuse
 
     configure_matmuls(ctx.device, "fp32")  # exact fp32 (TF32 off), as the analyses
     data = examples(ctx, 4 if ctx.tiny else 64)

@@ -34,7 +34,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from patching_engine import Clock, run_tl, task_examples  # noqa: E402
 
-from headgeom.analysis.patching import patch_all_heads_fast  # noqa: E402
+from headgeom.heads.analysis.patching import patch_all_heads_fast  # noqa: E402
 from headgeom.model.importing import import_hf_gpt2  # noqa: E402
 
 
@@ -91,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     lengths = sorted({len(x) for x in pairs[0]})
     print(f"{args.n_examples} SVA evaluation examples, lengths {lengths}")
     with Clock() as ours:
-        clean_ld, patched = patch_all_heads_fast(model, *pairs, batch_size=args.batch_size)
+        clean_ld, patched = patch_all_heads_fast(
+            model, *pairs, batch_size=args.batch_size, max_rows=4096
+        )
     e_ours = (clean_ld[:, None, None] - patched).mean(axis=0)
     tl = transformer_lens_of(hf)
     tl_clock, e_tl = run_tl(tl, pairs)

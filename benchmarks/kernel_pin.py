@@ -94,10 +94,10 @@ def linalg() -> dict:
     import numpy as np
     import yaml
 
-    from headgeom.analysis.geometry_summary import geometry_tables
-    from headgeom.analysis.stats import bootstrap_n_eff
+    from headgeom.heads.analysis.geometry_summary import geometry_tables
+    from headgeom.heads.analysis.stats import bootstrap_n_eff
+    from headgeom.heads.study import Study
     from headgeom.samoe.probes import fit_logistic
-    from headgeom.study import Study
     from headgeom.subspace import haar_orthogonal
     from headgeom.training.loop import initial_model
 

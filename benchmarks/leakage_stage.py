@@ -26,11 +26,11 @@ import time
 import numpy as np
 import torch
 
-from headgeom.analysis.batching import length_batches
-from headgeom.analysis.leakage import leakage_table, leakage_to_readers, read_bases
-from headgeom.analysis.patching import delta_patch_layer, patch_all_heads_fast
-from headgeom.analysis.stats import effects_from_drops
 from headgeom.data.task_files import PatchInputs
+from headgeom.heads.analysis.batching import length_batches
+from headgeom.heads.analysis.leakage import leakage_table, leakage_to_readers, read_bases
+from headgeom.heads.analysis.patching import delta_patch_layer, patch_all_heads_fast
+from headgeom.heads.analysis.stats import effects_from_drops
 from headgeom.model.config import ModelConfig
 from headgeom.model.gpt import GPT
 
@@ -84,7 +84,13 @@ def run(model: GPT, inputs: PatchInputs, batch: int) -> tuple[float, float]:
     """(patching seconds, leakage seconds) on the same inputs."""
     t0 = time.perf_counter()
     clean_ld, patched = patch_all_heads_fast(
-        model, inputs.clean_ids, inputs.ref_ids, inputs.correct, inputs.incorrect, batch
+        model,
+        inputs.clean_ids,
+        inputs.ref_ids,
+        inputs.correct,
+        inputs.incorrect,
+        batch,
+        max_rows=4096,
     )
     t_patch = time.perf_counter() - t0
     e = effects_from_drops(clean_ld[:, None, None] - patched)

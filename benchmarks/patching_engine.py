@@ -32,9 +32,9 @@ import numpy as np
 import torch
 from scipy import stats
 
-from headgeom.analysis.batching import first_difference
-from headgeom.analysis.patching import attribution_patch, patch_all_heads_fast
 from headgeom.data import tasks
+from headgeom.heads.analysis.batching import first_difference
+from headgeom.heads.analysis.patching import attribution_patch, patch_all_heads_fast
 from headgeom.model import registry, zoo
 
 PAPER_ARCH = dict(n_layer=12, n_head=12, d_model=768, d_head=64, d_mlp=3072, n_ctx=512)
@@ -226,7 +226,9 @@ def main(argv: list[str] | None = None) -> int:
 
         tl_model = to_transformer_lens(model)
     data = {t: task_examples(t, args.n_examples, args.split) for t in tasks.TASKS}
-    patch_all_heads_fast(model, *[x[:1] for x in data["sva"]], batch_size=1)  # warm-up
+    patch_all_heads_fast(
+        model, *[x[:1] for x in data["sva"]], batch_size=1, max_rows=4096
+    )  # warm-up
 
     print("\nexact engine vs TransformerLens (per-head mean effects e_{l,h}); times in s, wall/CPU")
     print(

@@ -39,8 +39,8 @@ from edge_engine import edge_flops  # noqa: E402
 from patching_engine import paper_model, task_examples  # noqa: E402
 from peers import envs, exchange  # noqa: E402
 
-from headgeom.analysis import edges as E  # noqa: E402
-from headgeom.analysis.batching import first_difference  # noqa: E402
+from headgeom.heads.analysis import edges as E  # noqa: E402
+from headgeom.heads.analysis.batching import first_difference  # noqa: E402
 
 PEER = envs.PEERS["auto-circuit-1.0"]
 

@@ -43,12 +43,14 @@ EXACT = 1e-5
 
 def run_ours(model, pairs, repeats: int = 3) -> tuple[np.ndarray, float, float]:
     """Our mean e_{l,h} and the best of ``repeats`` sweeps' (wall, CPU) seconds."""
-    from headgeom.analysis.patching import patch_all_heads_fast
+    from headgeom.heads.analysis.patching import patch_all_heads_fast
 
     best = (float("inf"), float("inf"))
     for _ in range(repeats):
         wall, cpu = time.perf_counter(), time.process_time()
-        clean_ld, patched = patch_all_heads_fast(model, *pairs, batch_size=len(pairs[0]))
+        clean_ld, patched = patch_all_heads_fast(
+            model, *pairs, batch_size=len(pairs[0]), max_rows=4096
+        )
         best = min(best, (time.perf_counter() - wall, time.process_time() - cpu))
     return (clean_ld[:, None, None] - patched).mean(axis=0), *best
 
@@ -57,7 +59,7 @@ def flop_bounds(model, pairs) -> tuple[float, float]:
     """Matmul FLOPs of our engine on ``pairs`` and of one full forward per head with every
     position's logits (what TransformerLens's and nnsight's per-head loops run; pyvene runs
     the source forward again each time), per equal-length group as both engines batch."""
-    from headgeom.analysis.batching import first_difference
+    from headgeom.heads.analysis.batching import first_difference
 
     clean, ref = pairs[0], pairs[1]
     ours = full = 0

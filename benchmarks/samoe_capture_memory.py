@@ -42,10 +42,12 @@ def run_mode(mode: str, sequences: int, seq: int, vocab: int, batch: int) -> dic
     import numpy as np
     import torch
 
-    import samoe_probes  # imported before the baseline: its imports are not the capture's
     from headgeom.samoe.capture import PoolStates, capture, captures
     from headgeom.samoe.config import DenseConfig, MoEConfig
     from headgeom.samoe.model import SAMoE
+    from headgeom.samoe.stages import (
+        probes as samoe_probes,  # imported before the baseline: its imports are not the capture's
+    )
     from headgeom.samoe.suppression import PoolSetChanges
     from tests.helpers.samoe import random_init
 

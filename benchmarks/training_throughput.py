@@ -1,4 +1,5 @@
-"""Training throughput: tokens/s and MFU of the training step of src/train.py, per geometry.
+"""Training throughput: tokens/s and MFU of the training step of heads/stages/train.py, per
+geometry.
 
     python benchmarks/training_throughput.py --shape cpu-small --threads 1
     python benchmarks/training_throughput.py --shape paper --device cuda --geometries learned

@@ -1,4 +1,4 @@
-"""The ACDC implementation before the incremental engine (``headgeom.analysis.acdc``), kept
+"""The ACDC implementation before the incremental engine (``headgeom.heads.analysis.acdc``), kept
 unchanged as the tests' reference: :class:`Graph` recomputes every layer from the one entered
 by the destination, and for each destination scans the whole ``removed`` set for its edges
 (``any(...)``, ``_diff``); :func:`acdc` is the same greedy loop, pruning and hooked checks.
@@ -12,8 +12,8 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from headgeom.analysis.acdc import EMBED, LOGITS, AcdcResult, graph_edges, hooked_logits
-from headgeom.analysis.edges import (
+from headgeom.heads.analysis.acdc import EMBED, LOGITS, AcdcResult, graph_edges, hooked_logits
+from headgeom.heads.analysis.edges import (
     _require,
     final_kl,
     final_logits,

@@ -2,7 +2,7 @@
 engine against a naive loop, a resumed forward against a full one, batched against one at a
 time, ours against TransformerLens or transformers): from the dtype's epsilon, the largest
 magnitude on the compared path and the number of rounded stages between the point where the
-routes part and the output (``headgeom.analysis.tolerance``, docs §18), never an absolute
+routes part and the output (``headgeom.heads.analysis.tolerance``, docs §18), never an absolute
 float32 number, which holds for one CPU's kernels and model size and not for another's."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Iterable
 import numpy as np
 import torch
 
-from headgeom.analysis.tolerance import forward_tolerance, model_dtype, rounding_tolerance
+from headgeom.heads.analysis.tolerance import forward_tolerance, model_dtype, rounding_tolerance
 
 
 def largest(*values) -> float:

@@ -130,9 +130,9 @@ def write_exchange(model, pairs, out: str | Path) -> Path:
 
 def ours(model, pairs) -> np.ndarray:
     """Our exact engine's mean e_{l,h} (L, H) on the same pairs."""
-    from headgeom.analysis.patching import patch_all_heads_fast
+    from headgeom.heads.analysis.patching import patch_all_heads_fast
 
-    clean_ld, patched = patch_all_heads_fast(model, *pairs, batch_size=len(pairs[0]))
+    clean_ld, patched = patch_all_heads_fast(model, *pairs, batch_size=len(pairs[0]), max_rows=4096)
     return (clean_ld[:, None, None] - patched).mean(axis=0)
 
 

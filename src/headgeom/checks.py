@@ -21,7 +21,7 @@ key                                value
 a dot (``C3.rejection``). A residual of null means the check does not apply to that artifact
 (C14 where the writes do not decompose R^D; C1 away from the paper's size). Rule ``checks``
 gathers every logged check of the DAG with :func:`collect` and adds the two computed from
-numbers alone (``headgeom.paper.cross_run_checks``: C16 against the paper's numbers and
+numbers alone (``headgeom.heads.paper.cross_run_checks``: C16 against the paper's numbers and
 the §7.3 loss ordering).
 """
 
@@ -36,6 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+
+from headgeom.hashing import load_manifest
+from headgeom.io import read_parquet_metadata
 
 KINDS = {"abs": "max_abs_residual", "rel": "max_rel_residual", "count": "mismatches"}
 
@@ -229,10 +232,7 @@ def artifact_checks(path: str | os.PathLike) -> list[tuple[str | None, dict[str,
     its ``families`` (the basis family record, one group per family)."""
     path = Path(path)
     if path.suffix == ".parquet":
-        from headgeom.io import read_parquet_metadata
-
         return [(None, parse(read_parquet_metadata(path), path))]
-    from headgeom.hashing import load_manifest
 
     obj = load_manifest(path)  # every JSON artifact a check reads is sealed
     if not isinstance(obj, dict):

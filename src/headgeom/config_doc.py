@@ -22,36 +22,12 @@ from typing import Any
 import yaml
 
 from headgeom.io import refresh_generated
+from headgeom.studies import KINDS as STUDY_KINDS
+from headgeom.studies import ROOT, SCHEMAS, StudyKind
 
-ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "config" / "README.md"
-SCHEMAS = ROOT / "workflow" / "schemas"
-
-
-@dataclass(frozen=True)
-class Kind:
-    """One study kind: its section title, its schema and the configs that use it."""
-
-    title: str
-    schema: str  # file name under workflow/schemas/
-    selector: str  # how a config picks this kind
-    configs: tuple[str, ...]
-
-
-KINDS = (
-    Kind(
-        "Head-geometry study",
-        "config.schema.yaml",
-        "any config without `kind: samoe`",
-        ("config/config.yaml", "config/paper.yaml", "config/rehearsal.yaml"),
-    ),
-    Kind(
-        "SA-MoE study",
-        "samoe.schema.yaml",
-        "`kind: samoe`",
-        ("config/samoe.yaml", "config/samoe-paper.yaml"),
-    ),
-)
+#: One section per study kind (:data:`headgeom.studies.KINDS`: title, schema, selector, configs).
+KINDS = tuple(STUDY_KINDS.values())
 
 INTRO = """\
 # Configuration
@@ -222,7 +198,7 @@ def table(params: list[Parameter]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def section(kind: Kind) -> str:
+def section(kind: StudyKind) -> str:
     """One study kind: the top-level scalars, then one table per top-level block."""
     schema = load_schema(kind.schema)
     required = set(schema.get("required", ()))

@@ -17,6 +17,7 @@ from importlib import resources
 from typing import Any
 
 import yaml
+from jsonschema import Draft202012Validator
 
 #: Names an entry of the file for a message: (list name, index, the entry) -> label.
 EntryName = Callable[[str, int, Any], str]
@@ -44,8 +45,6 @@ def read(package: str, name: str) -> Any:
 
 def load(package: str, name: str, entry_name: EntryName | None = None) -> Any:
     """Read ``<name>.yaml`` of ``package`` and validate it against ``<name>.schema.yaml``."""
-    from jsonschema import Draft202012Validator
-
     data = read(package, f"{name}.yaml")
     schema = read(package, f"{name}.schema.yaml")
     errors = sorted(Draft202012Validator(schema).iter_errors(data), key=_position)

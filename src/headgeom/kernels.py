@@ -20,7 +20,7 @@ Each is pinned to its AVX2 path, the widest that every x86-64 CPU of the last de
 (Intel since Haswell, AMD since Zen). Pinning to the portable paths instead (torch's
 ``default``, MKL's ``COMPATIBLE``) doubles the demo's training time.
 
-The workflow pins before any job starts (``workflow/rules/common.smk``) and the test session
+The workflow pins before any job starts (``workflow/heads/common.smk``) and the test session
 before torch or numpy loads (``tests/conftest.py``); jobs inherit the variables, locally and
 through Slurm, and every manifest records them (``headgeom.runtime.machine``). A library
 whose variable the user has set is left as the user set it; ``HEADGEOM_KERNELS=native`` pins

@@ -18,7 +18,7 @@ import os
 import torch
 
 from headgeom import checks
-from headgeom.hashing import load_manifest, manifest_hash, sha256_file
+from headgeom.hashing import content_hash, load_manifest, manifest_hash, sha256_file, source_freeze
 from headgeom.io import read_parquet_metadata, read_table
 from headgeom.model import registry
 from headgeom.model.checkpoint import load_checkpoint
@@ -29,7 +29,7 @@ from headgeom.run_config import RunConfig
 # Corpus-manifest fields copied into ``data`` when present (names as in docs §2.3).
 DATASET_FIELDS = ("dataset_config", "dataset_revision", "dataset_split", "source_files")
 
-# Train-log file metadata the final manifest is built from (written by src/train.py).
+# Train-log file metadata the final manifest is built from (written by heads/stages/train.py).
 LOG_METADATA = (
     "config_hash",
     "corpus_manifest_sha256",
@@ -161,7 +161,9 @@ def final_manifest(
     meta = read_parquet_metadata(train_log)  # str values as stored, others JSON
     missing = sorted(set(LOG_METADATA) - set(meta))
     if missing:
-        raise LineageError(f"{train_log}: not a training log of src/train.py (lacks {missing})")
+        raise LineageError(
+            f"{train_log}: not a training log of headgeom.heads.stages.train (lacks {missing})"
+        )
     if meta["config_hash"] != run.config_hash:
         raise LineageError(
             f"{train_log}: trained with config hash {meta['config_hash']} but "
@@ -218,8 +220,6 @@ def edited_manifest(parent: dict, checkpoint_sha256: str, edit: dict) -> dict:
     (docs §14.5: never in place): the parent's run identity, a ``parent`` record (its
     checkpoint bytes, manifest content hash, config id and step), the ``edit`` as done
     (kind, layers, seeds) and the edited file's own SHA-256."""
-    from headgeom.hashing import content_hash, source_freeze
-
     keep = ("model_name", "display_name", "config_hash", "config", "init_seed", "data",
             "basis_family_hash", "step", "tokens_seen", "n_trainable_params")  # fmt: skip
     return {

@@ -131,7 +131,7 @@ TEMPLATES = {
 }
 
 #: The rule(s) that write each template: the rerun a refusal names. tests/unit/test_paths.py
-#: checks it against the outputs of workflow/rules/*.smk.
+#: checks it against the outputs of workflow/heads/*.smk.
 PRODUCERS = {
     "corpus_train": "tokenize_corpus",
     "corpus_val": "tokenize_corpus",

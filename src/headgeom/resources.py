@@ -17,7 +17,8 @@ SLURM_KEYS = ("slurm_partition", "slurm_account", "slurm_extra", "gpu_model", "c
 
 
 class ResourceRequests:
-    """The resource answers of :class:`headgeom.study.Study` (``self.config`` is the study's)."""
+    """The resource answers of a study object (:mod:`headgeom.studies`; ``self.config`` is the
+    study's)."""
 
     config: dict
 

@@ -8,7 +8,8 @@ read with :meth:`ResultTable.columns`, which refuses a column the producer does 
 
 File-level provenance uses one set of keys (:data:`PROVENANCE_KEYS`), built by
 :func:`provenance` and carried from an input file to its derived files by
-:func:`carried_provenance`. The training log's schema lives with training (``src/train.py``).
+:func:`carried_provenance`. The training log's schema lives with training
+(``heads/stages/train.py``).
 """
 
 from __future__ import annotations
@@ -215,8 +216,8 @@ _RUN = [("model", pa.string()), ("seed", pa.int64())]
 _RUN_TASK = [*_RUN, ("task", pa.string())]
 _RUN_TASK_SPLIT = [*_RUN_TASK, ("split", pa.string())]
 
-# --- corpus (src/tokenize_corpus.py) ------------------------------------------------------
-# The train log (``TrainResult.log``, written by ``src/train.py``): one row per update.
+# --- corpus (heads/stages/tokenize_corpus.py) -----------------------------------------------------
+# The train log (``TrainResult.log``, written by ``heads/stages/train.py``): one row per update.
 _TRAIN_LOG_SCHEMA = pa.schema(
     [
         ("step", pa.int64()),
@@ -266,7 +267,7 @@ VOCAB = ResultTable(
     "model vocabulary id",
 )
 
-# --- tasks (src/make_tasks.py) ------------------------------------------------------------
+# --- tasks (heads/stages/make_tasks.py) -----------------------------------------------------------
 _LABEL = pa.dictionary(pa.int32(), pa.string())
 TASK = ResultTable(
     "task",
@@ -305,7 +306,7 @@ TASK = ResultTable(
     "task example (clean/reference prompt pair)",
 )
 
-# --- models (src/param_counts.py) ---------------------------------------------------------
+# --- models (heads/stages/param_counts.py) --------------------------------------------------------
 PARAM_COUNTS = ResultTable(
     "param_counts",
     pa.schema(
@@ -345,7 +346,7 @@ PARAM_COUNTS = ResultTable(
     "(model, seed) of the study",
 )
 
-# --- weight-space geometry (src/geometry_stats.py) ----------------------------------------
+# --- weight-space geometry (heads/stages/geometry_stats.py) ---------------------------------------
 GEOMETRY_PK = ResultTable(
     "geometry_pk",
     _schema(
@@ -474,7 +475,7 @@ GEOMETRY_HEADS = ResultTable(
     "(layer, head) of one checkpoint: the per-head values the summary aggregates",
 )
 
-# --- clean evaluation (src/evaluate_clean.py) ---------------------------------------------
+# --- clean evaluation (heads/stages/evaluate_clean.py) --------------------------------------------
 EVAL = ResultTable(
     "eval",
     _schema(
@@ -493,7 +494,7 @@ EVAL = ResultTable(
     "(model, seed, task, split)",
 )
 
-# --- head patching (src/patch_heads.py) ---------------------------------------------------
+# --- head patching (heads/stages/patch_heads.py) --------------------------------------------------
 #: example_id keeps the task file's type: write with ``EFFECTS.with_type("example_id", ...)``.
 EFFECTS = ResultTable(
     "effects",
@@ -527,7 +528,7 @@ EFFECTS = ResultTable(
     "(split, example, layer, head) of one (model, seed, task)",
 )
 
-# --- key/value-head patching of grouped-query models (src/patch_kv_heads.py) -------------
+# --- key/value-head patching of grouped-query models (heads/stages/patch_kv_heads.py) -------------
 #: example_id keeps the task file's type, as in EFFECTS.
 KV_EFFECTS = ResultTable(
     "kv_effects",
@@ -559,7 +560,7 @@ KV_EFFECTS = ResultTable(
     "(split, example, layer, key/value head) of one (model, seed, task)",
 )
 
-# --- attribution patching beside exact (src/atp_agreement.py) ---------------------------
+# --- attribution patching beside exact (heads/stages/atp_agreement.py) ---------------------------
 #: example_id keeps the task file's type: write with ``ATP_EXAMPLES.with_type(...)``.
 ATP_EXAMPLES = ResultTable(
     "atp_examples",
@@ -672,7 +673,7 @@ ATP_AGREEMENT = ResultTable(
     "(model, seed, task, split)",
 )
 
-# --- concentration (src/concentration.py) -------------------------------------------------
+# --- concentration (heads/stages/concentration.py) ------------------------------------------------
 _STAT_DESCRIPTIONS = {
     "n_examples": "examples averaged into e",
     "E": "Σ|e_{l,h}|, logit units: separate single-head interventions, not a joint one",
@@ -819,7 +820,7 @@ LOGO = ResultTable(
     "left-out lexical group of the analysis split of one (model, seed, task)",
 )
 
-# --- paired comparisons (src/compare_concentration.py) ------------------------------------
+# --- paired comparisons (heads/stages/compare_concentration.py) -----------------------------------
 _PAIR_FIELDS = [
     ("task", pa.string()),
     ("split", pa.string()),
@@ -907,7 +908,7 @@ PAIRED_LOGO = ResultTable(
     "(pair, left-out lexical group) on one task",
 )
 
-# --- loss versus concentration (src/concentration_loss.py) --------------------------------
+# --- loss versus concentration (heads/stages/concentration_loss.py) -------------------------------
 LOSS_TASKS = TASKS
 LOSS = ResultTable(
     "loss",
@@ -971,7 +972,7 @@ SPEARMAN = ResultTable(
     "(analysis, subset, task) correlation",
 )
 
-# --- lanes (src/lanes.py) -----------------------------------------------------------------
+# --- lanes (heads/stages/lanes.py) ----------------------------------------------------------------
 LANES = ResultTable(
     "lanes",
     _schema(
@@ -1001,7 +1002,7 @@ LANES = ResultTable(
     "(model, seed, task)",
 )
 
-# --- leakage (src/leakage.py) -------------------------------------------------------------
+# --- leakage (heads/stages/leakage.py) ------------------------------------------------------------
 LEAKAGE = ResultTable(
     "leakage",
     _schema(
@@ -1057,7 +1058,7 @@ LEAKAGE = ResultTable(
     "(source head, later reader head, read type) of one (model, seed, task, split)",
 )
 
-# --- paper §5.1 exclusivity summaries (docs §11.3–11.6; src/exclusivity.py) ----------------
+# --- paper §5.1 exclusivity summaries (docs §11.3–11.6; heads/stages/exclusivity.py) --------------
 EXCLUSIVITY_HEADS = ResultTable(
     "exclusivity_heads",
     _schema(
@@ -1141,7 +1142,7 @@ EXCLUSIVITY = ResultTable(
 )
 
 
-# --- clamps (docs §13.3, §15.3; src/clamps.py) ---------------------------------------------
+# --- clamps (docs §13.3, §15.3; heads/stages/clamps.py) -------------------------------------------
 _CLAMP_SOURCE = {
     "split": "split whose examples the clamp runs average over (docs §16.1: evaluation)",
     "source_layer": "layer l_i of the patched source head i",
@@ -1209,7 +1210,7 @@ CLAMP_PATHS = ResultTable(
         "rank": "rank of the head by signed evaluation effect (0 = largest; top 5)",
         "layer": "layer l of the source head",
         "head": "head index h of the source head",
-        "e_stored": "its stored effect e_{l,h} (src/concentration.py heads)",
+        "e_stored": "its stored effect e_{l,h} (heads/stages/concentration.py heads)",
         "delta_none": "Δ(∅): mean drop with the source patched, nothing clamped (= e_stored)",
         "delta_later_heads": "Δ(later heads): every head of layers > l held clean",
         "delta_mlps": "Δ(MLPs): every MLP from layer l on held clean",
@@ -1255,7 +1256,7 @@ CLAMP_LUMPED = ResultTable(
     "index shift s = 0..H−1 of one (model, seed, task)",
 )
 
-# --- dynamics (docs §13.2–14.5; src/dynamics.py, src/scalar_ablation.py) ------------------
+# --- dynamics (docs §13.2–14.5; heads/stages/dynamics.py, heads/stages/scalar_ablation.py) --------
 _STEP = {
     "step": "training step of the checkpoint (optimizer updates; 0 = initialisation; the "
     "final step is the run's model.safetensors)",
@@ -1289,7 +1290,8 @@ TIMELINE = ResultTable(
         **_STEP,
         "tokens_seen": "training tokens seen at the step (manifest)",
         "val_loss": "validation loss in nats at the step (manifest)",
-        "sva_accuracy": "SVA clean accuracy, evaluation split (docs §13.2; src/evaluate_clean.py)",
+        "sva_accuracy": "SVA clean accuracy, evaluation split (docs §13.2; "
+        "heads/stages/evaluate_clean.py)",
         "sva_margin": "SVA mean logit difference, evaluation split",
         "sva_n": "SVA evaluation examples",
         "lambda_score": "Λ of SVA (docs §10.5) on the lane split's patching effects; null when "
@@ -1419,7 +1421,7 @@ SCALAR_ABLATION = ResultTable(
     "(model, seed, task, edit)",
 )
 
-# --- the results catalog (src/catalog.py) -------------------------------------------------
+# --- the results catalog (heads/stages/catalog.py) ------------------------------------------------
 CATALOG = ResultTable(
     "catalog",
     pa.schema(
@@ -1455,8 +1457,8 @@ CATALOG = ResultTable(
 
 
 # ============================================================================= ablation
-# Ablation modes and the block ablation atlas (src/ablation_atlas.py, src/compare_modes.py;
-# headgeom.analysis.ablation, docs §10.6).
+# Ablation modes and the block ablation atlas (heads/stages/ablation_atlas.py,
+# heads/stages/compare_modes.py; headgeom.heads.analysis.ablation, docs §10.6).
 ABLATION_ATLAS = ResultTable(
     "ablation_atlas",
     _schema(
@@ -1546,7 +1548,7 @@ ABLATION_MODES = ResultTable(
     "(model, seed, task, mode)",
 )
 
-# --- edges (docs §15.1, §15.4; src/edges.py, src/acdc.py) ---------------------------------
+# --- edges (docs §15.1, §15.4; heads/stages/edges.py, heads/stages/acdc.py) -----------------------
 _EDGE = [
     ("writer_layer", pa.int32()), ("writer_head", pa.int32()),
     ("reader_layer", pa.int32()), ("reader_head", pa.int32()), ("read_type", pa.string()),
@@ -1651,7 +1653,7 @@ ACDC = ResultTable(
 )
 
 
-# --- coordinate concentration (docs §15.2; src/coordinates.py) -----------------------------
+# --- coordinate concentration (docs §15.2; heads/stages/coordinates.py) ---------------------------
 COORDINATES = ResultTable(
     "coordinates",
     _schema(

@@ -5,7 +5,8 @@ Parquet carries as field metadata, and the reference shows the same words.
     python -m headgeom.results_doc            # rewrite the column tables of both docs
     python -m headgeom.results_doc --check    # exit 1, naming them, when any is stale
 
-Two references: docs/results.md (the head-geometry study, :mod:`headgeom.results`) and
+One reference per study kind (:data:`headgeom.studies.KINDS`: ``results_doc`` documents the
+tables of ``results``): docs/results.md (the head-geometry study, :mod:`headgeom.results`) and
 docs/samoe.md (the SA-MoE study, :mod:`headgeom.samoe.results`).
 
 The prose around each table (paths, rules, metadata keys, formulas) is written by hand; a
@@ -24,12 +25,10 @@ import pyarrow as pa
 
 from headgeom import results
 from headgeom.io import write_text
-from headgeom.samoe import results as samoe_results
+from headgeom.studies import KINDS, ROOT, results_tables
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "results.md"
-SAMOE_DOC = DOC.with_name("samoe.md")
 #: Each reference and the result tables whose columns it documents.
-DOCS = {DOC: results.TABLES, SAMOE_DOC: samoe_results.TABLES}
+DOCS = {ROOT / kind.results_doc: results_tables(kind) for kind in KINDS.values()}
 BLOCK = re.compile(r"<!-- columns: (?P<name>\w+) -->\n(?P<body>.*?)<!-- /columns -->", re.S)
 
 

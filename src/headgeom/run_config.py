@@ -1,4 +1,4 @@
-"""The run config (docs §7.2): one (model, seed) run as ``src/train.py`` receives it
+"""The run config (docs §7.2): one (model, seed) run as ``heads/stages/train.py`` receives it
 (``RunConfig``), its ``training`` section (``TrainConfig``), and the intermediate
 checkpoints a run keeps and their file names (docs §7.3). A run's identity: its content hash
 names the run in every manifest, so training, imports and manifests all read it here."""
@@ -128,7 +128,7 @@ def checkpoint_manifest_name(step: int) -> str:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """One (model, seed) training run: the JSON that ``src/train.py`` receives."""
+    """One (model, seed) training run: the JSON that ``heads/stages/train.py`` receives."""
 
     raw: dict
     model_name: str

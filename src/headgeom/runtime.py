@@ -15,6 +15,7 @@ from importlib import metadata as importlib_metadata
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_info
 
 from headgeom.kernels import cpu_flags, cpuinfo_value, vector_width
 
@@ -141,9 +142,7 @@ def blas_libraries() -> list[dict]:
     the core type a DYNAMIC_ARCH OpenBLAS chose for this CPU (``Haswell``, ``SkylakeX``, …),
     threading layer and threads (read by threadpoolctl from the loaded libraries). scipy's
     is loaded here if no stage has yet, so every record names both."""
-    # here, not at the top: scipy.linalg takes 0.2 s to load, and only a manifest needs it
-    import scipy.linalg  # noqa: F401
-    from threadpoolctl import threadpool_info
+    import scipy.linalg  # noqa: F401 (0.4 s, only manifests need it)
 
     libraries = []
     for lib in threadpool_info():

@@ -1,6 +1,7 @@
-"""What a study config may be: the schema check (``workflow/schemas/config.schema.yaml``, with
-defaults filled as Snakemake's ``validate`` fills them) and its messages, one short line per
-problem (key path, bad value, what is allowed, the nearest allowed name), never the schema.
+"""What a study config may be: the schema check (each kind's ``workflow/schemas/*.schema.yaml``,
+:mod:`headgeom.studies`, with defaults filled as Snakemake's ``validate`` fills them) and its
+messages, one short line per problem (key path, bad value, what is allowed, the nearest
+allowed name), never the schema.
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-#: The schema beside the workflow (the repository root holds src/ and workflow/).
-SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+from jsonschema import Draft202012Validator, validators
 
 
 class StudyConfigError(ValueError):
@@ -114,8 +113,6 @@ def _describe(error) -> list[str]:
 def _validator(schema: Mapping):
     """Draft 2020-12 validator that fills ``default`` values as it validates (as Snakemake's
     ``validate``; a copy of each default, so one schema serves many configs)."""
-    from jsonschema import Draft202012Validator, validators
-
     check_properties = Draft202012Validator.VALIDATORS["properties"]
 
     def properties_with_defaults(validator, properties, instance, subschema):
@@ -148,7 +145,7 @@ def run_checks(checks: Iterable) -> None:
         raise StudyConfigError(problems)
 
 
-def load_schema(path: str | Path = SCHEMA) -> dict:
+def load_schema(path: str | Path) -> dict:
     return yaml.safe_load(Path(path).read_text())
 
 

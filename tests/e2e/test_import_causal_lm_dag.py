@@ -68,6 +68,8 @@ def test_atp_sits_beside_the_exact_effects_of_every_task(llama_run):
         assert meta["effects_sha256"] == sha256_file(results / "patching" / MODEL / "s0"
                                                      / f"{task}.parquet")  # fmt: skip
     assert (run / "agreement.png").read_bytes().startswith(b"\x89PNG")
+
+
 def test_key_value_head_patching_covers_every_kv_head_with_its_query_heads(llama_run):
     results, _ = llama_run
     for task in TASKS:

@@ -12,10 +12,10 @@ import pytest
 import yaml
 
 from headgeom.hashing import ManifestMismatchError, sha256_file
+from headgeom.heads.stages import evaluate_clean as evaluate_clean_stage
 from headgeom.model.checkpoint import load_verified
 from headgeom.model.importing import CONVERSION_VERSION
 from tests.e2e.conftest import REPO, copy_of, make_workdir, snakemake
-from tests.scripts import load_script
 
 pytest.importorskip("transformers", reason="building the tiny GPT-2 needs transformers [dev]")
 TASKS = ("sva", "quote", "plural")
@@ -76,7 +76,7 @@ def test_a_changed_byte_in_the_imported_checkpoint_is_refused(imported_run, tmp_
     bad.write_bytes(bytes(data))
     expected = sha256_file(run / "model.safetensors")
     with pytest.raises(ManifestMismatchError) as err:
-        load_script("evaluate_clean").main(
+        evaluate_clean_stage.main(
             ["--checkpoint", str(bad), "--manifest", str(run / "manifest.json"),
              "--task", str(results / "tasks" / "sva.parquet"), "--out", str(tmp_path / "e.parquet")]
         )  # fmt: skip

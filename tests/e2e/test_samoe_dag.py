@@ -121,13 +121,13 @@ def test_two_ranks_train_a_run_as_one_process_with_the_same_micro_batches(study,
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
 
     def script(name, *args, launch=(sys.executable,)):
-        proc = subprocess.run([*launch, str(REPO / "src" / name), "--config-json",
+        proc = subprocess.run([*launch, "-m", f"headgeom.samoe.stages.{name}", "--config-json",
                                json.dumps(cfg), *map(str, args)], cwd=work, env=env,
                               capture_output=True, text=True, timeout=600)  # fmt: skip
         assert proc.returncode == 0, proc.stderr[-3000:]
 
     dense = out / "toy" / "dense"
-    script("samoe_upcycle.py", "--dense", dense / "model.safetensors", "--dense-manifest",
+    script("upcycle", "--dense", dense / "model.safetensors", "--dense-manifest",
            dense / "manifest.json", "--out", tmp_path / "step0.safetensors", "--init-manifest",
            tmp_path / "init.json")  # fmt: skip
     logs = {}
@@ -135,7 +135,7 @@ def test_two_ranks_train_a_run_as_one_process_with_the_same_micro_batches(study,
                 "--nproc_per_node=2")  # fmt: skip
     for name, launch in (("one", (sys.executable,)), ("two", torchrun)):
         d = tmp_path / name
-        script("samoe_train.py", "--step0", tmp_path / "step0.safetensors", "--init-manifest",
+        script("train", "--step0", tmp_path / "step0.safetensors", "--init-manifest",
                tmp_path / "init.json", "--corpus-dir", out / "corpus", "--checkpoint",
                d / "model.safetensors", "--train-log", d / "log.parquet", "--manifest",
                d / "manifest.json", "--device", "cpu", "--threads", "2",

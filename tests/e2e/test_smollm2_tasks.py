@@ -13,9 +13,9 @@ import pytest
 
 from headgeom.data import lexicon
 from headgeom.data.tokenizer import as_tokenizer, encode
+from headgeom.heads.stages import make_tasks as make_tasks_stage
 from headgeom.io import read_parquet_metadata
 from tests.helpers import smollm2
-from tests.scripts import load_script
 
 pytestmark = pytest.mark.e2e
 
@@ -32,7 +32,7 @@ def test_the_three_tasks_under_smollm2s_tokenizer(tmp_path, capsys):
     from headgeom.model.sources import ModelSource, load_tokenizer
 
     tok = as_tokenizer(load_tokenizer(ModelSource(kind="gguf", path=str(GGUF)))[0])
-    make_tasks = load_script("make_tasks")
+    make_tasks = make_tasks_stage
     for task, seed in SEEDS.items():
         out = tmp_path / f"{task}.parquet"
         argv = ["--task", task, "--config-json", json.dumps({"seed": seed})]

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from scipy.special import rel_entr
 
-from headgeom.analysis import edges as E
+from headgeom.heads.analysis import edges as E
 from headgeom.model import registry
 from tests.helpers.models import zoo_model
 

@@ -25,11 +25,11 @@ import pandas as pd
 import torch
 import yaml
 
-from headgeom.analysis.geometry_summary import geometry_tables
-from headgeom.analysis.stats import bootstrap_n_eff, n_eff_batch
+from headgeom.heads.analysis.geometry_summary import geometry_tables
+from headgeom.heads.analysis.stats import bootstrap_n_eff, n_eff_batch
+from headgeom.heads.study import Study
 from headgeom.model import registry, zoo
 from headgeom.samoe.probes import fit_logistic, random_projection, supervised_subspace
-from headgeom.study import Study
 from headgeom.training.loop import initial_model
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from headgeom import cost
+from headgeom import cost as shared
 from tests.e2e.conftest import REPO
 
 submit_string = pytest.importorskip(
@@ -49,7 +49,7 @@ class Resources(dict):
 def planned_resources() -> dict[str, Resources]:
     """Resources of the first planned job of each rule, as a dry run of the paper study
     under the Slurm profile and --cores 1 reports them (headgeom.cost.planned_requests)."""
-    planned = cost.planned_requests("config/paper.yaml", REPO, [LANES_TARGET])
+    planned = shared.planned_requests("config/paper.yaml", REPO, [LANES_TARGET])
     return {rule: Resources(res) for rule, res in planned.items()}
 
 

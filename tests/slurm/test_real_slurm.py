@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from headgeom import cost
+from headgeom.heads import cost
 from tests.e2e.conftest import REPO, make_workdir, planned_jobs, snakemake
 from tests.slurm.cluster import ClusterError, LocalSlurm, ensure_installed
 

@@ -15,20 +15,20 @@ import pandas as pd
 import pytest
 import torch
 
-from headgeom.analysis import ablation
-from headgeom.analysis.ablation import Edit
-from headgeom.analysis.ablation_modes import mode_comparison
-from headgeom.analysis.patch_effects import mode_replacement, patch_task
-from headgeom.analysis.patching import (
+from headgeom.heads.analysis import ablation
+from headgeom.heads.analysis.ablation import Edit
+from headgeom.heads.analysis.ablation_modes import mode_comparison
+from headgeom.heads.analysis.patch_effects import mode_replacement, patch_task
+from headgeom.heads.analysis.patching import (
     logit_difference,
     patch_all_heads,
     patch_all_heads_fast,
 )
-from headgeom.analysis.tolerance import forward_tolerance
+from headgeom.heads.analysis.tolerance import forward_tolerance
+from headgeom.heads.paper.plan import PaperPlan
 from headgeom.io import IntegrityError
 from headgeom.model import registry, zoo
 from headgeom.model.gpt import site
-from headgeom.paper.plan import PaperPlan
 from tests.helpers.models import perturbed
 from tests.tolerances import largest, patch_tolerance
 
@@ -113,7 +113,7 @@ def test_mean_ablation_of_a_constant_write_changes_nothing_zero_ablation_does():
     torch.testing.assert_close(mean, base, atol=tol, rtol=0)
     assert (zero - base).abs().max() > 1e-2
     # and the atlas sees it: KL 0 for mean, > 0 for zero; constant part 1
-    rows, _ = ablation.block_atlas(model, means, ids, [], batch_size=4)
+    rows, _ = ablation.block_atlas(model, means, ids, [], batch_size=4, work_bytes=2**30)
     mlp1 = rows[(rows["block"] == "mlp") & (rows["layer"] == 1)].set_index("ablation")
     assert mlp1.loc["mean", "kl"] == pytest.approx(0.0, abs=1e-9)
     assert mlp1.loc["zero", "kl"] > 1e-4
@@ -126,7 +126,7 @@ def test_atlas_kl_is_the_definition_in_float64_and_float32():
     from scipy.special import rel_entr
 
     model, ids = tiny(seed=5).double(), windows()
-    means = ablation.write_means(model, windows(seed=9))
+    means = ablation.write_means(model, windows(seed=9), batch_size=16)
     inputs = ids[:, :-1]
     with torch.no_grad():
         p = torch.softmax(naive_logits(model, inputs), -1).numpy()
@@ -140,7 +140,7 @@ def test_atlas_kl_is_the_definition_in_float64_and_float32():
     for dtype, rtol in ((torch.float64, 1e-9), (torch.float32, 1e-3)):
         # float32: logits within δ ≈ 4·(L+1)·eps₃₂·max|logit| ≈ 3e-5 (max|logit| 14) move
         # these KLs (0.24–2.6) by ≲ 2δ·√(2·KL), under 2e-4 relative (measured: 4e-7)
-        rows, _ = ablation.block_atlas(model.to(dtype), means, ids, [], 4, modes=("zero",))
+        rows, _ = ablation.block_atlas(model.to(dtype), means, ids, [], 4, 2**30, modes=("zero",))
         assert (rows["kl"] >= 0).all()
         for (k, lay, h), want in zip(cases, expected, strict=True):
             row = rows[(rows["block"] == k) & (rows["layer"] == lay)]
@@ -156,7 +156,7 @@ def test_chunked_atlas_equals_the_unchunked_one_in_float64():
     torch.manual_seed(6)  # a vocabulary large enough for the KL's share of the budget
     cfg = zoo.derive_model_config("learned", TINY, {})
     model, ids = perturbed(registry.build_model(cfg, 160), 6).double(), windows(n=5, T=12)
-    means = ablation.write_means(model, windows(seed=9))
+    means = ablation.write_means(model, windows(seed=9), batch_size=16)
     rng = np.random.default_rng(1)
     task = ablation.TaskPrompts(
         "sva", [rng.integers(0, N_VOCAB, 6) for _ in range(9)], rng.integers(0, N_VOCAB, 9),
@@ -196,7 +196,7 @@ def test_atlas_peak_formula_at_paper_shape_is_bounded_by_its_budget():
 @pytest.mark.parametrize("kind,layer", [("mlp", 0), ("mlp", 2), ("attn", 0), ("attn", 1)])
 def test_zero_ablation_equals_removing_the_block(kind, layer):
     model, ids = tiny(seed=1), windows()
-    means = ablation.write_means(model, windows(seed=9))
+    means = ablation.write_means(model, windows(seed=9), batch_size=16)
     got = ablation.edited_logits(model, ids, Edit(kind, layer, None, "zero"), means)
     assert torch.equal(got, naive_logits(model, ids, (kind, layer)))
     assert not torch.equal(got, naive_logits(model, ids))
@@ -205,7 +205,7 @@ def test_zero_ablation_equals_removing_the_block(kind, layer):
 @pytest.mark.parametrize("layer,head", [(0, 0), (1, 3), (2, 2)])
 def test_zero_ablation_of_a_head_removes_its_write(layer, head):
     model, ids = tiny(seed=2), windows()
-    means = ablation.write_means(model, windows(seed=9))
+    means = ablation.write_means(model, windows(seed=9), batch_size=16)
     got = ablation.edited_logits(model, ids, Edit("head", layer, head, "zero"), means)
     expected = naive_logits(model, ids, ("head", layer), head)
     # the routes part at the ablated block: one stage per block from it plus the unembedding,
@@ -216,7 +216,7 @@ def test_zero_ablation_of_a_head_removes_its_write(layer, head):
 
 def test_stacked_edits_equal_one_edit_at_a_time():
     model, ids = tiny(seed=4), windows()
-    means = ablation.write_means(model, windows(seed=9))
+    means = ablation.write_means(model, windows(seed=9), batch_size=16)
     edits = ablation.atlas_edits(model)
     stacked = ablation._stacked_forward(model, ids, edits, means)
     # stacked rows against one batch: the routes part at block 0, L + 1 stages at the
@@ -244,7 +244,7 @@ def test_retention_counts_prompts_that_stay_right():
     good = rng.integers(0, N_VOCAB, 20)
     bad = (good + 1) % N_VOCAB
     task = ablation.TaskPrompts("sva", prompts, good, bad)
-    means = ablation.write_means(model, windows(seed=9))
+    means = ablation.write_means(model, windows(seed=9), batch_size=16)
     edits = [Edit("mlp", 1, None, "mean"), Edit("mlp", 1, None, "zero")]
     got = ablation._retention(model, task, edits, means, max_rows=16)
     ids = torch.as_tensor(np.stack(prompts))
@@ -259,7 +259,7 @@ def test_retention_counts_prompts_that_stay_right():
 # ----------------------------------------------------------------------------- the artifact
 def test_means_artifact_round_trip_and_checkpoint_gate(tmp_path):
     model = tiny()
-    means = ablation.write_means(model, windows())
+    means = ablation.write_means(model, windows(), batch_size=16)
     path = tmp_path / "means.safetensors"
     sha = ablation.save_means(path, means, {"checkpoint_sha256": "abc"})
     again = ablation.save_means(tmp_path / "again.safetensors", means, {"checkpoint_sha256": "abc"})
@@ -274,7 +274,9 @@ def test_a_changed_byte_in_the_means_is_refused_naming_its_rule(tmp_path):
     """The verify-on-read case of a means artifact: a byte flipped in its tensors (any
     value would follow silently otherwise) or in its header is refused on read."""
     path = tmp_path / "results" / "demo" / "ablation" / "learned" / "s42" / "means.safetensors"
-    ablation.save_means(path, ablation.write_means(tiny(), windows()), {"checkpoint_sha256": "abc"})
+    ablation.save_means(
+        path, ablation.write_means(tiny(), windows(), batch_size=16), {"checkpoint_sha256": "abc"}
+    )
     data = path.read_bytes()
     header_end = 8 + int.from_bytes(data[:8], "little")
     for offset, message in ((len(data) - 5, "means SHA-256 is"), (header_end - 30, "means")):
@@ -324,9 +326,11 @@ def hand_patched_ld(model, clean, good, bad, layer, head, value):
 def test_engine_modes_equal_a_hand_set_z(mode):
     model = tiny(seed=5)
     clean, ref, good, bad = task_pairs()
-    z_means = ablation.write_means(model, windows(seed=7))["z_mean"]
+    z_means = ablation.write_means(model, windows(seed=7), batch_size=16)["z_mean"]
     replacement = mode_replacement(model, mode, z_means)
-    fast = patch_all_heads_fast(model, clean, ref, good, bad, 4, replacement=replacement)
+    fast = patch_all_heads_fast(
+        model, clean, ref, good, bad, 4, max_rows=4096, replacement=replacement
+    )
     plain = patch_all_heads(model, clean, ref, good, bad, 4, replacement=replacement)
     # engines, batches and the hand-set forward part at block 0: L + 1 stages at the largest
     # |logit|
@@ -337,7 +341,7 @@ def test_engine_modes_equal_a_hand_set_z(mode):
         expected = hand_patched_ld(model, clean, good, bad, layer, head, value)
         np.testing.assert_allclose(plain[1][:, layer, head], expected, rtol=0, atol=tol)
     # mean and zero differ from resample on a perturbed model
-    resample = patch_all_heads_fast(model, clean, ref, good, bad, 4)
+    resample = patch_all_heads_fast(model, clean, ref, good, bad, 4, max_rows=4096)
     assert np.abs(resample[1] - fast[1]).max() > 1e-3
 
 
@@ -367,7 +371,9 @@ def test_mode_errors():
     with pytest.raises(ValueError, match="needs the head means"):
         mode_replacement(model, "mean", None)
     with pytest.raises(ValueError, match=r"replacement has shape"):
-        patch_all_heads_fast(model, *task_pairs(2), 2, replacement=torch.zeros(1, 1, 1))
+        patch_all_heads_fast(
+            model, *task_pairs(2), 2, max_rows=4096, replacement=torch.zeros(1, 1, 1)
+        )
 
 
 # ----------------------------------------------------------------------------- comparison
@@ -407,7 +413,7 @@ def demo_config():
 
 
 def test_study_modes_runs_and_splits():
-    from headgeom.study import Study
+    from headgeom.heads.study import Study
 
     study = Study.from_config(demo_config())
     assert study.patch_mode == "resample"
@@ -431,7 +437,7 @@ def test_study_modes_runs_and_splits():
 
 
 def test_study_refuses_bad_ablation_config():
-    from headgeom.study import Study, StudyConfigError
+    from headgeom.heads.study import Study, StudyConfigError
 
     cfg = demo_config()
     cfg["patching"]["mode"] = "means"
@@ -446,7 +452,7 @@ def test_study_refuses_bad_ablation_config():
 
 
 def test_study_refuses_windows_beyond_the_validation_file():
-    from headgeom.study import Study, StudyConfigError
+    from headgeom.heads.study import Study, StudyConfigError
 
     cfg = demo_config()  # 65,536 validation tokens = 1024 windows of 64
     cfg["ablation"]["n_mean_windows"] = 1020

@@ -18,22 +18,23 @@ import pytest
 import torch
 from torch import nn
 
-from headgeom.analysis import atp_agreement as atp
-from headgeom.analysis.patching import (
+from headgeom.hashing import sha256_file
+from headgeom.heads.analysis import atp_agreement as atp
+from headgeom.heads.analysis.patching import (
     attribution_patch,
     logit_difference,
     patch_all_heads,
     replace_head,
     z_sites,
 )
-from headgeom.analysis.tolerance import rounding_tolerance
-from headgeom.hashing import sha256_file
+from headgeom.heads.analysis.tolerance import rounding_tolerance
+from headgeom.heads.stages import atp_agreement as atp_agreement_stage
+from headgeom.heads.stages import patch_heads
 from headgeom.io import read_parquet_metadata, write_manifest, write_parquet
 from headgeom.model import registry
 from headgeom.model.checkpoint import save_checkpoint
 from tests.helpers.examples import TASK_SCHEMA, random_pairs
 from tests.helpers.models import N_VOCAB, multiscreen_model, small_gpt, zoo_model
-from tests.scripts import load_script
 from tests.tolerances import largest, patch_tolerance
 
 
@@ -319,9 +320,10 @@ def run_args(run, tmp_path, effects, tag=""):
 def patch(run, out, splits="discovery,evaluation"):
     argv = ["--checkpoint", str(run["checkpoint"]), "--manifest", str(run["manifest"]),
             "--task", str(run["task"]), "--splits", splits, "--batch-size", "3",
+            "--max-rows", "4096", "--mode", "resample",
             "--model-name", "learned", "--seed", "42", "--device", "cpu",
             "--out", str(out)]  # fmt: skip
-    assert load_script("patch_heads").main(argv) == 0
+    assert patch_heads.main(argv) == 0
 
 
 def test_the_stage_writes_atp_beside_the_exact_effects(tmp_path):
@@ -329,7 +331,7 @@ def test_the_stage_writes_atp_beside_the_exact_effects(tmp_path):
     effects = tmp_path / "effects.parquet"
     patch(run, effects)
     argv, outs = run_args(run, tmp_path, effects)
-    assert load_script("atp_agreement").main(argv) == 0
+    assert atp_agreement_stage.main(argv) == 0
 
     examples = pq.read_table(outs["examples"]).to_pandas()
     heads = pq.read_table(outs["heads"]).to_pandas()
@@ -395,13 +397,13 @@ def test_the_stage_refuses_effects_of_another_task_or_without_its_split(tmp_path
     patch(run, effects, splits="discovery")
     argv, _ = run_args(run, tmp_path, effects)
     with pytest.raises(ValueError, match="no rows of split 'evaluation'"):
-        load_script("atp_agreement").main(argv)
+        atp_agreement_stage.main(argv)
     (tmp_path / "other").mkdir()  # the same checkpoint bytes, another task dataset
     other = make_run(tmp_path / "other", dataset_sha256="cd" * 32)
     patch(other, tmp_path / "other.parquet")
     argv, _ = run_args(run, tmp_path, tmp_path / "other.parquet", tag="x")
     with pytest.raises(ValueError, match="other.parquet: task_dataset_sha256"):
-        load_script("atp_agreement").main(argv)
+        atp_agreement_stage.main(argv)
 
 
 def test_the_stage_estimates_the_patch_the_effects_made(tmp_path):
@@ -411,11 +413,12 @@ def test_the_stage_estimates_the_patch_the_effects_made(tmp_path):
     effects = tmp_path / "zero.parquet"
     argv = ["--checkpoint", str(run["checkpoint"]), "--manifest", str(run["manifest"]),
             "--task", str(run["task"]), "--splits", "evaluation", "--batch-size", "3",
+            "--max-rows", "4096",
             "--model-name", "learned", "--seed", "42", "--device", "cpu", "--mode", "zero",
             "--out", str(effects)]  # fmt: skip
-    assert load_script("patch_heads").main(argv) == 0
+    assert patch_heads.main(argv) == 0
     argv, outs = run_args(run, tmp_path, effects)
-    assert load_script("atp_agreement").main(argv) == 0
+    assert atp_agreement_stage.main(argv) == 0
     examples = pq.read_table(outs["examples"]).to_pandas()
     first = SPLIT_SIZES["discovery"] + SPLIT_SIZES["validation"]
     chosen = slice(first, first + SPLIT_SIZES["evaluation"])

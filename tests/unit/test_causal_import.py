@@ -19,13 +19,13 @@ import yaml
 from safetensors.torch import save_file
 
 from headgeom.hashing import ManifestMismatchError
+from headgeom.heads.stages import make_tasks as make_tasks_stage
 from headgeom.io import write_manifest
 from headgeom.model import causal_import, facts, importing
 from headgeom.model.checkpoint import checkpoint_contents, load_verified, save_checkpoint
 from headgeom.model.import_errors import ModelImportError
 from headgeom.validation import import_problems
 from tests.helpers.models import learned_model
-from tests.scripts import load_script
 
 transformers = pytest.importorskip("transformers", reason="a [dev] extra")
 E2E = Path(__file__).parents[1] / "e2e"
@@ -115,7 +115,7 @@ def test_the_import_job_writes_the_source_record_and_a_checkpoint_that_rebuilds_
 
     folder, hf = llama
     run = run_config(folder)
-    gpt2 = load_script("make_tasks").load_tokenizer("gpt2")[0]
+    gpt2 = make_tasks_stage.load_tokenizer("gpt2")[0]
     val = np.asarray(gpt2.encode(" the keys and the cabinet are here " * 30).ids)
     ckpt = tmp_path / "model.safetensors"
     manifest, log, _ = import_run(run, ckpt, val, n_ctx=16, batch_size=4)
@@ -175,7 +175,7 @@ def test_a_flipped_byte_in_the_causal_lm_checkpoint_is_refused(llama, tmp_path):
 def test_retokenize_gives_the_models_ids_of_the_same_text(llama):
     folder, _ = llama
     tok = transformers.AutoTokenizer.from_pretrained(folder)
-    gpt2 = load_script("make_tasks").load_tokenizer("gpt2")[0]
+    gpt2 = make_tasks_stage.load_tokenizer("gpt2")[0]
     text = "The keys to the cabinet are"
     got = causal_import.retokenize(np.asarray(gpt2.encode(text).ids), tok)
     assert got.tolist() == tok(text, add_special_tokens=False)["input_ids"]
@@ -202,7 +202,7 @@ def study_config(folder) -> dict:
 
 
 def test_a_causal_lm_study_builds_its_tasks_with_the_models_tokenizer(llama):
-    from headgeom.study import Study
+    from headgeom.heads.study import Study
 
     folder, _ = llama
     study = Study.from_config(study_config(folder))
@@ -214,7 +214,7 @@ def test_a_causal_lm_study_builds_its_tasks_with_the_models_tokenizer(llama):
 
 
 def test_the_default_study_keeps_gpt2_tasks():
-    from headgeom.study import Study
+    from headgeom.heads.study import Study
 
     cfg = yaml.safe_load((E2E.parents[1] / "config" / "config.yaml").read_text())
     study = Study.from_config(cfg)
@@ -223,7 +223,7 @@ def test_the_default_study_keeps_gpt2_tasks():
 
 
 def test_a_causal_lm_beside_a_gpt2_vocabulary_model_is_refused(llama):
-    from headgeom.study import Study, StudyConfigError
+    from headgeom.heads.study import Study, StudyConfigError
 
     folder, _ = llama
     cfg = study_config(folder)
@@ -234,7 +234,7 @@ def test_a_causal_lm_beside_a_gpt2_vocabulary_model_is_refused(llama):
 
 def test_make_tasks_takes_the_tokenizer_from_the_config_json(llama, tmp_path):
     folder, _ = llama
-    make_tasks = load_script("make_tasks")
+    make_tasks = make_tasks_stage
     cfg = {"seed": 3, "splits": {"discovery": 8, "validation": 4, "evaluation": 4, "holdout": 4},
            "tokenizer": str(folder)}  # fmt: skip
     out = tmp_path / "sva.parquet"

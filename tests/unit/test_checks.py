@@ -16,23 +16,25 @@ import pytest
 import torch
 
 from headgeom import checks, results
-from headgeom.analysis import concentration as conc
-from headgeom.analysis.geometry_summary import (
+from headgeom.data import tasks
+from headgeom.data.tokenizer import load_gpt2_tokenizer
+from headgeom.heads.analysis import concentration as conc
+from headgeom.heads.analysis.geometry_summary import (
     designed_pk_metadata,
     designed_pk_tolerance,
     geometry_tables,
 )
-from headgeom.analysis.param_counts import c1_metadata
-from headgeom.data import tasks
-from headgeom.data.tokenizer import load_gpt2_tokenizer
+from headgeom.heads.analysis.param_counts import c1_metadata
+from headgeom.heads.paper import cross_run_checks
+from headgeom.heads.paper.outputs import TABLES
+from headgeom.heads.stages import basis_family as basis_family_stage
+from headgeom.heads.stages import checks as checks_stage
+from headgeom.heads.stages import make_tasks
+from headgeom.heads.study import Study
 from headgeom.io import read_json, read_parquet_metadata, write_manifest, write_parquet
 from headgeom.model import registry, zoo
-from headgeom.paper import cross_run_checks
-from headgeom.paper.outputs import TABLES
 from headgeom.run_config import parse_run_config
-from headgeom.study import Study
 from headgeom.training.job import step0_regeneration
-from tests.scripts import load_script
 
 DEMO = {"n_layer": 4, "n_head": 4, "d_model": 64, "d_head": 16, "d_mlp": 256, "n_ctx": 64}
 DEMO_BASIS = {"basis_m": 4, "basis_r": 4}  # config/config.yaml: D = 64 = 2^4 · 4
@@ -167,7 +169,7 @@ def test_checks_script_writes_the_table_and_refuses_an_enforced_failure(tmp_path
     files = [{"kind": "leakage", "path": good, "model": "learned", "seed": 42, "task": "sva"}]
     runs = [{"model": "learned", "seed": 42, "geometry": "learned", "corpus": None}]
     out = tmp_path / "checks.parquet"
-    script = load_script("checks")
+    script = checks_stage
     argv = ["--files-json", json.dumps(files), "--runs-json", json.dumps(runs), "--out", str(out)]
     assert script.main(argv) == 0
     frame = pq.read_table(out).to_pandas()
@@ -309,7 +311,7 @@ def test_make_tasks_logs_c7(tmp_path):
     out = tmp_path / "sva.parquet"
     config = {"seed": 7, "splits": {"discovery": 8, "validation": 8, "evaluation": 8,
                                     "holdout": 4}}  # fmt: skip
-    assert load_script("make_tasks").main(["--task", "sva", "--config-json",
+    assert make_tasks.main(["--task", "sva", "--config-json",
                                            json.dumps(config), "--out", str(out)]) == 0  # fmt: skip
     rows = checks.collect([{"kind": "task", "path": str(out), "task": "sva"}])
     assert [(r["check"], r["residual"], r["passed"]) for r in rows] == [("C7", 0.0, True)]
@@ -430,7 +432,7 @@ def test_basis_family_file_and_its_checks(tmp_path):
     assert [r["model"] for r in runs] == ["write-rotated", "all-rotated", "all-rotated-self",
                                           "write-common"]  # fmt: skip
     out = tmp_path / "basis_family.json"
-    assert load_script("basis_family").main(["--runs-json", json.dumps(runs),
+    assert basis_family_stage.main(["--runs-json", json.dumps(runs),
                                              "--out", str(out)]) == 0  # fmt: skip
     record = read_json(out)
     (family,) = record["families"]  # every demo model uses members 0..7 of D = 64

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from headgeom import results
-from headgeom.paper.clamps import path_shares
-from headgeom.paper.outputs import FIGURES, TABLES
+from headgeom.heads.paper.clamps import path_shares
+from headgeom.heads.paper.outputs import FIGURES, TABLES
 from tests.helpers.results import train_log_s as train_log
 
 

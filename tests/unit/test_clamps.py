@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from headgeom.analysis import clamps
-from headgeom.analysis.clamps import Case, ClampSet
-from headgeom.analysis.patching import logit_difference
-from headgeom.analysis.tolerance import forward_tolerance
+from headgeom.heads.analysis import clamps
+from headgeom.heads.analysis.clamps import Case, ClampSet
+from headgeom.heads.analysis.patching import logit_difference
+from headgeom.heads.analysis.tolerance import forward_tolerance
 from headgeom.model import registry
 from headgeom.model.families import FAMILIES
 from headgeom.model.gpt import site
@@ -99,7 +99,7 @@ def test_engine_equals_naive_for_multiscreen(geometry):
     assert clamps.mlps_from(model, 0) == clamps.NOTHING  # no MLP site in the registry
     pairs = random_pairs(5, (6, 4), seed=4)
     cases = mixed_cases(model)
-    _, got = clamps.clamp_patch(model, *pairs, cases, batch_size=3)
+    _, got = clamps.clamp_patch(model, *pairs, cases, batch_size=3, max_rows=4096)
     tol = patch_tolerance(model, pairs[0], pairs[1])  # routes part at block 0: L + 1 stages
     np.testing.assert_allclose(got, naive(model, *pairs, cases), rtol=0, atol=tol)
 
@@ -135,7 +135,7 @@ def task_inputs(pairs):
 
 
 def stored_effects(model, pairs):
-    from headgeom.analysis.patching import patch_all_heads
+    from headgeom.heads.analysis.patching import patch_all_heads
 
     clean_ld, patched = patch_all_heads(model, *pairs, batch_size=8)
     return (clean_ld[:, None, None] - patched).mean(axis=0)
@@ -143,7 +143,7 @@ def stored_effects(model, pairs):
 
 @pytest.mark.parametrize("geometry", sorted(registry.geometry_names("gpt")))
 def test_checks_c12_c13_and_identities_on_every_geometry(geometry):
-    from headgeom.analysis.clamp_analyses import clamp_analyses, require_checks
+    from headgeom.heads.analysis.clamp_analyses import clamp_analyses, require_checks
 
     model = zoo_model(geometry, seed=5)
     pairs = random_pairs(9, (6, 8), seed=3)
@@ -203,12 +203,14 @@ def test_bad_cases_are_refused():
     model = zoo_model("learned")
     pairs = random_pairs(2, (5,))
     with pytest.raises(ValueError, match="cannot also be clamped"):
-        clamps.clamp_patch(model, *pairs, [Case((1, 1), ClampSet(heads=frozenset({(1, 1)})))])
+        clamps.clamp_patch(
+            model, *pairs, [Case((1, 1), ClampSet(heads=frozenset({(1, 1)})))], 128, 4096
+        )
     with pytest.raises(ValueError, match="outside"):
-        clamps.clamp_patch(model, *pairs, [Case((9, 0))])
+        clamps.clamp_patch(model, *pairs, [Case((9, 0))], 128, 4096)
     ms = multiscreen_model("learned")
     with pytest.raises(ValueError, match="no MLP"):
-        clamps.clamp_patch(ms, *pairs, [Case((0, 0), ClampSet(mlps=frozenset({0})))])
+        clamps.clamp_patch(ms, *pairs, [Case((0, 0), ClampSet(mlps=frozenset({0})))], 128, 4096)
 
 
 # --------------------------------------------------------------------------- planted relay
@@ -246,7 +248,7 @@ def relay_model():
 
 
 def test_planted_relay_gives_a_reduction_near_one():
-    from headgeom.analysis.clamp_analyses import reduction
+    from headgeom.heads.analysis.clamp_analyses import reduction
 
     model = relay_model()
     rng = np.random.default_rng(0)
@@ -259,7 +261,7 @@ def test_planted_relay_gives_a_reduction_near_one():
         Case((0, 0), ClampSet(heads=frozenset({(1, 0)}))),  # the relay
         Case((0, 0), ClampSet(heads=frozenset({(1, 1)}))),  # a silent head
     ]
-    clean_ld, patched = clamps.clamp_patch(model, *pairs, cases)
+    clean_ld, patched = clamps.clamp_patch(model, *pairs, cases, batch_size=128, max_rows=4096)
     e = (clean_ld[:, None] - patched).mean(axis=0)
     tol = patch_tolerance(model, clean, ref)  # routes part at block 0: L + 1 stages
     np.testing.assert_allclose(patched, naive(model, *pairs, cases), rtol=0, atol=tol)

@@ -7,11 +7,12 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from headgeom.paper import comparison
-from headgeom.paper.recipes import dynamics as recipe_dynamics
+from headgeom.heads.paper import comparison
+from headgeom.heads.paper.context import Context
+from headgeom.heads.paper.recipes import dynamics as recipe_dynamics
 
 
-class FakeContext(comparison.Context):
+class FakeContext(Context):
     def __init__(self, frames: dict[str, pd.DataFrame]):
         super().__init__({k: ["unused"] for k in frames})
         self._frames = dict(frames)

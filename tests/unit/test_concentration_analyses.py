@@ -16,9 +16,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from headgeom import checks
-from headgeom.analysis.stats import concentration
+from headgeom.heads.analysis.stats import concentration
+from headgeom.heads.stages import compare_concentration, concentration_loss
+from headgeom.heads.stages import concentration as concentration_stage
+from headgeom.heads.stages import lanes as lanes_stage
 from headgeom.io import read_parquet_metadata, write_manifest, write_parquet
-from tests.scripts import load_script
+
+#: What rule concentration passes from the config besides counts and seeds (schema defaults).
+STUDY_FLAGS = ["--split", "evaluation", "--ci", "0.95", "--index-meaningful", "true"]
 
 EFFECTS_SCHEMA = pa.schema(
     [
@@ -95,6 +100,7 @@ def run_concentration(tmp_path, effects, *extra):
     argv = [
         "--effects",
         str(effects),
+        *STUDY_FLAGS,
         "--bootstrap-seed",
         "3",
         "--permutation-seed",
@@ -107,7 +113,7 @@ def run_concentration(tmp_path, effects, *extra):
     ]
     for k, p in out.items():
         argv += [f"--out-{k}", str(p)]
-    assert load_script("concentration").main(argv) == 0
+    assert concentration_stage.main(argv) == 0
     return {k: pq.read_table(p).to_pandas() for k, p in out.items()}, out
 
 
@@ -207,11 +213,16 @@ def test_missing_analysis_split_is_a_clear_error(tmp_path):
         run_concentration(tmp_path, effects)
 
 
-def test_robustness_outputs_need_the_seeds(tmp_path):
+def test_robustness_outputs_need_the_seeds(tmp_path, capsys):
     effects = write_effects(tmp_path / "e.parquet", np.ones((4, 1, 2)))
     argv = [
         "--effects",
         str(effects),
+        *STUDY_FLAGS,
+        "--n-bootstrap",
+        "300",
+        "--n-permutations",
+        "500",
         "--out-summary",
         "s",
         "--out-heads",
@@ -224,7 +235,8 @@ def test_robustness_outputs_need_the_seeds(tmp_path):
         "g",
     ]
     with pytest.raises(SystemExit):
-        load_script("concentration").main(argv)
+        concentration_stage.main(argv)
+    assert "need --bootstrap-seed and --permutation-seed" in capsys.readouterr().err
 
 
 # ----------------------------------------------------------------------- paired
@@ -241,12 +253,16 @@ def run_compare(tmp_path, effects, pairs, task="sva"):
         "400",
         "--bootstrap-seed",
         "9",
+        "--split",
+        "evaluation",
+        "--ci",
+        "0.95",
         "--out-paired",
         str(out["paired"]),
         "--out-logo",
         str(out["logo"]),
     ]
-    assert load_script("compare_concentration").main(argv) == 0
+    assert compare_concentration.main(argv) == 0
     return {k: pq.read_table(p).to_pandas() for k, p in out.items()}
 
 
@@ -360,6 +376,8 @@ def test_c16_loss_versus_n_eff_from_the_paper_numbers(tmp_path):
         json.dumps(models),
         "--base-n-head",
         "12",
+        "--split",
+        "evaluation",
         "--loss-models",
         json.dumps(list(paper)),
         "--out-loss",
@@ -367,7 +385,7 @@ def test_c16_loss_versus_n_eff_from_the_paper_numbers(tmp_path):
         "--out-spearman",
         str(out_rho),
     ]
-    assert load_script("concentration_loss").main(argv) == 0
+    assert concentration_loss.main(argv) == 0
     rho = pq.read_table(out_rho).to_pandas().set_index(["analysis", "subset", "task"], drop=False)
     loss_rows = rho[rho["analysis"] == "loss_vs_N_eff"].set_index("subset")
     assert round(loss_rows.loc["all", "rho"], 3) == -0.767 and loss_rows.loc["all", "n"] == 9
@@ -399,6 +417,8 @@ def test_loss_script_refuses_unmatched_manifests(tmp_path):
         "{}",
         "--base-n-head",
         "2",
+        "--split",
+        "evaluation",
         "--loss-models",
         "[]",
         "--out-loss",
@@ -407,7 +427,7 @@ def test_loss_script_refuses_unmatched_manifests(tmp_path):
         str(tmp_path / "s"),
     ]
     with pytest.raises(ValueError, match="different \\(model, seed\\)"):
-        load_script("concentration_loss").main(argv)
+        concentration_loss.main(argv)
     assert not (tmp_path / "l").exists()
 
 
@@ -415,7 +435,7 @@ def test_bootstrap_cost_at_paper_scale():
     # 2,000 resamples × 240 examples × 144 heads must be a matrix product, not a loop.
     import time
 
-    from headgeom.analysis.stats import bootstrap_n_eff
+    from headgeom.heads.analysis.stats import bootstrap_n_eff
 
     d = np.random.default_rng(2).standard_normal((240, 12, 12))
     start = time.perf_counter()
@@ -437,7 +457,7 @@ def test_one_job_for_every_task_equals_one_job_per_task(tmp_path):
              for t in ("sva", "quote")}  # fmt: skip
     kinds = ("summary", "heads", "robustness", "conditions", "logo")
     settings = ["--bootstrap-seed", "3", "--permutation-seed", "4", "--n-bootstrap", "200",
-                "--n-permutations", "300"]  # fmt: skip
+                "--n-permutations", "300", *STUDY_FLAGS]  # fmt: skip
     alone, together = tmp_path / "alone", tmp_path / "together"
     for folder in (alone, together):
         folder.mkdir()
@@ -445,7 +465,7 @@ def test_one_job_for_every_task_equals_one_job_per_task(tmp_path):
     def outs(folder, task):
         return {k: folder / f"{task}.{k}.parquet" for k in kinds}
 
-    concentration, lanes = load_script("concentration"), load_script("lanes")
+    concentration, lanes = concentration_stage, lanes_stage
     lane_args = ["--split", "discovery", "--n-permutations", "300", "--seed", "5"]
     for task, path in tasks.items():
         argv = ["--effects", str(path), *settings]

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from headgeom import results
-from headgeom.analysis import coordinates as C
+from headgeom.heads.analysis import coordinates as C
 from headgeom.model import registry, zoo
 from tests.helpers.edges import edge_model as zoo_model
 from tests.helpers.examples import random_pairs
@@ -177,7 +177,17 @@ def test_coordinate_rows_fill_the_coordinates_schema():
                for c, r, a, b in pairs)  # fmt: skip
     e = np.zeros((model.cfg.n_layer, model.cfg.n_head))
     e[1, 2] = 1.0
-    rows, directions = C.coordinate_rows(model, e, val, ev, n_sets=30)
+    rows, directions = C.coordinate_rows(
+        model,
+        e,
+        val,
+        ev,
+        n_sets=30,
+        null_seed=1502,
+        rotation_seed=1503,
+        batch_size=64,
+        max_rows=4096,
+    )
     identity = {"model", "seed", "task"}
     assert [r["site"] for r in rows] == list(C.SITES)
     for r in rows:

@@ -19,11 +19,10 @@ import yaml
 from headgeom.data import corpus, corpus_sources
 from headgeom.data.tokenizer import EOT_ID, load_gpt2_tokenizer
 from headgeom.hashing import ManifestMismatchError, verify_file
+from headgeom.heads.stages import tokenize_corpus
 from headgeom.manifest import data_record
 from tests.e2e.conftest import REPO, make_workdir, snakemake
-from tests.scripts import load_script
 
-tokenize_corpus = load_script("tokenize_corpus")
 REVISION = "87f09149ef4734204d70ed1d046ddc9ca3f2b8f9"
 OUTPUTS = ("train", "val", "vocab", "manifest")
 
@@ -478,13 +477,19 @@ def test_workflow_wires_each_model_to_its_corpus(tmp_path):
         "results/micro/models/write-common-axis/s1/train_log.parquet",
     )
     text = proc.stdout + proc.stderr
-    train_cmds = [line for line in text.splitlines() if "python src/train.py" in line]
+    train_cmds = [
+        line for line in text.splitlines() if "python -m headgeom.heads.stages.train" in line
+    ]
     assert len(train_cmds) == 2
     for cmd in train_cmds:
         corpus_name = "S" if '"model_name":"learned"' in cmd else "R"
         for flag in ("train-tokens", "val-tokens", "vocab", "corpus-manifest"):
             assert f"--{flag} results/micro/corpus/{corpus_name}/" in cmd, (flag, cmd)
-    tokenize = [line for line in text.splitlines() if "python src/tokenize_corpus.py" in line]
+    tokenize = [
+        line
+        for line in text.splitlines()
+        if "python -m headgeom.heads.stages.tokenize_corpus" in line
+    ]
     assert len(tokenize) == 2 and any('"sampling":"read_once"' in c for c in tokenize)
 
 

@@ -1,4 +1,4 @@
-"""The cost model (headgeom.cost): benchmark files read back, units from config counts, the
+"""The cost model (headgeom.heads.cost): benchmark files read back, units from config counts, the
 projection by hand, and requests read from the config the way the workflow reads them."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ import copy
 import pytest
 import yaml
 
-from headgeom import cost
-from headgeom.study import Study
+from headgeom import cost as shared
+from headgeom.heads import cost
+from headgeom.heads.study import Study
 from tests.e2e.conftest import REPO
 
 MICRO = yaml.safe_load((REPO / "tests" / "e2e" / "micro.yaml").read_text())
@@ -30,9 +31,9 @@ def test_benchmarks_are_read_per_rule_with_their_maxima(tmp_path):
     (tmp_path / "benchmarks" / "param_counts.tsv").write_text(
         "s\th:m:s\tmax_rss\n1.5\t0:00:01\t120\n"
     )
-    got = cost.read_benchmarks(tmp_path)
-    assert got["patch_heads"] == cost.Measured("patch_heads", 2, 5.0, 300.0)
-    assert got["param_counts"] == cost.Measured("param_counts", 1, 1.5, 120.0)
+    got = shared.read_benchmarks(tmp_path)
+    assert got["patch_heads"] == shared.Measured("patch_heads", 2, 5.0, 300.0)
+    assert got["param_counts"] == shared.Measured("param_counts", 1, 1.5, 120.0)
 
 
 def test_a_calibration_measured_per_task_is_scaled_to_a_run():
@@ -43,15 +44,15 @@ def test_a_calibration_measured_per_task_is_scaled_to_a_run():
     study = Study.from_config(MICRO)
     runs, n_perm = len(study.runs), study.stage("lanes")["n_permutations"]
     assert [len(cost.JOBS[r](study)) for r in ("patch_heads", "concentration")] == [runs, runs]
-    per_task = {"lanes": cost.Measured("lanes", 3 * runs, 2.0, 100.0)}
-    per_run = {"lanes": cost.Measured("lanes", runs, 2.0, 100.0)}
+    per_task = {"lanes": shared.Measured("lanes", 3 * runs, 2.0, 100.0)}
+    per_run = {"lanes": shared.Measured("lanes", runs, 2.0, 100.0)}
     # units per job: every task's permutations; the study projected to itself
     assert cost.UNITS["lanes"][1](study) == 3 * n_perm
     (old,) = cost.fit(per_task, study, study)
     (new,) = cost.fit(per_run, study, study)
     assert old.seconds == pytest.approx(3 * 2.0) and new.seconds == pytest.approx(2.0)
     # a rule that never was per task is never scaled, whatever its job count
-    clamps = cost.Measured("clamps", 3 * len(cost.JOBS["clamps"](study)), 2.0, 100.0)
+    clamps = shared.Measured("clamps", 3 * len(cost.JOBS["clamps"](study)), 2.0, 100.0)
     assert cost.per_task_calibration("clamps", clamps, study) == 1
 
 
@@ -60,7 +61,7 @@ def test_a_file_that_is_not_a_benchmark_is_refused_by_name(tmp_path):
     path.parent.mkdir(parents=True)
     path.write_text("a\tb\n1\t2\n")
     with pytest.raises(ValueError, match=r"x.tsv: not a Snakemake benchmark file"):
-        cost.read_benchmarks(tmp_path)
+        shared.read_benchmarks(tmp_path)
 
 
 def test_projection_by_hand():
@@ -71,9 +72,9 @@ def test_projection_by_hand():
     big_cfg["patching"] = {**MICRO.get("patching", {}), "batch_size": 2}
     big = Study.from_config(big_cfg)
     measured = {
-        "hash_checkpoint": cost.Measured("hash_checkpoint", 3, 1.0, 400.0),
-        "lanes": cost.Measured("lanes", 5, 10.0, 200.0),
-        "patch_heads": cost.Measured("patch_heads", 5, 8.0, 1000.0),
+        "hash_checkpoint": shared.Measured("hash_checkpoint", 3, 1.0, 400.0),
+        "lanes": shared.Measured("lanes", 5, 10.0, 200.0),
+        "patch_heads": shared.Measured("patch_heads", 5, 8.0, 1000.0),
     }
     by_rule = {p.rule: p for p in cost.fit(measured, small, big)}
     # lanes: time ∝ permutations (×4); loads no model, rows fixed: memory as measured
@@ -91,12 +92,12 @@ def test_projection_by_hand():
     wide_cfg["training"] = {**MICRO["training"], "batch_size": 2 * small.stage("training")[
         "batch_size"]}  # fmt: skip
     wide = Study.from_config(wide_cfg)
-    measured["train"] = cost.Measured("train", 1, 5.0, 1000.0)
+    measured["train"] = shared.Measured("train", 1, 5.0, 1000.0)
     assert {p.rule: p for p in cost.fit(measured, small, wide)}["train"].memory_mb == 1600.0
     on_gpu = {p.rule: p for p in cost.fit(measured, small, wide, on_gpu={"train"})}
     assert on_gpu["train"].memory_mb == pytest.approx(1000.0)
     # acdc: the larger of the fit and the paper-shape benchmark's rate per example
-    measured["acdc"] = cost.Measured("acdc", 1, 2.0, 500.0)
+    measured["acdc"] = shared.Measured("acdc", 1, 2.0, 500.0)
     acdc = {p.rule: p for p in cost.fit(measured, small, big)}["acdc"]
     n = big.stage("edges")["n_examples"]
     assert acdc.seconds == pytest.approx(max(2.0, cost.BENCHMARKED["acdc"][0] * n))
@@ -112,19 +113,19 @@ def test_requests_are_what_the_dry_run_plans(tmp_path):
     cfg["resources"] = {"default": {"runtime": 7}, "lanes": {"mem_mb": 1234}}
     work = make_workdir(tmp_path / "w", cfg)
     (work / "slurm").symlink_to(REPO / "slurm")
-    planned = cost.planned_requests("config.yaml", work)
-    assert cost.request(planned, "lanes") == (1234, 7)
+    planned = shared.planned_requests("config.yaml", work)
+    assert shared.request(planned, "lanes") == (1234, 7)
     assert planned["lanes"]["jobs"] == len(Study.from_config(MICRO).runs)  # every task in one
     assert {"make_table", "catalog", "all"} <= cost.local_rules(REPO)
     assert "lanes" not in cost.local_rules(REPO)
 
 
 def test_suggested_requests_round_up_with_margin():
-    p = cost.Projection("x", 1, 1.0, 1.0, "job", 1, 1, seconds=610.0, memory_mb=1001.0)
+    p = shared.Projection("x", 1, 1.0, 1.0, "job", 1, 1, seconds=610.0, memory_mb=1001.0)
     # 1001 MB × 1.5 = 1501.5 → 2000 (next 500); 610 s × 1.5 = 15.25 min → 20 (next 10)
-    assert cost.suggested(p, margin=1.5) == {"mem_mb": 2000, "runtime": 20}
-    p = cost.Projection("x", 1, 1.0, 1.0, "job", 1, 1, seconds=30.0, memory_mb=100.0)
-    assert cost.suggested(p, margin=1.5) == {"mem_mb": 500, "runtime": 10}  # the floors
+    assert shared.suggested(p, margin=1.5) == {"mem_mb": 2000, "runtime": 20}
+    p = shared.Projection("x", 1, 1.0, 1.0, "job", 1, 1, seconds=30.0, memory_mb=100.0)
+    assert shared.suggested(p, margin=1.5) == {"mem_mb": 500, "runtime": 10}  # the floors
 
 
 def test_every_rule_has_units_or_is_fixed_work():
@@ -132,7 +133,7 @@ def test_every_rule_has_units_or_is_fixed_work():
     # grew; every rule of the workflow is one or the other
     import re
 
-    text = "\n".join(p.read_text() for p in (REPO / "workflow" / "rules").glob("*.smk"))
+    text = "\n".join(p.read_text() for p in (REPO / "workflow" / "heads").glob("*.smk"))
     rules = set(re.findall(r"^rule (\w+):", text, re.M))
     rules |= set(re.findall(r"^use rule \w+ as (\w+)", text, re.M))
     fixed = {"hash_checkpoint", "make_tasks", "param_counts", "basis_family", "geometry_stats",
@@ -145,20 +146,20 @@ def test_every_rule_has_units_or_is_fixed_work():
 
 
 def test_summary_round_trips_and_refuses_other_files(tmp_path):
-    measured = {"lanes": cost.Measured("lanes", 3, 2.5, 210.0),
-                "train": cost.Measured("train", 21, 170.25, 6504.7)}  # fmt: skip
+    measured = {"lanes": shared.Measured("lanes", 3, 2.5, 210.0),
+                "train": shared.Measured("train", 21, 170.25, 6504.7)}  # fmt: skip
     path = tmp_path / "s.tsv"
-    cost.write_summary(measured, path, "test machine")
+    shared.write_summary(measured, path, "test machine")
     assert path.read_text().startswith("# test machine\n")
     assert cost.measured_of(path) == measured
     (tmp_path / "bad.tsv").write_text("rule\tseconds\nx\t1\n")
     with pytest.raises(ValueError, match=r"bad.tsv: expected a cost summary"):
-        cost.read_summary(tmp_path / "bad.tsv")
+        shared.read_summary(tmp_path / "bad.tsv")
 
 
 def test_report_projects_cpu_rules_and_leaves_gpu_time_to_gpu_check():
-    p = [cost.Projection("lanes", 2, 3.0, 150.0, "permutations", 100, 5000, 150.0, 150.0),
-         cost.Projection("train", 1, 9.0, 900.0, "tokens", 10, 1e9, 9e8, 2000.0)]  # fmt: skip
+    p = [shared.Projection("lanes", 2, 3.0, 150.0, "permutations", 100, 5000, 150.0, 150.0),
+         shared.Projection("train", 1, 9.0, 900.0, "tokens", 10, 1e9, 9e8, 2000.0)]  # fmt: skip
     planned = {"lanes": {"mem_mb": 1000, "runtime": 2, "gpu": 0, "jobs": 63},
                "train": {"mem_mb": 64000, "runtime": 720, "gpu": 1, "jobs": 21}}  # fmt: skip
     text = cost.report(p, planned)
@@ -170,12 +171,12 @@ def test_report_projects_cpu_rules_and_leaves_gpu_time_to_gpu_check():
 
 
 # ----------------------------------------------------------------------------- the paper
-# The rehearsal's per-rule maxima on one CPU core (python -m headgeom.cost summary; the run
+# The rehearsal's per-rule maxima on one CPU core (python -m headgeom.heads.cost summary; the run
 # and machine are named in the file's first line).
 CALIBRATION = REPO / "benchmarks" / "rehearsal_cpu.tsv"
 # Paper rules the calibration run had not reached when it was summarised (its first line
 # says so): their requests are the rule defaults, unchecked here. Measure them (a finished
-# rehearsal, `python -m headgeom.cost summary`) and empty this set.
+# rehearsal, `python -m headgeom.heads.cost summary`) and empty this set.
 NOT_YET_MEASURED = {"atp_agreement"}  # added after the calibration run (AtP beside exact)
 
 
@@ -185,8 +186,8 @@ def test_paper_requests_cover_the_projected_cost():
     def study(name):
         return Study.from_config(config_layers.load(REPO / "config" / name, REPO))
 
-    measured = cost.read_summary(CALIBRATION)
-    planned = cost.planned_requests("config/paper.yaml", REPO)
+    measured = shared.read_summary(CALIBRATION)
+    planned = shared.planned_requests("config/paper.yaml", REPO)
     submitted = set(planned) - cost.local_rules(REPO)
     # a `use rule` copy (train_timeline) writes its benchmark files where its base rule does
     benchmark = {r: spec["benchmark"] for r, spec in cost.workflow_rules(REPO).items()}
@@ -198,7 +199,7 @@ def test_paper_requests_cover_the_projected_cost():
     for p in cost.fit(measured, study("rehearsal.yaml"), study("paper.yaml"), on_gpu):
         if p.rule not in submitted or p.rule in cost.NOT_PROJECTED:
             continue
-        mem, runtime = cost.request(planned, p.rule)
+        mem, runtime = shared.request(planned, p.rule)
         if p.memory_mb > mem:
             short.append(f"{p.rule}: {p.memory_mb:,.0f} MB projected > {mem:,} requested")
         # training's GPU time is gpu_check's; any other job's CPU time bounds it

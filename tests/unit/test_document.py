@@ -15,12 +15,13 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
-from headgeom import io, results, selections
-from headgeom.analysis.concentration import spearman_rows
+from headgeom import io, results
 from headgeom.catalog import catalog, template_regex
 from headgeom.hashing import ManifestMismatchError
+from headgeom.heads import selections
+from headgeom.heads.analysis.concentration import spearman_rows
+from headgeom.heads.paper import comparison, seeds, setup, summary
 from headgeom.io import IntegrityError
-from headgeom.paper import comparison, seeds, setup, summary
 from tests.helpers.results import train_log, write_rows
 
 TASKS = ("sva", "quote", "plural")

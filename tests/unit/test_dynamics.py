@@ -10,16 +10,22 @@ import pandas as pd
 import pytest
 import torch
 
-from headgeom.analysis.dynamics import (
+from headgeom.data.task_files import PatchInputs
+from headgeom.hashing import ManifestMismatchError, sha256_file
+from headgeom.heads.analysis.dynamics import (
     final_lane_index,
     lm_loss,
     task_gradients,
     tau_summary,
     value_gradient_traces,
 )
-from headgeom.analysis.scalar_ablation import ablate_scalar_part, own_lane_blocks, scalar_ablation
-from headgeom.data.task_files import PatchInputs
-from headgeom.hashing import ManifestMismatchError, sha256_file
+from headgeom.heads.analysis.scalar_ablation import (
+    ablate_scalar_part,
+    own_lane_blocks,
+    scalar_ablation,
+)
+from headgeom.heads.stages import dynamics as dynamics_stage
+from headgeom.heads.stages import geometry_stats
 from headgeom.io import write_manifest
 from headgeom.manifest import edited_manifest
 from headgeom.model.checkpoint import load_verified, save_checkpoint
@@ -27,7 +33,6 @@ from headgeom.model.gpt import GPT, site
 from headgeom.subspace import haar_orthogonal
 from tests.helpers import models
 from tests.helpers.models import small_gpt
-from tests.scripts import load_script
 
 N_LAYER, N_HEAD, D_MODEL, D_HEAD, N_VOCAB = models.L, models.H, models.D, models.DH, 40
 
@@ -120,9 +125,9 @@ def test_final_lane_index_is_the_modal_index_of_the_top_three():
     heads = pd.DataFrame({"split": "discovery", "layer": [0, 1, 2, 3, 1],
                           "head": [1, 3, 3, 0, 2],
                           "e": [0.9, 0.8, 0.7, 0.6, 0.1]})  # fmt: skip
-    assert final_lane_index(heads) == 3
+    assert final_lane_index(heads, "discovery") == 3
     heads.loc[2, "head"] = 2  # top-3 indices 1, 3, 2: a tie goes to the best head's index
-    assert final_lane_index(heads) == 1
+    assert final_lane_index(heads, "discovery") == 1
 
 
 def test_value_gradient_traces_match_directional_finite_differences():
@@ -298,14 +303,14 @@ def test_a_step_target_refuses_a_checkpoint_its_manifest_does_not_match(tmp_path
         sha = sha256_file(tmp_path / f"step{step:06d}.safetensors")
         write_manifest(tmp_path / f"step{step:06d}.manifest.json",
                    {"checkpoint_file_sha256": sha, "step": step})  # fmt: skip
-    script = load_script("geometry_stats")
+    script = geometry_stats
     with pytest.raises(ManifestMismatchError):
         script.main(["--checkpoint", str(tmp_path / "step000008.safetensors"),
                      "--manifest", str(tmp_path / "step000032.manifest.json"),
                      "--model-name", "m", "--seed", "0", "--out-pk", str(tmp_path / "pk.parquet"),
                      "--out-summary", str(tmp_path / "s.parquet"),
                      "--out-heads", str(tmp_path / "h.parquet")])  # fmt: skip
-    dynamics = load_script("dynamics")
+    dynamics = dynamics_stage
     with pytest.raises(ValueError, match="not step 8"):
         # a manifest of the right bytes but another step is refused too
         write_manifest(tmp_path / "wrong.manifest.json",

@@ -7,8 +7,13 @@ import pandas as pd
 import pytest
 
 from headgeom import results
-from headgeom.paper.alignment import scalar_ablation_table
-from headgeom.paper.dynamics import BAND_FRACTIONS, dynamics_table, figure6abc, figure6abc_data
+from headgeom.heads.paper.alignment import scalar_ablation_table
+from headgeom.heads.paper.dynamics import (
+    BAND_FRACTIONS,
+    dynamics_table,
+    figure6abc,
+    figure6abc_data,
+)
 from tests.helpers.results import train_log
 
 

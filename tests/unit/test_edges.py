@@ -17,9 +17,11 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from headgeom.analysis import edges as E
 from headgeom.data.task_files import TaskSplits, first_per_condition
 from headgeom.hashing import sha256_file
+from headgeom.heads.analysis import edges as E
+from headgeom.heads.stages import acdc as acdc_stage
+from headgeom.heads.stages import edges as edges_stage
 from headgeom.io import write_manifest, write_parquet
 from headgeom.model.checkpoint import save_checkpoint
 from tests.helpers.edges import (
@@ -31,7 +33,6 @@ from tests.helpers.edges import (
 )
 from tests.helpers.examples import TASK_SCHEMA, random_pairs
 from tests.helpers.models import N_VOCAB, multiscreen_model
-from tests.scripts import load_script
 
 
 # --------------------------------------------------------------------------- tests
@@ -110,7 +111,7 @@ def test_library_naive_engine_equals_the_fast_one():
     model = edge_model("value384")
     pairs = random_pairs(4, (5, 7))[:2]
     edges = E.all_edges(3, 4)
-    fast = E.edge_kl(model, *pairs, edges)
+    fast = E.edge_kl(model, *pairs, edges, batch_size=16, max_rows=2048)
     for resume in (False, True):
         naive = E.edge_kl_naive(model, *pairs, edges, resume=resume, batch_size=3)
         assert_exact(naive, fast)
@@ -122,7 +123,7 @@ def test_orthogonal_writer_gives_exactly_zero():
     model = edge_model("all-common-axis", dtype=torch.float32)
     pairs = random_pairs(4, (6,))[:2]
     edges = E.all_edges(3, 4)
-    kl = E.edge_kl(model, *pairs, edges)
+    kl = E.edge_kl(model, *pairs, edges, batch_size=16, max_rows=2048)
     cross = edges.writer_head != edges.reader_head
     assert (kl[:, cross] == 0.0).all()
     assert kl[:, ~cross].max() > 1e-3 and (kl[:, ~cross] > 0).mean() > 0.5  # not vacuous
@@ -131,7 +132,7 @@ def test_orthogonal_writer_gives_exactly_zero():
 def test_multiscreen_is_refused_by_name():
     model = multiscreen_model("learned")
     with pytest.raises(ValueError, match="edge_patching"):
-        E.edge_kl(model, *random_pairs(2, (5,))[:2])
+        E.edge_kl(model, *random_pairs(2, (5,))[:2], batch_size=16, max_rows=2048)
 
 
 def test_table7_examples_are_the_first_of_each_condition_in_canonical_order():
@@ -191,12 +192,13 @@ def test_stage_uses_the_first_per_condition_and_records_them(tmp_path):
     )
     out = {k: tmp_path / f"{k}.parquet" for k in ("edges", "summary", "acdc")}
     argv = ["--checkpoint", str(tmp_path / "m.safetensors"), "--manifest", str(tmp_path / "m.json"),
-            "--task", str(tmp_path / "sva.parquet"), "--n-examples", "8",
-            "--device", "cpu"]  # fmt: skip
-    edge_outs = ["--out-edges", str(out["edges"]), "--out-summary", str(out["summary"])]
-    assert load_script("edges").main(argv + edge_outs) == 0
+            "--task", str(tmp_path / "sva.parquet"), "--n-examples", "8", "--split", "validation",
+            "--dtype", "float64", "--device", "cpu"]  # fmt: skip
+    edge_outs = ["--out-edges", str(out["edges"]), "--out-summary", str(out["summary"]),
+                 "--batch-size", "16", "--max-rows", "2048"]  # fmt: skip
+    assert edges_stage.main(argv + edge_outs) == 0
     acdc_out = ["--out", str(out["acdc"]), "--acdc-threshold", "0.01"]
-    assert load_script("acdc").main(argv + acdc_out) == 0
+    assert acdc_stage.main(argv + acdc_out) == 0
     meta = {k.decode(): v.decode() for k, v in pq.read_metadata(out["edges"]).metadata.items()}
     # by hand: SS 0, 1; SP 2, 6; PP 3, 7; PS 5, 8 (SS 4 and PS 9 are third of theirs)
     assert json.loads(meta["example_ids"]) == [0, 1, 2, 3, 5, 6, 7, 8]
@@ -206,7 +208,13 @@ def test_stage_uses_the_first_per_condition_and_records_them(tmp_path):
     assert len(edges) == E.edge_count(3, 4) and (edges["kl"] >= 0).all()
     # the stage's KLs are the engine's on those examples in float64
     pick = [0, 1, 2, 3, 5, 6, 7, 8]
-    kl = E.edge_kl(model.double(), [clean[i] for i in pick], [ref[i] for i in pick])
+    kl = E.edge_kl(
+        model.double(),
+        [clean[i] for i in pick],
+        [ref[i] for i in pick],
+        batch_size=16,
+        max_rows=2048,
+    )
     np.testing.assert_allclose(edges["kl"], kl.mean(0), rtol=1e-12, atol=0)
     acdc_meta = pq.read_metadata(out["acdc"]).metadata
     assert 0 <= json.loads(acdc_meta[b"check_decisions_max_residual_over_tolerance"]) <= 1

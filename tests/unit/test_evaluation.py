@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from headgeom.analysis.evaluation import clean_performance, length_groups, logit_differences
-from headgeom.analysis.tolerance import forward_tolerance
+from headgeom.heads.analysis.evaluation import clean_performance, length_groups, logit_differences
+from headgeom.heads.analysis.tolerance import forward_tolerance
 from headgeom.model.gpt import GPT, ModelConfig
 
 

@@ -10,17 +10,17 @@ import pandas as pd
 import pytest
 import torch
 
-from headgeom.analysis import exclusivity as ex
-from headgeom.analysis.leakage import (
+from headgeom.data.task_files import PatchInputs
+from headgeom.heads.analysis import exclusivity as ex
+from headgeom.heads.analysis.leakage import (
     attention_final,
     leakage_table,
     pooled_response_stats,
     total_variation,
 )
-from headgeom.analysis.patching import patch_all_heads, replace_head
-from headgeom.analysis.stats import effects_from_drops
-from headgeom.analysis.tolerance import model_dtype, rounding_tolerance
-from headgeom.data.task_files import PatchInputs
+from headgeom.heads.analysis.patching import patch_all_heads, replace_head
+from headgeom.heads.analysis.stats import effects_from_drops
+from headgeom.heads.analysis.tolerance import model_dtype, rounding_tolerance
 from headgeom.model.config import ModelConfig
 from headgeom.model.gpt import GPT, site
 from tests.weights import large_random_weights

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headgeom.explorer import page, views
-from headgeom.explorer.data import (
+from headgeom.heads.explorer import page, views
+from headgeom.heads.explorer.data import (
     COLUMNS,
     ExplorerInputError,
     gather,

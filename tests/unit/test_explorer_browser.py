@@ -12,8 +12,8 @@ import shutil
 import pandas as pd
 import pytest
 
-from headgeom.explorer import page
-from headgeom.explorer.data import gather
+from headgeom.heads.explorer import page
+from headgeom.heads.explorer.data import gather
 from headgeom.io import read_table
 from tests.helpers import explorer as synthetic
 

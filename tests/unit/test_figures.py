@@ -12,13 +12,13 @@ import pytest
 from matplotlib.patches import Circle
 from scipy.stats import spearmanr
 
+from headgeom.heads.paper.alignment import figure7, figure7_data
+from headgeom.heads.paper.concentration import figure3, figure3_data
+from headgeom.heads.paper.lanes import figure5, figure5_data
+from headgeom.heads.paper.loss import figure4, figure4_data, figure4_spearman
+from headgeom.heads.paper.setup import figure1, figure1_data, pk_heatmap_matrix
+from headgeom.heads.stages.make_figure import main as make_figure_main
 from headgeom.io import write_parquet
-from headgeom.paper.alignment import figure7, figure7_data
-from headgeom.paper.concentration import figure3, figure3_data
-from headgeom.paper.lanes import figure5, figure5_data
-from headgeom.paper.loss import figure4, figure4_data, figure4_spearman
-from headgeom.paper.setup import figure1, figure1_data, pk_heatmap_matrix
-from make_figure import main as make_figure_main
 from tests.helpers.results import train_log_s as train_log
 
 N_LAYER, N_HEAD, D_HEAD = 3, 2, 4
@@ -470,7 +470,7 @@ def test_make_figure_writes_png_svg_csv_and_sources(
 
 
 def test_coordinate_shares_curve_is_the_cumulative_share_in_validation_order(tmp_path):
-    from headgeom.paper.coordinates import coordinate_shares, coordinate_shares_data
+    from headgeom.heads.paper.coordinates import coordinate_shares, coordinate_shares_data
 
     # 4 directions, validation ranks 2, 1, 4, 3; evaluation drops 0.5, 1.0, -0.5, 0.5
     # (Σ positive = 2.0): in rank order 1.0, 0.5, 0.5, -0.5 → cumulative .5, .75, 1.0, .75

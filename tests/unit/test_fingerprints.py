@@ -204,7 +204,7 @@ def test_the_timed_tables_are_the_samoe_tables_built_from_wall_clock_times():
     or runtime measurements (columns of seconds on this machine)."""
     import inspect
 
-    from headgeom.paper import samoe as samoe_paper
+    from headgeom.samoe import paper as samoe_paper
     from headgeom.samoe import results as samoe_results
 
     assert "wall_s" in samoe_results.AUDIT_COST.names
@@ -259,8 +259,8 @@ def test_the_published_list_is_the_default_study_as_it_is_now():
     study makes (regenerate it with ``write`` when the study gains or loses one)."""
     import yaml
 
-    from headgeom.paper.plan import PaperPlan
-    from headgeom.study import Study
+    from headgeom.heads.paper.plan import PaperPlan
+    from headgeom.heads.study import Study
 
     config = yaml.safe_load(
         (fingerprints.PUBLISHED.parents[2] / "config" / "config.yaml").read_text()
@@ -283,11 +283,11 @@ def test_the_samoe_published_list_is_the_samoe_demo_as_it_is_now():
     the pin."""
     import yaml
 
-    from headgeom.paper import samoe as samoe_paper
-    from headgeom.study import Study
+    from headgeom.samoe import paper as samoe_paper
+    from headgeom.samoe.study import SAMoEStudy
 
     root = fingerprints.PUBLISHED_DIR.parents[1]
-    study = Study.from_config(yaml.safe_load((root / "config" / "samoe.yaml").read_text()))
+    study = SAMoEStudy.from_config(yaml.safe_load((root / "config" / "samoe.yaml").read_text()))
     expected = {f"samoe/{f}/dense/model.safetensors" for f in study.toy_families}
     expected |= {f"samoe/{f}/{v}/s{s}/model.safetensors" for f, v, s in study.runs}
     expected |= {f"samoe/tables/{t}.csv" for t in samoe_paper.TABLES}

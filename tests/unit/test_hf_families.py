@@ -19,14 +19,14 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from headgeom.analysis.patching import (  # noqa: E402
+from headgeom.hashing import canonical_json  # noqa: E402
+from headgeom.heads.analysis.patching import (  # noqa: E402
     patch_all_heads,
     patch_all_heads_fast,
     supports_fast,
     supports_prefix_reuse,
 )
-from headgeom.analysis.tolerance import forward_tolerance, rounding_tolerance  # noqa: E402
-from headgeom.hashing import canonical_json  # noqa: E402
+from headgeom.heads.analysis.tolerance import forward_tolerance, rounding_tolerance  # noqa: E402
 from headgeom.model import registry  # noqa: E402
 from headgeom.model.families import FAMILIES, UnsupportedFamilyError  # noqa: E402
 from headgeom.model.hf import HFCausalLM  # noqa: E402

@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from headgeom.analysis.patching import patch_all_heads_fast
+from headgeom.heads.analysis.patching import patch_all_heads_fast
 from headgeom.model.importing import ModelImportError, import_hf_gpt2, import_model
 from headgeom.model.interop import export_hf
 from tests.helpers.hf import save_tiny
@@ -79,7 +79,7 @@ def test_head_patch_effects_equal_transformer_lens_on_the_same_weights(tmp_path)
 
     clean, ref, correct, incorrect = examples(4, 8, seed=3)
     clean_ld, patched = patch_all_heads_fast(
-        model, list(clean), list(ref), correct, incorrect, batch_size=4
+        model, list(clean), list(ref), correct, incorrect, batch_size=4, max_rows=4096
     )
     drops = clean_ld[:, None, None] - patched
     assert np.abs(drops).max() > 1e-2
@@ -114,8 +114,12 @@ def test_export_import_round_trip_is_byte_identical(tmp_path):
     clean, ref, correct, incorrect = examples(3, 7, seed=6)
     clean, ref = clean % model.cfg.n_vocab, ref % model.cfg.n_vocab
     correct, incorrect = correct % model.cfg.n_vocab, (correct + 1) % model.cfg.n_vocab
-    a = patch_all_heads_fast(model, list(clean), list(ref), correct, incorrect, batch_size=3)
-    b = patch_all_heads_fast(back, list(clean), list(ref), correct, incorrect, batch_size=3)
+    a = patch_all_heads_fast(
+        model, list(clean), list(ref), correct, incorrect, batch_size=3, max_rows=4096
+    )
+    b = patch_all_heads_fast(
+        back, list(clean), list(ref), correct, incorrect, batch_size=3, max_rows=4096
+    )
     for x, y in zip(a, b, strict=True):
         assert np.array_equal(x, y)
 

@@ -19,8 +19,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from headgeom.analysis.patching import patch_all_heads_fast
-from headgeom.analysis.tolerance import rounding_tolerance
+from headgeom.heads.analysis.patching import patch_all_heads_fast
+from headgeom.heads.analysis.tolerance import rounding_tolerance
 from headgeom.model.gpt import GPT
 from headgeom.model.importing import (
     ModelImportError,
@@ -112,8 +112,12 @@ def test_round_trip_is_byte_identical_with_identical_patching(tmp_path, with_con
             "n_layers", "d_model", "n_heads", "d_head", "d_mlp", "d_vocab", "n_ctx"
         }  # fmt: skip
     clean, ref, correct, incorrect = examples(3, 7, seed=6)
-    a = patch_all_heads_fast(model, list(clean), list(ref), correct, incorrect, batch_size=3)
-    b = patch_all_heads_fast(back, list(clean), list(ref), correct, incorrect, batch_size=3)
+    a = patch_all_heads_fast(
+        model, list(clean), list(ref), correct, incorrect, batch_size=3, max_rows=4096
+    )
+    b = patch_all_heads_fast(
+        back, list(clean), list(ref), correct, incorrect, batch_size=3, max_rows=4096
+    )
     assert np.abs(a[0][:, None, None] - a[1]).max() > 1e-2  # the heads matter
     for x, y in zip(a, b, strict=True):
         assert np.array_equal(x, y)
@@ -193,7 +197,7 @@ def test_a_study_reads_a_tl_model_from_its_shapes(tmp_path):
 
     import yaml
 
-    from headgeom.study import Study, StudyConfigError
+    from headgeom.heads.study import Study, StudyConfigError
 
     d = tl_dir(tmp_path / "tl", tl_state_dict(learned_model(seed=13)))
     cfg = yaml.safe_load((Path(__file__).parents[1] / "e2e" / "import.yaml").read_text())

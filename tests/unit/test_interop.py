@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import json
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +14,9 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from headgeom.analysis.patching import patch_all_heads, patch_all_heads_fast
 from headgeom.hashing import content_hash, sha256_file
+from headgeom.heads.analysis.patching import patch_all_heads, patch_all_heads_fast
+from headgeom.heads.stages import export_hf as export_hf_stage
 from headgeom.io import write_manifest
 from headgeom.model.checkpoint import save_checkpoint
 from headgeom.model.config import ModelConfig
@@ -22,7 +24,6 @@ from headgeom.model.gpt import GPT
 from headgeom.model.interop import export_hf, require_learned, to_transformer_lens
 from tests.helpers.models import LEARNED_VOCAB as N_VOCAB
 from tests.helpers.models import learned_model
-from tests.scripts import load_script
 from tests.tolerances import largest, peer_patch_tolerance, peer_tolerance
 
 transformers = pytest.importorskip("transformers", reason="transformers is not installed")
@@ -81,7 +82,7 @@ def test_export_script_verifies_the_manifest_and_refuses_other_geometries(tmp_pa
     manifest = tmp_path / "manifest.json"
     record = {"config_id": "learned", "checkpoint_file_sha256": sha256_file(checkpoint)}
     write_manifest(manifest, record)
-    script = load_script("export_hf")
+    script = export_hf_stage
     out = tmp_path / "hf"
     argv = ["--checkpoint", str(checkpoint), "--manifest", str(manifest), "--out-dir", str(out)]
     assert script.main(argv) == 0
@@ -152,7 +153,10 @@ def test_head_effects_equal_transformer_lens_patching(engine):
     model = learned_model(seed=4)
     tl = to_transformer_lens(model)
     clean, ref, correct, incorrect = pairs(6, 8, seed=5)
-    run = patch_all_heads_fast if engine == "fast" else patch_all_heads
+    if engine == "fast":
+        run = partial(patch_all_heads_fast, max_rows=4096)
+    else:
+        run = patch_all_heads
     clean_ld, patched = run(model, list(clean), list(ref), correct, incorrect, batch_size=6)
     drops = clean_ld[:, None, None] - patched  # (N, L, H)
     assert np.abs(drops.mean(axis=0)).max() > 1e-2

@@ -1,16 +1,16 @@
-"""Key/value-head and query-input patching (headgeom.analysis.kv_patching).
+"""Key/value-head and query-input patching (headgeom.heads.analysis.kv_patching).
 
 * On tiny random grouped-query models (Llama; Qwen3, whose k-norm acts after the projection;
   Gemma 2 with a sliding window and softcapped logits), every engine (fast with and without
   the clean prefix, plain; batches of one and of all, rows cut by max_rows) equals a naive
   loop written here: one full transformers forward per key/value head with forward hooks on
   k_proj and v_proj replacing that head's slices by the reference run's.
-* The stage script (src/patch_kv_heads.py) on an imported grouped-query Llama checkpoint.
+* The stage script (heads/stages/patch_kv_heads.py) on an imported grouped-query Llama checkpoint.
 * Where every query head has its own key/value head (a multi-head Llama, GPT-2's fused qkv,
   our own GPT), patching the query input and key/value head h together gives head h its
   reference z at every position (its attention reads only its own q, k, v; the norms and the
   rotary act position by position on values that are the reference's), so it equals head h's
-  z patch (headgeom.analysis.patching) — while q alone or k, v alone do not.
+  z patch (headgeom.heads.analysis.patching) — while q alone or k, v alone do not.
 """
 
 from __future__ import annotations
@@ -23,16 +23,18 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from headgeom.analysis.kv_patching import (  # noqa: E402
+from headgeom.hashing import sha256_file  # noqa: E402
+from headgeom.heads.analysis.kv_patching import (  # noqa: E402
     KV,
     QUERY,
     is_grouped_query,
     patch_inputs,
     patch_kv_heads,
 )
-from headgeom.analysis.patching import patch_all_heads  # noqa: E402
-from headgeom.analysis.tolerance import forward_tolerance  # noqa: E402
-from headgeom.hashing import sha256_file  # noqa: E402
+from headgeom.heads.analysis.patching import patch_all_heads  # noqa: E402
+from headgeom.heads.analysis.tolerance import forward_tolerance  # noqa: E402
+from headgeom.heads.stages import patch_heads as patch_heads_stage  # noqa: E402
+from headgeom.heads.stages import patch_kv_heads as patch_kv_heads_stage  # noqa: E402
 from headgeom.io import read_parquet_metadata, write_manifest, write_parquet  # noqa: E402
 from headgeom.model import causal_import  # noqa: E402
 from headgeom.model.checkpoint import load_verified, save_checkpoint  # noqa: E402
@@ -41,7 +43,6 @@ from headgeom.training.import_job import import_run  # noqa: E402
 from tests.helpers.examples import TASK_SCHEMA  # noqa: E402
 from tests.helpers.hf import save_tiny_llama  # noqa: E402
 from tests.helpers.models import small_gpt  # noqa: E402
-from tests.scripts import load_script  # noqa: E402
 
 V, T, B = 97, 9, 3
 SIZES = dict(hidden_size=32, num_attention_heads=4, num_hidden_layers=2, intermediate_size=64,
@@ -133,7 +134,9 @@ def test_key_value_head_patching_equals_naive_hooks_on_k_and_v_proj(family):
     runs = [dict(engine="plain"), dict(prefix_reuse=False, max_rows=3), dict(max_rows=3)]
     for kwargs in runs:
         for batch_size in (1, B):
-            clean_ld, patched = patch_kv_heads(model, *args, batch_size=batch_size, **kwargs)
+            clean_ld, patched = patch_kv_heads(
+                model, *args, batch_size=batch_size, **{"max_rows": 4096, **kwargs}
+            )
             assert patched.shape == (B, 2, 2)
             assert np.abs(clean_ld - clean_naive).max() <= tol
             assert np.abs(patched - naive).max() <= tol, (kwargs, batch_size)
@@ -162,12 +165,13 @@ def test_patching_q_k_v_of_a_head_together_is_its_z_patch(name):
         scale = float(model(clean).abs().max())
     tol = forward_tolerance(model, scale)
     for kwargs in (dict(engine="plain"), dict(prefix_reuse=False), dict(max_rows=5)):
+        kwargs = {"max_rows": 4096, **kwargs}
         ld, qkv = patch_inputs(model, *args, batch_size=B, sites=(*QUERY, *KV), **kwargs)
         assert np.abs(ld - clean_ld).max() <= tol
         assert np.abs(qkv - z_patched).max() <= tol, kwargs
     # each part alone is another patch: q alone and k, v alone move the answer otherwise
-    _, q_only = patch_inputs(model, *args, batch_size=B, sites=QUERY)
-    _, kv_only = patch_inputs(model, *args, batch_size=B, sites=KV)
+    _, q_only = patch_inputs(model, *args, batch_size=B, sites=QUERY, max_rows=4096)
+    _, kv_only = patch_inputs(model, *args, batch_size=B, sites=KV, max_rows=4096)
     assert np.abs(q_only - z_patched).max() > 1000 * tol
     assert np.abs(kv_only - z_patched).max() > 1000 * tol
     assert np.abs(clean_ld[:, None, None] - z_patched).max() > 1000 * tol
@@ -178,7 +182,7 @@ def test_sites_of_different_head_counts_are_refused_together():
     clean, ref, correct, incorrect = _examples(V)
     with pytest.raises(ValueError, match="different head counts"):
         patch_inputs(model, clean.tolist(), ref.tolist(), correct.tolist(), incorrect.tolist(),
-                     batch_size=B, sites=(*QUERY, *KV))  # fmt: skip
+                     batch_size=B, sites=(*QUERY, *KV), max_rows=4096)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- the stage
@@ -192,14 +196,15 @@ def _task_file(path, clean, ref, correct, incorrect, splits):
     write_parquet(path, table, TASK_SCHEMA, metadata={"dataset_sha256": "ab" * 32})
 
 
-def _stage_args(ckpt, manifest, task, out):
+def _stage_args(ckpt, manifest, task, out, *extra):
     return ["--checkpoint", str(ckpt), "--manifest", str(manifest), "--task", str(task),
-            "--splits", "discovery,evaluation", "--batch-size", "2", "--model-name", "llama",
-            "--seed", "0", "--task-name", "sva", "--device", "cpu", "--out", str(out)]  # fmt: skip
+            "--splits", "discovery,evaluation", "--batch-size", "2", "--max-rows", "4096",
+            "--model-name", "llama", "--seed", "0", "--task-name", "sva", "--device", "cpu",
+            "--out", str(out), *extra]  # fmt: skip
 
 
 def test_the_stage_writes_every_key_value_head_with_its_query_heads(tmp_path):
-    """src/patch_kv_heads.py on an imported grouped-query Llama: one row per (split,
+    """heads/stages/patch_kv_heads.py on an imported grouped-query Llama: one row per (split,
     example, layer, kv head), the drops of the engine on the verified checkpoint, the query
     heads of each kv head, the clean LD of patch_heads, and the provenance metadata; a GPT
     checkpoint (no key/value heads of its own) is refused."""
@@ -222,8 +227,13 @@ def test_the_stage_writes_every_key_value_head_with_its_query_heads(tmp_path):
     task = tmp_path / "sva.parquet"
     _task_file(task, clean, ref, correct, incorrect, ["discovery"] * 2 + ["evaluation"] * 3)
     out, heads_out = tmp_path / "kv.parquet", tmp_path / "heads.parquet"
-    assert load_script("patch_kv_heads").main(_stage_args(ckpt, manifest_path, task, out)) == 0
-    assert load_script("patch_heads").main(_stage_args(ckpt, manifest_path, task, heads_out)) == 0
+    assert patch_kv_heads_stage.main(_stage_args(ckpt, manifest_path, task, out)) == 0
+    assert (
+        patch_heads_stage.main(
+            _stage_args(ckpt, manifest_path, task, heads_out, "--mode", "resample")
+        )
+        == 0
+    )
 
     rows = pq.read_table(out).to_pandas()
     L, n_kv = model.cfg.n_layer, model.cfg.n_kv_head
@@ -238,7 +248,7 @@ def test_the_stage_writes_every_key_value_head_with_its_query_heads(tmp_path):
     for split, ids in splits.items():
         _, patched = patch_kv_heads(model, clean[ids].tolist(), ref[ids].tolist(),
                                     correct[ids].tolist(), incorrect[ids].tolist(),
-                                    batch_size=2, engine="plain")  # fmt: skip
+                                    batch_size=2, engine="plain", max_rows=4096)  # fmt: skip
         part = rows[rows["split"] == split].sort_values(["example_id", "layer", "kv_head"])
         assert np.abs(part["patched_ld"].to_numpy() - patched.reshape(-1)).max() <= tol
     heads = pq.read_table(heads_out).to_pandas()
@@ -258,4 +268,4 @@ def test_the_stage_writes_every_key_value_head_with_its_query_heads(tmp_path):
     write_manifest(gpt_manifest, {"checkpoint_file_sha256": sha256_file(gpt_ckpt)})
     argv = _stage_args(gpt_ckpt, gpt_manifest, task, tmp_path / "gpt.parquet")
     with pytest.raises(SystemExit, match="gpt.safetensors: a GPT has no key/value heads"):
-        load_script("patch_kv_heads").main(argv)
+        patch_kv_heads_stage.main(argv)

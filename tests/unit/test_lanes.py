@@ -8,7 +8,7 @@ from math import comb
 import numpy as np
 import pytest
 
-from headgeom.analysis.lanes import lane_permutation_test, lane_score
+from headgeom.heads.analysis.lanes import lane_permutation_test, lane_score
 
 
 def rng(seed: int = 0) -> np.random.Generator:

@@ -25,6 +25,8 @@ from headgeom.hashing import (
     manifest_hash,
     sha256_file,
 )
+from headgeom.heads.stages import evaluate_clean, hash_checkpoint, make_tasks, tokenize_corpus
+from headgeom.heads.stages import train as train_script
 from headgeom.io import read_json, read_parquet_metadata, write_manifest, write_parquet
 from headgeom.manifest import (
     LineageError,
@@ -35,13 +37,6 @@ from headgeom.manifest import (
 from headgeom.model.checkpoint import load_checkpoint, load_verified
 from headgeom.run_config import parse_run_config
 from headgeom.runtime import KERNEL_VARIABLES, machine
-from tests.scripts import load_script
-
-tokenize_corpus = load_script("tokenize_corpus")
-make_tasks = load_script("make_tasks")
-train_script = load_script("train")
-hash_checkpoint = load_script("hash_checkpoint")
-evaluate_clean = load_script("evaluate_clean")
 
 CORPUS = {"source": "embedded", "seed": 7, "n_train_tokens": 20_000, "n_val_tokens": 1_200}
 TASK = {"seed": 11, "splits": {"discovery": 8, "validation": 4, "evaluation": 8, "holdout": 4}}

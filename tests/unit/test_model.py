@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from headgeom.analysis.leakage import C8_STAGES
-from headgeom.analysis.tolerance import forward_tolerance, rounding_tolerance
+from headgeom.heads.analysis.leakage import C8_STAGES
+from headgeom.heads.analysis.tolerance import forward_tolerance, rounding_tolerance
 from headgeom.model.config import ModelConfig
 from headgeom.model.geometries import GEOMETRIES, FrozenWriter, LearnedWriter, write_scale
 from headgeom.model.gpt import GPT, SITE_AXES, site

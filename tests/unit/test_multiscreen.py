@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.nn import functional as F
 
-from headgeom.analysis.leakage import C8_STAGES
-from headgeom.analysis.tolerance import forward_tolerance, model_dtype, rounding_tolerance
+from headgeom.heads.analysis.leakage import C8_STAGES
+from headgeom.heads.analysis.tolerance import forward_tolerance, model_dtype, rounding_tolerance
 from headgeom.model.geometries import FrozenWriter
 from headgeom.model.gpt import site
 from headgeom.model.multiscreen import (

@@ -64,8 +64,8 @@ def markers(root: Path) -> list[str]:
 
 def test_the_walk_covers_the_scope():
     files = {f.relative_to(ROOT).as_posix() for f in text_files(ROOT)}
-    assert {"Snakefile", "README.md", "config/config.yaml", "src/headgeom/study.py"} <= files
-    assert "workflow/schemas/config.schema.yaml" in files
+    assert {"Snakefile", "README.md", "config/config.yaml", "src/headgeom/heads/study.py"} <= files
+    assert "workflow/schemas/heads.schema.yaml" in files
     assert not any(".egg-info/" in f for f in files)
     assert set(ALLOWED) <= files, "an allow-list entry names a file that no longer exists"
 

@@ -1,4 +1,4 @@
-"""The paper's outputs as records (headgeom.paper.outputs): each names functions that exist
+"""The paper's outputs as records (headgeom.heads.paper.outputs): each names functions that exist
 and take what its job gives them, inputs the workflow can make, a section of the paper;
 the workflow reads them without loading the section modules; nothing can add to them."""
 
@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from headgeom.paper import outputs
-from headgeom.paper.output import SECTIONS, SETUP, Output
-from headgeom.paper.plan import PaperPlan
+from headgeom.heads.paper import outputs
+from headgeom.heads.paper.output import SECTIONS, SETUP, Output
+from headgeom.heads.paper.plan import PaperPlan
+from headgeom.heads.study import Study
 from headgeom.paths import TEMPLATES
-from headgeom.study import Study
 
 REPO = Path(__file__).resolve().parents[2]
 RECORDS = [*outputs.TABLES.values(), *outputs.FIGURES.values()]
@@ -109,7 +109,7 @@ def loaded_after(statements: str, modules: tuple[str, ...]) -> list[str]:
 
 def test_the_workflow_reads_the_records_without_loading_pandas_or_matplotlib():
     # the Snakefile and every Slurm job parse the records (about 2 s more with the engines)
-    statements = "import headgeom.study, headgeom.paper.plan, headgeom.model.facts"
+    statements = "import headgeom.heads.study, headgeom.heads.paper.plan, headgeom.model.facts"
     assert loaded_after(statements, ("pandas", "matplotlib", "scipy", "torch")) == []
 
 
@@ -117,7 +117,7 @@ def test_a_table_job_loads_neither_seaborn_nor_scipy_stats():
     # about 1 s of every make_table job's start; only drawing (and the few table builders
     # that compute a Spearman ρ or a t interval) import them, when called
     statements = (
-        "from headgeom.paper import outputs; "
+        "from headgeom.heads.paper import outputs; "
         "[o.function('build') for o in [*outputs.TABLES.values(), *outputs.FIGURES.values()]]"
     )
     assert loaded_after(statements, ("seaborn", "scipy.stats")) == []

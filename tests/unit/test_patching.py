@@ -14,17 +14,21 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from headgeom.analysis.batching import length_batches
-from headgeom.analysis.leakage import C8_STAGES
-from headgeom.analysis.patching import (
+from headgeom.hashing import ManifestMismatchError, content_hash, sha256_file
+from headgeom.heads.analysis.batching import length_batches
+from headgeom.heads.analysis.leakage import C8_STAGES
+from headgeom.heads.analysis.patching import (
     delta_patch_layer,
     logit_difference,
     patch_all_heads,
     patch_perturbations,
     perturbation_check,
 )
-from headgeom.analysis.tolerance import model_dtype, rounding_tolerance
-from headgeom.hashing import ManifestMismatchError, content_hash, sha256_file
+from headgeom.heads.analysis.tolerance import model_dtype, rounding_tolerance
+from headgeom.heads.stages import concentration as concentration_stage
+from headgeom.heads.stages import lanes as lanes_stage
+from headgeom.heads.stages import leakage as leakage_stage
+from headgeom.heads.stages import patch_heads
 from headgeom.io import (
     IntegrityError,
     read_parquet_metadata,
@@ -36,7 +40,6 @@ from headgeom.model.gpt import GPT, site
 from tests.helpers import models
 from tests.helpers.examples import TASK_SCHEMA
 from tests.helpers.models import small_gpt
-from tests.scripts import load_script
 from tests.tolerances import patch_tolerance
 
 GEOMETRIES = ("learned", "write-common-axis")
@@ -246,7 +249,7 @@ def make_fixture(tmp_path: Path, geometry: str = "learned") -> dict[str, Path]:
 
 
 def run_patch_heads(paths, out: Path, splits="discovery,validation,evaluation"):
-    return load_script("patch_heads").main(
+    return patch_heads.main(
         [
             "--checkpoint",
             str(paths["checkpoint"]),
@@ -258,6 +261,10 @@ def run_patch_heads(paths, out: Path, splits="discovery,validation,evaluation"):
             splits,
             "--batch-size",
             "3",
+            "--max-rows",
+            "4096",
+            "--mode",
+            "resample",
             "--model-name",
             "learned",
             "--seed",
@@ -281,9 +288,10 @@ def test_patch_heads_takes_every_task_of_a_run_in_one_job(tmp_path):
     meta = {"dataset_sha256": "cd" * 32, "task": "quote"}
     write_parquet(quote, table, TASK_SCHEMA, metadata=meta)
     base = ["--checkpoint", str(paths["checkpoint"]), "--manifest", str(paths["manifest"]),
-            "--splits", "discovery,evaluation", "--batch-size", "3", "--model-name", "learned",
-            "--seed", "42", "--device", "cpu"]  # fmt: skip
-    script = load_script("patch_heads")
+            "--splits", "discovery,evaluation", "--batch-size", "3", "--max-rows", "4096",
+            "--mode", "resample", "--model-name", "learned", "--seed", "42",
+            "--device", "cpu"]  # fmt: skip
+    script = patch_heads
     alone = {t: tmp_path / f"alone-{t}.parquet" for t in ("sva", "quote")}
     for task_file, out in zip((paths["task"], quote), alone.values(), strict=True):
         assert script.main([*base, "--task", str(task_file), "--out", str(out)]) == 0
@@ -297,7 +305,7 @@ def test_patch_heads_takes_every_task_of_a_run_in_one_job(tmp_path):
     with pytest.raises(SystemExit):  # two task files, one output
         script.main([*base, "--task", str(paths["task"]), str(quote), "--out", str(alone["sva"])])
     # leakage, one job per run too: each task's file that of a job given that task alone
-    leakage = load_script("leakage")
+    leakage = leakage_stage
     common = ["--checkpoint", str(paths["checkpoint"]), "--manifest", str(paths["manifest"]),
               "--split", "evaluation", "--batch-size", "2", "--device", "cpu"]  # fmt: skip
     tasks = {"sva": paths["task"], "quote": quote}
@@ -353,8 +361,10 @@ def test_scripts_end_to_end(tmp_path, geometry):
     assert len(meta["manifest_content_hash"]) == 64
 
     summary_path, heads_path = tmp_path / "summary.parquet", tmp_path / "heads.parquet"
-    concentration = load_script("concentration")
-    argv = ["--effects", str(effects_path), "--out-summary", str(summary_path)]
+    concentration = concentration_stage
+    argv = ["--effects", str(effects_path), "--split", "evaluation", "--n-bootstrap", "2000",
+            "--n-permutations", "5000", "--ci", "0.95", "--index-meaningful", "true",
+            "--out-summary", str(summary_path)]  # fmt: skip
     assert concentration.main([*argv, "--out-heads", str(heads_path)]) == 0
     summary = pq.read_table(summary_path).to_pandas()
     heads = pq.read_table(heads_path).to_pandas()
@@ -383,7 +393,7 @@ def test_scripts_end_to_end(tmp_path, geometry):
     assert read_parquet_metadata(summary_path)["effects_sha256"] == sha256_file(effects_path)
 
     leakage_path = tmp_path / "leakage.parquet"
-    leakage = load_script("leakage")
+    leakage = leakage_stage
     assert (
         leakage.main(
             [
@@ -435,7 +445,7 @@ def test_scripts_end_to_end(tmp_path, geometry):
     assert lmeta["model"] == "learned" and json.loads(lmeta["seed"]) == 42
 
     lanes_path = tmp_path / "lanes.parquet"
-    lanes = load_script("lanes")
+    lanes = lanes_stage
     argv = ["--heads", str(heads_path), "--split", "discovery", "--n-permutations", "200"]
     assert lanes.main([*argv, "--seed", "7", "--out", str(lanes_path)]) == 0
     lane = pq.read_table(lanes_path).to_pandas()
@@ -459,14 +469,20 @@ def test_scripts_end_to_end(tmp_path, geometry):
         assert 1 / 201 <= row["p_value"] <= 1
 
 
-def test_patch_heads_defaults_to_all_four_splits_and_names_the_manifest(tmp_path):
-    """Without --splits every split is patched (docs §10.1: all four, per example); the
-    file names the checkpoint and its manifest; both engines write the same effects."""
+def test_patch_heads_patches_the_splits_it_is_given_and_names_the_manifest(tmp_path, capsys):
+    """--splits names every split patched (the holdout too when listed, per example), the
+    stage has no default of its own (the rule passes config patching.splits); the file names
+    the checkpoint and its manifest; both engines write the same effects."""
     paths = make_fixture(tmp_path)
     argv = ["--checkpoint", str(paths["checkpoint"]), "--manifest", str(paths["manifest"])]
     argv += ["--task", str(paths["task"]), "--model-name", "learned", "--seed", "42"]
     argv += ["--task-name", "sva", "--device", "cpu", "--max-rows", "5"]
-    script = load_script("patch_heads")
+    argv += ["--batch-size", "128", "--mode", "resample"]
+    script = patch_heads
+    with pytest.raises(SystemExit):
+        script.main([*argv, "--out", str(tmp_path / "none.parquet")])
+    assert "required: --splits" in capsys.readouterr().err
+    argv += ["--splits", ",".join(SPLIT_SIZES)]
     fast, plain = tmp_path / "fast.parquet", tmp_path / "plain.parquet"
     assert script.main([*argv, "--out", str(fast)]) == 0
     assert script.main([*argv, "--engine", "plain", "--out", str(plain)]) == 0
@@ -492,7 +508,8 @@ def test_direct_leakage_into_a_reader_equals_the_manual_projection(tmp_path):
     run_patch_heads(paths, effects_path, splits="evaluation")
     argv = ["--checkpoint", str(paths["checkpoint"]), "--manifest", str(paths["manifest"])]
     argv += ["--task", str(paths["task"]), "--effects", str(effects_path), "--device", "cpu"]
-    load_script("leakage").main([*argv, "--out", str(leakage_path)])
+    argv += ["--split", "evaluation"]
+    leakage_stage.main([*argv, "--out", str(leakage_path)])
     leak = pq.read_table(leakage_path).to_pandas()
     value = leak.query(
         "source_layer == 0 and source_head == 1 and reader_layer == 2 "
@@ -535,9 +552,9 @@ def test_leakage_refuses_effects_of_another_task_and_block_readers(tmp_path):
     meta = dict(table.schema.metadata)
     meta[b"task_dataset_sha256"] = b"cd" * 32
     pq.write_table(table.replace_schema_metadata(meta), effects_path)
-    leakage = load_script("leakage")
+    leakage = leakage_stage
     argv = ["--checkpoint", str(paths["checkpoint"]), "--manifest", str(paths["manifest"])]
-    argv += ["--task", str(paths["task"]), "--effects", str(effects_path)]
+    argv += ["--task", str(paths["task"]), "--effects", str(effects_path), "--split", "evaluation"]
     out = tmp_path / "leakage.parquet"
     # edited by hand and rewritten without headgeom's writer: its footer has no digests
     with pytest.raises(IntegrityError, match="footer lacks"):
@@ -556,7 +573,7 @@ def test_leakage_refuses_effects_of_another_task_and_block_readers(tmp_path):
 
 def test_lanes_reports_null_when_undefined(tmp_path):
     heads = tmp_path / "heads.parquet"
-    lanes = load_script("lanes")
+    lanes = lanes_stage
     rows = {
         "model": ["m"] * 6,
         "seed": [1] * 6,
@@ -581,14 +598,13 @@ def test_lanes_reports_null_when_undefined(tmp_path):
     )
     write_parquet(heads, pa.table(rows).cast(schema), schema)
     out = tmp_path / "lanes.parquet"
-    assert lanes.main(["--heads", str(heads), "--seed", "1", "--out", str(out)]) == 0
+    lane_args = ["--n-permutations", "5000", "--seed", "1", "--out", str(out)]
+    assert lanes.main(["--heads", str(heads), "--split", "discovery", *lane_args]) == 0
     lane = pq.read_table(out).to_pylist()[0]
     assert lane["lambda_score"] is None and lane["p_value"] is None
     assert lane["chance"] == 0.5
     with pytest.raises(ValueError, match="split"):
-        lanes.main(
-            ["--heads", str(heads), "--split", "evaluation", "--seed", "1", "--out", str(out)]
-        )
+        lanes.main(["--heads", str(heads), "--split", "evaluation", *lane_args])
 
 
 if __name__ == "__main__":  # pragma: no cover

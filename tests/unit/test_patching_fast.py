@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from headgeom.analysis.batching import first_difference, length_batches
-from headgeom.analysis.patching import (
+from headgeom.heads.analysis.batching import first_difference, length_batches
+from headgeom.heads.analysis.patching import (
     attribution_patch,
     logit_difference,
     patch_all_heads,
@@ -20,7 +20,7 @@ from headgeom.analysis.patching import (
     supports_fast,
     supports_prefix_reuse,
 )
-from headgeom.analysis.tolerance import rounding_tolerance
+from headgeom.heads.analysis.tolerance import rounding_tolerance
 from headgeom.model import registry
 from headgeom.model.gpt import site
 from tests.helpers.examples import random_pairs
@@ -28,9 +28,11 @@ from tests.helpers.models import N_VOCAB, multiscreen_model, zoo_model
 from tests.tolerances import patch_tolerance
 
 
-def assert_same(model, pairs, batch_size=4, **fast_kwargs):
+def assert_same(model, pairs, batch_size=4, max_rows=4096, **fast_kwargs):
     plain = patch_all_heads(model, *pairs, batch_size=batch_size)
-    fast = patch_all_heads_fast(model, *pairs, batch_size=batch_size, **fast_kwargs)
+    fast = patch_all_heads_fast(
+        model, *pairs, batch_size=batch_size, max_rows=max_rows, **fast_kwargs
+    )
     # the engines part at block 0 (batching, resumption): L + 1 stages at the largest |logit|
     tol = patch_tolerance(model, pairs[0], pairs[1])
     for a, b in zip(plain, fast, strict=True):
@@ -93,7 +95,7 @@ def test_prefix_reuse_recomputes_only_the_suffix():
     c, r = torch.as_tensor(np.stack(clean)), torch.as_tensor(np.stack(ref))
     good, bad = torch.as_tensor(correct), torch.as_tensor(incorrect)
     with model.hooks({site(j, "hook_mlp_out"): counter(j) for j in range(L)}):
-        clean_ld, patched = patch_batch_fast(model, c, r, good, bad)
+        clean_ld, patched = patch_batch_fast(model, c, r, good, bad, max_rows=4096)
     # the clean and the reference forward see all T positions; every patched pass T − p,
     # the last layer 1 (one forward per layer: 4·H rows fit in one chunk)
     for j in range(L - 1):
@@ -109,7 +111,9 @@ def test_prefix_reuse_recomputes_only_the_suffix():
 def test_identical_prompts_give_zero_effect_with_prefix_reuse():
     model = zoo_model("all-rotated-self", seed=6)
     clean, _, correct, incorrect = random_pairs(5, (4, 6))
-    clean_ld, patched = patch_all_heads_fast(model, clean, clean, correct, incorrect, 8)
+    clean_ld, patched = patch_all_heads_fast(
+        model, clean, clean, correct, incorrect, 8, max_rows=4096
+    )
     tol = patch_tolerance(model, clean, clean)  # routes part at block 0: L + 1 stages
     np.testing.assert_allclose(patched, np.broadcast_to(clean_ld[:, None, None], patched.shape),
                                rtol=0, atol=tol)  # fmt: skip
@@ -191,7 +195,7 @@ def test_attribution_is_the_first_order_directional_derivative():
 def test_chunking_batching_and_progress(max_rows):
     model = zoo_model("learned", seed=2)
     pairs = random_pairs(7, (5, 8, 6), seed=3)
-    reference = patch_all_heads_fast(model, *pairs, batch_size=16)
+    reference = patch_all_heads_fast(model, *pairs, batch_size=16, max_rows=4096)
     seen = []
     got = patch_all_heads_fast(model, *pairs, batch_size=2, progress=seen.append, max_rows=max_rows)
     # other batches and chunks: the routes part at block 0, L + 1 stages at the largest |logit|
@@ -210,7 +214,7 @@ def test_unknown_architecture_falls_back_to_plain():
     model.ln_f = torch.nn.Identity()
     model.__class__ = type("OtherLM", (torch.nn.Module,), dict(vars(type(model))))
     assert not supports_fast(model)
-    got = patch_all_heads_fast(model, *pairs, batch_size=4)
+    got = patch_all_heads_fast(model, *pairs, batch_size=4, max_rows=4096)
     plain = patch_all_heads(model, *pairs, batch_size=4)
     for a, b in zip(plain, got, strict=True):
         np.testing.assert_array_equal(b, a)
@@ -220,4 +224,6 @@ def test_unknown_architecture_falls_back_to_plain():
 def test_input_checks_match_plain():
     model = zoo_model("learned")
     with pytest.raises(ValueError, match="equal length"):
-        patch_all_heads_fast(model, [np.arange(4)], [np.arange(5)], [0], [1], batch_size=1)
+        patch_all_heads_fast(
+            model, [np.arange(4)], [np.arange(5)], [0], [1], batch_size=1, max_rows=4096
+        )

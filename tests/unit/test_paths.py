@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from headgeom.cost import rule_blocks
 from headgeom.data.corpus import TokenFileError, read_tokens
 from headgeom.hashing import ManifestMismatchError, verify_file
+from headgeom.heads.cost import rule_blocks
 from headgeom.paths import PRODUCERS, TEMPLATES, producing_rules, rerun_hint
 
 REPO = Path(__file__).resolve().parents[2]

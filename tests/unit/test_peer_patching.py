@@ -73,7 +73,7 @@ def test_auto_circuit_edges_agree_with_ours(tiny):
         pytest.skip(f"no {peer.name} environment (python benchmarks/peers/envs.py {peer.name})")
     import torch
 
-    from headgeom.analysis import edges as E
+    from headgeom.heads.analysis import edges as E
 
     folder, pairs = tiny
     out = folder / "edges.npz"
@@ -84,7 +84,9 @@ def test_auto_circuit_edges_agree_with_ours(tiny):
     with np.load(out) as f:
         got = f["kl"]
     model, _ = exchange.tiny(folder / "again")  # the same seeded model
-    ours = E.edge_kl(model.to(torch.float64), pairs[0], pairs[1]).mean(axis=0)
+    ours = E.edge_kl(
+        model.to(torch.float64), pairs[0], pairs[1], batch_size=16, max_rows=2048
+    ).mean(axis=0)
     assert len(got) == len(ours) == E.edge_count(3, 4)
     big = ours >= 1e-9
     assert big.sum() > 10 and np.abs(got - ours).max() <= 1e-12

@@ -1,4 +1,4 @@
-"""The paper's numbers as data (headgeom/paper/references.yaml, headgeom/model/zoo.yaml): each
+"""The paper's numbers as data (headgeom/heads/paper/references.yaml, headgeom/model/zoo.yaml): each
 written once in the source tree, every record bound to a recipe and every recipe used, the
 tables' paper values read from the file, and short errors naming file, record and key."""
 
@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from headgeom import datafile, selections
+from headgeom import datafile
+from headgeom.heads import selections
+from headgeom.heads.paper import comparison, dynamics, edges, recipes, references
+from headgeom.heads.paper.coordinates import coordinates_paper
 from headgeom.model import zoo
-from headgeom.paper import comparison, dynamics, edges, recipes, references
-from headgeom.paper.coordinates import coordinates_paper
 
 FIGURE4 = [slot[0] for slot in selections.PAPER_SELECTIONS["figure4"]]
 
@@ -108,7 +109,7 @@ def test_check_c16_reads_the_comparisons_n_eff():
         if r.id and r.id.startswith("neff.")
     }
     assert len(n_eff) == 15
-    from headgeom.paper.cross_run_checks import paper_figure4_n_eff
+    from headgeom.heads.paper.cross_run_checks import paper_figure4_n_eff
 
     figure4 = paper_figure4_n_eff()
     assert list(figure4) == FIGURE4 and len(FIGURE4) == 9
@@ -182,7 +183,7 @@ def test_an_unknown_key_names_the_file_record_and_key(edited):
     with pytest.raises(datafile.DataFileError) as err:
         references.references()
     assert str(err.value) == (
-        "headgeom/paper/references.yaml: 1 problem(s)\n  references[3] (§20.1 parameters "
+        "headgeom/heads/paper/references.yaml: 1 problem(s)\n  references[3] (§20.1 parameters "
         "(millions), all-common-axis): unknown key(s) 'lo'; allowed: id, section, metric, "
         "model, split, paper, value, range, from_zoo, decimals, percent, recipe, args"
     )

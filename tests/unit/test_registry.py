@@ -16,13 +16,13 @@ import torch
 import yaml
 from torch import nn
 
-from headgeom.analysis.patching import (
+from headgeom.heads.analysis.patching import (
     patch_batch,
     patch_batch_fast,
     supports_fast,
     supports_prefix_reuse,
 )
-from headgeom.analysis.tolerance import forward_tolerance
+from headgeom.heads.analysis.tolerance import forward_tolerance
 from headgeom.model import registry, zoo
 from headgeom.model.checkpoint import load_checkpoint, save_checkpoint
 from headgeom.model.geometries import BlockReader, FreeReader, LearnedWriter
@@ -68,7 +68,7 @@ def perturbed(model: nn.Module, seed: int = 1) -> nn.Module:
 
 # --------------------------------------------------------------------------- the list
 def test_the_schema_lists_exactly_the_registered_geometries():
-    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "config.schema.yaml").read_text())
+    schema = yaml.safe_load((REPO / "workflow" / "schemas" / "heads.schema.yaml").read_text())
     geometry = schema["properties"]["models"]["additionalProperties"]["properties"]["geometry"]
     assert geometry["enum"] == list(ALL)
 
@@ -275,7 +275,7 @@ def test_the_model_package_imports_without_cycles():
 #: Where geometry names may stand as data: the registry, and the run-set table's defaults
 #: (the paper's geometries of each analysis, declared once there).
 REGISTRY_FILES = {"src/headgeom/model/registry.py", "src/headgeom/model/geometries.py",
-                  "src/headgeom/model/facts.py", "src/headgeom/run_sets.py"}  # fmt: skip
+                  "src/headgeom/model/facts.py", "src/headgeom/heads/run_sets.py"}  # fmt: skip
 NAMES = set(ALL) | set(registry.ARCHITECTURES) | {registry.geometry(g).stored_geometry for g in ALL}
 _PROBED = re.compile(r"reader|writer|cfg|config|model|block|attn")
 _MODEL_ATTRIBUTES = {
@@ -320,7 +320,7 @@ def _name_sites(path: Path) -> list[str]:
 
 
 def test_no_name_is_compared_and_no_reader_is_probed_outside_the_registry():
-    files = [*SRC.rglob("*.py"), *(REPO / "workflow" / "rules").glob("*.smk")]
+    files = [*SRC.rglob("*.py"), *(REPO / "workflow" / "heads").glob("*.smk")]
     offenders = {}
     for path in files:
         rel = path.relative_to(REPO).as_posix()

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from headgeom import config_layers
+from headgeom.heads.study import Study
 from headgeom.model import registry, zoo
-from headgeom.study import Study
 from tests.e2e.conftest import REPO, make_workdir, planned_jobs, snakemake
 
 PAPER = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())

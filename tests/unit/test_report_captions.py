@@ -1,6 +1,6 @@
 """Every paper table and figure has its own caption in the snakemake report (the
 requirement: "every table and figure has a current caption"), not the generic fallback; the
-caption files are written from the records (headgeom.paper.record_files) and are current."""
+caption files are written from the records (headgeom.heads.paper.record_files) and are current."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from headgeom.paper import outputs, record_files
+from headgeom.heads.paper import outputs, record_files
 
 REPORT = Path(__file__).resolve().parents[2] / "workflow" / "report"
 
@@ -40,7 +40,7 @@ def test_document_tables_have_caption_files():
 
 
 def test_the_files_written_from_the_records_are_current(tmp_path):
-    assert record_files.main(["--check"]) == 0, "run: python -m headgeom.paper.record_files"
+    assert record_files.main(["--check"]) == 0, "run: python -m headgeom.heads.paper.record_files"
     written = record_files.written_files()
     report = record_files.ROOT / "workflow" / "report"
     assert outputs.TABLES["table7"].caption in written[report / "tables.rst"]

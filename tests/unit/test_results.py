@@ -1,5 +1,5 @@
 """The results contract (headgeom.results), the one effects-matrix conversion
-(headgeom.analysis.effects) and the thread cap of stage scripts (headgeom.runtime)."""
+(headgeom.heads.analysis.effects) and the thread cap of stage scripts (headgeom.runtime)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,20 @@ import pytest
 import torch
 
 from headgeom import results
-from headgeom.analysis.effects import drops_array, drops_columns, effect_matrix, matrix_columns
+from headgeom.heads.analysis.effects import (
+    drops_array,
+    drops_columns,
+    effect_matrix,
+    matrix_columns,
+)
+from headgeom.heads.stages import param_counts as param_counts_stage
 from headgeom.io import read_parquet_metadata
 from headgeom.model import zoo
-from tests.scripts import SRC, load_script
+
+#: The stage scripts of each study kind.
+SRC = Path(__file__).resolve().parents[2] / "src" / "headgeom"
+HEADS_STAGES = SRC / "heads" / "stages"
+STAGE_DIRS = (HEADS_STAGES, SRC / "samoe" / "stages")
 
 MANIFEST = {
     "record_type": "checkpoint_manifest",
@@ -170,7 +180,7 @@ TORCH_STAGES = {
 
 @pytest.mark.parametrize("stage", sorted(TORCH_STAGES))
 def test_torch_stages_take_threads_and_set_them_first(stage):
-    text = (SRC / f"{stage}.py").read_text()
+    text = (HEADS_STAGES / f"{stage}.py").read_text()
     assert '"--threads"' in text and "default=1" in text.split('"--threads"', 1)[1][:40]
     body = text.split("def main(", 1)[1]
     assert 0 <= body.index("set_threads(args.threads)") < body.index(TORCH_STAGES[stage])
@@ -193,7 +203,7 @@ def test_a_stage_script_runs_with_the_threads_it_is_given(tmp_path, monkeypatch)
     before = torch.get_num_threads()
     try:
         argv = ["--runs-json", json.dumps(runs), "--threads", "2"]
-        assert load_script("param_counts").main([*argv, "--out", str(tmp_path / "c.parquet")]) == 0
+        assert param_counts_stage.main([*argv, "--out", str(tmp_path / "c.parquet")]) == 0
         assert torch.get_num_threads() == 2
         assert Path(tmp_path / "c.parquet").exists()
     finally:
@@ -201,16 +211,17 @@ def test_a_stage_script_runs_with_the_threads_it_is_given(tmp_path, monkeypatch)
 
 
 def test_no_stage_script_imports_another():
-    scripts = {p.stem for p in SRC.glob("*.py")}
-    for path in sorted(SRC.glob("*.py")):
+    """A stage script imports the library, never a stage script (its own study's or another's):
+    what two stages share lives in the library."""
+    paths = [p for d in STAGE_DIRS for p in sorted(d.glob("*.py")) if p.name != "__init__.py"]
+    assert len(paths) == 49  # 32 head-geometry stages, 17 SA-MoE stages
+    for path in paths:
         tree = ast.parse(path.read_text())
         imported = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
-                imported |= {a.name.split(".")[0] for a in node.names}
+                imported |= {a.name for a in node.names}
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                imported.add(node.module.split(".")[0])
-        own = {p for p in imported & scripts}
-        if path.stem in ("train",):  # helper "training" moves the manifest building
-            continue
-        assert not own, f"{path.name} imports stage scripts {sorted(own)}"
+                imported |= {f"{node.module}.{a.name}" for a in node.names} | {node.module}
+        own = sorted(m for m in imported if ".stages" in m)
+        assert not own, f"{path.name} imports stage scripts {own}"

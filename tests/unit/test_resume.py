@@ -1,4 +1,4 @@
-"""Exact resume of src/train.py (the acceptance test of docs §7.3): a training job
+"""Exact resume of heads/stages/train.py (the acceptance test of docs §7.3): a training job
 SIGKILLed at a random point and restarted writes a final checkpoint with the SHA-256 of an
 uninterrupted run, the same intermediate checkpoints and the same training log except
 wall-clock seconds; a state from another config is refused."""
@@ -23,17 +23,18 @@ import torch
 
 from headgeom.data.corpus import compact, read_tokens, read_vocab, token_bytes_sha256, vocab_sha256
 from headgeom.hashing import sha256_file
+from headgeom.heads.stages import train as train_script
 from headgeom.io import read_json, write_manifest, write_parquet
 from headgeom.model.checkpoint import load_checkpoint, save_checkpoint
 from headgeom.run_config import parse_run_config
 from headgeom.training.loop import initial_model, validation_loss
 from headgeom.training.state import ResumeMismatchError, read_resume_record
-from tests.scripts import SRC, load_script
 
 #: training runs in subprocesses (SIGKILLed and restarted): the e2e tier
 pytestmark = pytest.mark.e2e
+#: The library's folder: the subprocess imports the stage from it.
+SRC = Path(__file__).resolve().parents[2] / "src"
 
-train_script = load_script("train")
 
 SEED = 20240604  # the kill points
 CORPUS = {"source": "embedded", "seed": 7, "n_train_tokens": 20_000, "n_val_tokens": 1_200}
@@ -72,7 +73,7 @@ FILES = {"train": "train_tokens.parquet", "val": "val_tokens.parquet", "vocab": 
 
 
 def write_corpus(d: Path, train: np.ndarray, val: np.ndarray, **manifest_fields) -> Path:
-    """Token files, vocabulary and corpus manifest as src/tokenize_corpus.py lays them out
+    """Token files, vocabulary and corpus manifest as heads/stages/tokenize_corpus.py lays them out
     (written with the project's Parquet writer; no tokenizer needed)."""
     d.mkdir(parents=True, exist_ok=True)
     token_schema = pa.schema([("token", pa.uint16())])
@@ -147,7 +148,7 @@ def _args(corpus: Path, out: Path, config: dict = CONFIG) -> list[str]:
 def _start(corpus: Path, out: Path) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(SRC)}
     return subprocess.Popen(
-        [sys.executable, str(SRC / "train.py"), *_args(corpus, out)],
+        [sys.executable, "-m", "headgeom.heads.stages.train", *_args(corpus, out)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -1,4 +1,4 @@
-"""The run-set table (headgeom.run_sets): each set's config key is a key of the schema, the
+"""The run-set table (headgeom.heads.run_sets): each set's config key is a key of the schema, the
 defaults are the paper's, and the one resolver refuses what it cannot resolve."""
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from headgeom import run_sets
-from headgeom.study import Study, StudyConfigError
-from headgeom.validation import SCHEMA
+from headgeom.heads import run_sets
+from headgeom.heads.study import SCHEMA, Study, StudyConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,7 +74,7 @@ def test_a_pretrained_causal_lm_gets_only_the_analyses_its_architecture_has(tmp_
     edge engine and no layer parts, so edges, clamps and coordinates leave it out by default
     (the paper outputs that read them are then not made), and naming it is an error."""
     pytest.importorskip("transformers")
-    from headgeom.paper.plan import PaperPlan
+    from headgeom.heads.paper.plan import PaperPlan
     from tests.helpers.hf import save_tiny_llama
 
     save_tiny_llama(tmp_path / "llama", seed=0)

@@ -1,4 +1,4 @@
-"""The paper's model selections and pairs (headgeom.selections), by hand."""
+"""The paper's model selections and pairs (headgeom.heads.selections), by hand."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from headgeom.selections import (
+from headgeom.heads.selections import (
     default_pairs,
     in_tau_range,
     lambda_paper_runs,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy.stats import kstest
 
-from headgeom.analysis.stats import (
+from headgeom.heads.analysis.stats import (
     bootstrap_n_eff,
     concentration,
     effects_abs_from_drops,

@@ -1,4 +1,4 @@
-"""The study object (headgeom.study) without Snakemake: good configs load with the schema's
+"""The study object (headgeom.heads.study) without Snakemake: good configs load with the schema's
 defaults, bad ones give one short line per problem, and the study's answers (runs, corpora,
 run configs, pairs, resources) are the ones worked out by hand from the config files."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from headgeom.paper.outputs import record
-from headgeom.paper.plan import PaperPlan
-from headgeom.study import Study, StudyConfigError
+from headgeom.heads.paper.outputs import record
+from headgeom.heads.paper.plan import PaperPlan
+from headgeom.heads.study import Study, StudyConfigError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -194,7 +194,7 @@ def test_misspelled_top_level_key(micro):
     lines = problems(micro)
     assert len(lines) <= 3
     assert lines[0].startswith("config: unknown key 'trainig' (did you mean 'training'?)")
-    assert "allowed: study, corpus, data_seed, architecture, models, training" in lines[0]
+    assert "allowed: kind, study, corpus, data_seed, architecture, models, training" in lines[0]
     assert "missing required key(s) training" in lines[1]
 
 
@@ -357,7 +357,7 @@ def _imported_study(tmp_path, **import_block):
 
     import yaml
 
-    from headgeom.study import Study
+    from headgeom.heads.study import Study
 
     cfg = yaml.safe_load((Path(__file__).parents[1] / "e2e" / "import.yaml").read_text())
     cfg = copy.deepcopy(cfg)
@@ -388,7 +388,7 @@ def test_an_imported_model_reads_its_sizes_from_config_json(tmp_path):
 
 
 def test_an_imported_model_that_is_not_there_or_not_gpt2_is_named(tmp_path):
-    from headgeom.study import StudyConfigError
+    from headgeom.heads.study import StudyConfigError
 
     with pytest.raises(StudyConfigError, match=r"models\.gpt2-tiny\.import: .*not a directory"):
         _imported_study(tmp_path, path=str(tmp_path / "absent"))

@@ -5,7 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from headgeom.analysis.leakage import directional_leakage, isotropic_expectation, leakage_to_readers
+from headgeom.heads.analysis.leakage import (
+    directional_leakage,
+    isotropic_expectation,
+    leakage_to_readers,
+)
 from headgeom.subspace import (
     centering_projector,
     folded_block_read_basis,

@@ -10,11 +10,11 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from headgeom.paper.concentration import decomposition_cell, table3, table6
-from headgeom.paper.outputs import TABLES
-from headgeom.paper.render import fixed, format_p, latex_escape, value_range
-from headgeom.paper.setup import table2, table5
-from make_table import main as make_table_main
+from headgeom.heads.paper.concentration import decomposition_cell, table3, table6
+from headgeom.heads.paper.outputs import TABLES
+from headgeom.heads.paper.setup import table2, table5
+from headgeom.heads.stages.make_table import main as make_table_main
+from headgeom.render import fixed, format_p, latex_escape, value_range
 from tests.helpers.results import train_log, write_rows
 
 
@@ -211,7 +211,7 @@ def test_table6_shows_the_papers_rows_in_the_papers_order(tmp_path):
     """docs §6.7: corpus R learned and write-common-axis with their seeds, then the corpus-S
     models; a run of another configuration (write-rotated on R) is only in table6_all_runs,
     and the paper's rows the study lacks are named in the footnote."""
-    from headgeom.paper.concentration import table6_all_runs
+    from headgeom.heads.paper.concentration import table6_all_runs
 
     specs = [  # config order differs from the paper's
         ("acx", "all-common-axis", 42, "S", "all-common-axis"),
@@ -292,7 +292,7 @@ def test_table1_writes_the_capacity_covariation_from_the_results(tmp_path):
     """docs §12.1 / §20.7: the model–task cases with N_eff below learned (the paper's 10 of
     12: every reader-restricted case but read-common plural and all-common-axis quote) have
     fewer parameters and a higher loss than the others; margins relative to learned's."""
-    from headgeom.paper import summary
+    from headgeom.heads.paper import summary
 
     tasks = ["sva", "quote", "plural"]
     runs, summaries, evals = [], [], []
@@ -471,8 +471,9 @@ def test_tau_is_reported_over_the_papers_steps_only(tmp_path):
     timeline's step 256 (1/256 of training) is neither in the dynamics table nor in the
     comparison's "all steps" range."""
     from headgeom import results
-    from headgeom.paper import comparison
-    from headgeom.paper.dynamics import dynamics_table
+    from headgeom.heads.paper import comparison
+    from headgeom.heads.paper.context import Context
+    from headgeom.heads.paper.dynamics import dynamics_table
 
     steps, adjacent = [256, 1024, 4096, 16384, 65536], [0.2, 0.8, 0.85, 0.87, 0.89]
     tau = pd.DataFrame([{"model": "wc", "seed": 42, "step": s, "is_final": s == 65536,
@@ -495,7 +496,7 @@ def test_tau_is_reported_over_the_papers_steps_only(tmp_path):
                             "value_gradients": [str(tmp_path / "vg.parquet")]})  # fmt: skip
     tau_rows = table.frame[table.frame["section"] == "§13.4"]
     assert list(dict.fromkeys(tau_rows["step"])) == ["1024", "4096", "16384", "65536 (final)"]
-    c = comparison.Context({"tau": ["unused"]})
+    c = Context({"tau": ["unused"]})
     c._frames = {"tau": tau}
     (ref,) = [r for r in comparison.REFERENCES
               if r.metric == "task-gradient adjacent-layer cosine, all steps"]  # fmt: skip
@@ -647,7 +648,7 @@ def test_make_table_writes_md_csv_tex_and_sources(tmp_path, table3_inputs):
 
 
 def test_a_block_with_its_own_header_prints_its_own_column_names():
-    from headgeom.paper.render import Block, Table
+    from headgeom.render import Block, Table
 
     main = Block(pd.DataFrame({"Model": ["a"], "ρ": ["0.1 [≈ 0]"]}))
     other = Block(pd.DataFrame({"Circuit": ["c"], "Edges": ["11 [22]"]}), "ACDC", True)
@@ -666,8 +667,8 @@ def test_a_multiscreen_learned_run_is_not_the_learned_reference(tmp_path):
     # a multiscreen-learned model stores `geometry: learned` in its config; on the same corpus
     # and seed as the GPT learned run it must not become a second learned reference (the
     # rehearsal's document failed on the duplicate before read_runs named study geometries)
+    from headgeom.heads.paper.inputs import learned_reference, read_runs
     from headgeom.io import write_parquet as write
-    from headgeom.paper.inputs import learned_reference, read_runs
 
     paths = []
     for name, model, loss in (("learned-r", {"geometry": "learned"}, 3.0),

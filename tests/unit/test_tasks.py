@@ -20,8 +20,8 @@ from headgeom.data.tasks import (
     validate_example,
 )
 from headgeom.data.tokenizer import EOT_ID, decode, encode, load_gpt2_tokenizer
+from headgeom.heads.stages import make_tasks as make_tasks_stage
 from headgeom.io import read_parquet_metadata
-from tests.scripts import load_script
 
 SIZES = {"discovery": 300, "validation": 240, "evaluation": 240, "holdout": 32}
 # Tokens every prompt of a task shares; everything else is a partitioned lexical item.
@@ -245,7 +245,7 @@ def test_validator_rejects(tok, clean, ref, correct, incorrect, message):
 
 
 def test_make_tasks_cli(tmp_path):
-    make_tasks = load_script("make_tasks")
+    make_tasks = make_tasks_stage
     out = tmp_path / "tasks" / "quote.parquet"
     cfg = {"seed": 5, "splits": {"discovery": 16, "validation": 8, "evaluation": 8, "holdout": 4}}
     assert (

@@ -27,9 +27,9 @@ from headgeom.data.tasks import (
     validate_example,
 )
 from headgeom.data.tokenizer import encode, load_gpt2_tokenizer, tokenizer_sha256
+from headgeom.heads.stages import make_tasks
 from headgeom.io import read_parquet_metadata
 from tests.helpers.tokenizers import metaspace_tokenizer
-from tests.scripts import load_script
 
 SMALL = {"discovery": 16, "validation": 8, "evaluation": 8, "holdout": 4}
 
@@ -272,7 +272,7 @@ def _make(tmp_path, task, tokenizer=None):
     out = tmp_path / f"{task}.parquet"
     argv = ["--task", task, "--config-json", json.dumps({"seed": 1, "splits": SMALL})]
     argv += ["--out", str(out)] + (["--tokenizer", tokenizer] if tokenizer else [])
-    assert load_script("make_tasks").main(argv) == 0
+    assert make_tasks.main(argv) == 0
     return out, read_parquet_metadata(out)
 
 

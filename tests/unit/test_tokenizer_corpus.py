@@ -23,10 +23,9 @@ from headgeom.data.tokenizer import (
     tokenizer_files_sha256,
 )
 from headgeom.hashing import canonical_json
+from headgeom.heads.stages import tokenize_corpus
 from headgeom.io import read_parquet_metadata
-from tests.scripts import load_script
 
-tokenize_corpus = load_script("tokenize_corpus")
 SMALL = dict(seed=11, n_train_tokens=40_000, n_val_tokens=6_000)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from headgeom.analysis import tolerance as T
+from headgeom.heads.analysis import tolerance as T
 from headgeom.model import registry
 from tests.helpers.examples import random_pairs
 from tests.helpers.models import zoo_model

@@ -13,8 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from headgeom.analysis.tolerance import model_dtype, rounding_tolerance
-from headgeom.analysis.weightspace import (
+from headgeom.hashing import ManifestMismatchError, content_hash, sha256_file
+from headgeom.heads.analysis.tolerance import model_dtype, rounding_tolerance
+from headgeom.heads.analysis.weightspace import (
     HeadMaps,
     head_maps,
     head_spaces,
@@ -27,16 +28,15 @@ from headgeom.analysis.weightspace import (
     write_read_pk,
     write_write_pk,
 )
-from headgeom.hashing import ManifestMismatchError, content_hash, sha256_file
+from headgeom.heads.paper.setup import table2
+from headgeom.heads.stages import geometry_stats as geometry_stats_stage
 from headgeom.io import read_json, read_parquet_metadata, write_manifest, write_parquet
 from headgeom.model.checkpoint import save_checkpoint
 from headgeom.model.geometries import READ_TYPES, write_scale
 from headgeom.model.gpt import GPT
-from headgeom.paper.setup import table2
 from headgeom.subspace import orthonormal_basis, projection_kernel
 from tests.helpers import models
 from tests.helpers.models import small_gpt
-from tests.scripts import load_script
 
 N_LAYER, N_HEAD, D_MODEL, D_HEAD = models.L, models.H, models.D, models.DH
 
@@ -305,7 +305,7 @@ def make_fixture(tmp_path: Path, geometry: str) -> dict[str, Path]:
 
 
 def run_geometry_stats(paths, out: Path, model: str, seed: int = 42) -> int:
-    return load_script("geometry_stats").main(
+    return geometry_stats_stage.main(
         [
             "--checkpoint",
             str(paths["checkpoint"]),

@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-import param_counts
+from headgeom.heads.stages import param_counts
 from headgeom.model import registry, zoo
 from headgeom.model.checkpoint import load_checkpoint, save_checkpoint
 from headgeom.model.config import ModelConfig
@@ -565,7 +565,7 @@ def test_paper_config_lists_the_zoo_and_validates():
     from snakemake.utils import validate
 
     cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
-    validate(cfg, str(REPO / "workflow" / "schemas" / "config.schema.yaml"))
+    validate(cfg, str(REPO / "workflow" / "schemas" / "heads.schema.yaml"))
     assert {k: v for k, v in cfg["architecture"].items() if k in zoo.PAPER_ARCHITECTURE} == dict(
         zoo.PAPER_ARCHITECTURE
     )

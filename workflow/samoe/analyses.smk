@@ -22,7 +22,8 @@ rule samoe_targets:
     conda:
         "../../envs/headgeom.yaml"
     shell:
-        "python src/samoe_targets.py --family {wildcards.family} --layers-json {params.layers:q} "
+        "python -m headgeom.samoe.stages.targets "
+        "--family {wildcards.family} --layers-json {params.layers:q} "
         "--pools {input.pools} --corpus-manifest {input.corpus_manifest} "
         "--out {output.targets} 2> {log}"
 
@@ -52,7 +53,8 @@ rule samoe_quality:
     conda:
         "../../envs/headgeom.yaml"
     shell:
-        "python src/samoe_quality.py --run-json {params.run:q} --checkpoint {input.checkpoint} "
+        "python -m headgeom.samoe.stages.quality "
+        "--run-json {params.run:q} --checkpoint {input.checkpoint} "
         "--manifest {input.manifest} --pools {input.pools} {params.suite} {input.downstream} "
         "--corpus-manifest {input.corpus_manifest} --out {output.quality} "
         "--threads {threads} --device {params.device} {params.batch} 2> {log}"
@@ -83,7 +85,8 @@ rule samoe_harness:
     conda:
         "../../envs/lm-eval.yaml"
     shell:
-        "python src/samoe_harness.py --run-json {params.run:q} --checkpoint {input.checkpoint} "
+        "python -m headgeom.samoe.stages.harness "
+        "--run-json {params.run:q} --checkpoint {input.checkpoint} "
         "--manifest {input.manifest} --corpus-manifest {input.corpus_manifest} "
         "--downstream-json {params.cfg:q} --out {output.harness} --threads {threads} "
         "--device {params.device} 2> {log}"
@@ -118,7 +121,8 @@ rule samoe_capture:
     conda:
         "../../envs/headgeom.yaml"
     shell:
-        "python src/samoe_capture.py --run-json {params.run:q} --config-json {params.cfg:q} "
+        "python -m headgeom.samoe.stages.capture "
+        "--run-json {params.run:q} --config-json {params.cfg:q} "
         "--checkpoint {input.checkpoint} --manifest {input.manifest} --pools {input.pools} "
         "--targets {input.targets} --corpus-manifest {input.corpus_manifest} "
         "--state-geometry {output.state_geometry} "
@@ -154,7 +158,8 @@ rule samoe_probes:
     # numpy's BLAS spins as many threads as cores unless told: the job's share only
     shell:
         "OPENBLAS_NUM_THREADS={threads} OMP_NUM_THREADS={threads} "
-        "python src/samoe_probes.py --run-json {params.run:q} --config-json {params.cfg:q} "
+        "python -m headgeom.samoe.stages.probes "
+        "--run-json {params.run:q} --config-json {params.cfg:q} "
         "--checkpoint {input.checkpoint} --manifest {input.manifest} --pools {input.pools} "
         "--corpus-manifest {input.corpus_manifest} --out {output.probes} "
         "--threads {threads} --device {params.device} {params.batch} 2> {log}"
@@ -188,7 +193,8 @@ rule samoe_interventions:
     conda:
         "../../envs/headgeom.yaml"
     shell:
-        "python src/samoe_interventions.py --run-json {params.run:q} --config-json {params.cfg:q} "
+        "python -m headgeom.samoe.stages.interventions "
+        "--run-json {params.run:q} --config-json {params.cfg:q} "
         "--checkpoint {input.checkpoint} --manifest {input.manifest} --pools {input.pools} "
         "--targets {input.targets} --corpus-manifest {input.corpus_manifest} "
         "--out {output.interventions} --rankings {output.rankings} --threads {threads} "
@@ -223,7 +229,7 @@ rule samoe_li:
     conda:
         "../../envs/headgeom.yaml"
     shell:
-        "python src/samoe_li.py --run-json {params.run:q} --config-json {params.cfg:q} "
+        "python -m headgeom.samoe.stages.li --run-json {params.run:q} --config-json {params.cfg:q} "
         "--checkpoint {input.checkpoint} --manifest {input.manifest} --pools {input.pools} "
         "--targets {input.targets} --corpus-manifest {input.corpus_manifest} "
         "--out {output.li} --rankings {output.rankings} --threads {threads} "
@@ -255,7 +261,8 @@ rule samoe_audit_cost:
     conda:
         "../../envs/headgeom.yaml"
     shell:
-        "python src/samoe_audit_cost.py --family {wildcards.family} --seed {params.seed} "
+        "python -m headgeom.samoe.stages.audit_cost "
+        "--family {wildcards.family} --seed {params.seed} "
         "--checkpoints {input.checkpoints} --manifests {input.manifests} "
         "--pools {input.pools} --targets {input.targets} "
         "--corpus-manifest {input.corpus_manifest} --audit-cost {output.audit_cost} "

@@ -11,14 +11,15 @@ sys.path.insert(0, str(SRC))
 from headgeom.kernels import pin_kernels  # noqa: E402
 from headgeom.samoe.paths import TEMPLATES  # noqa: E402
 from headgeom.samoe.schedule import chain_seconds  # noqa: E402
-from headgeom.study import Study, StudyConfigError  # noqa: E402
+from headgeom.samoe.study import SAMoEStudy  # noqa: E402
+from headgeom.validation import StudyConfigError  # noqa: E402
 
 try:
     pin_kernels()  # the same CPU kernel paths as the head-geometry study (docs §2.7)
 except ValueError as err:
     sys.exit(f"Invalid environment: {err}")
 try:
-    STUDY = Study.from_config(config)  # a kind: samoe config -> headgeom.samoe_study
+    STUDY = SAMoEStudy.from_config(config)  # the study kind `samoe` (headgeom.studies)
 except StudyConfigError as err:
     sys.exit(f"Invalid study config:\n{err}")
 

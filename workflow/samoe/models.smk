@@ -21,7 +21,8 @@ rule samoe_corpus:
     conda:
         "../../envs/headgeom.yaml"
     shell:
-        "python src/samoe_corpus.py --config-json {params.cfg:q} --out-dir {params.out_dir} "
+        "python -m headgeom.samoe.stages.corpus "
+        "--config-json {params.cfg:q} --out-dir {params.out_dir} "
         "2> {log}"
 
 
@@ -50,7 +51,8 @@ rule samoe_dense:
     conda:
         "../../envs/headgeom.yaml"
     shell:
-        "python src/samoe_dense.py --config-json {params.cfg:q} --corpus-dir {params.corpus_dir} "
+        "python -m headgeom.samoe.stages.dense "
+        "--config-json {params.cfg:q} --corpus-dir {params.corpus_dir} "
         "--checkpoint {output.checkpoint} --log {output.log} --manifest {output.manifest} "
         "--threads {threads} 2> {log}"
 
@@ -78,7 +80,8 @@ rule samoe_hub_corpus:
     conda:
         "../../envs/headgeom.yaml"
     shell:
-        "python src/samoe_hub_corpus.py --config-json {params.cfg:q} --out-dir {params.out_dir} "
+        "python -m headgeom.samoe.stages.hub_corpus "
+        "--config-json {params.cfg:q} --out-dir {params.out_dir} "
         "--threads {threads} 2> {log}"
 
 
@@ -102,7 +105,7 @@ rule samoe_import_dense:
     conda:
         "../../envs/headgeom.yaml"
     shell:
-        "python src/samoe_import_dense.py --config-json {params.cfg:q} "
+        "python -m headgeom.samoe.stages.import_dense --config-json {params.cfg:q} "
         "--checkpoint {output.checkpoint} --log {output.log} --manifest {output.manifest} "
         "2> {log}"
 
@@ -127,7 +130,8 @@ rule samoe_upcycle:
     conda:
         "../../envs/headgeom.yaml"
     shell:
-        "python src/samoe_upcycle.py --config-json {params.cfg:q} --dense {input.dense} "
+        "python -m headgeom.samoe.stages.upcycle "
+        "--config-json {params.cfg:q} --dense {input.dense} "
         "--dense-manifest {input.dense_manifest} --out {output.step0} "
         "--init-manifest {output.init} 2> {log}"
 
@@ -149,7 +153,7 @@ rule samoe_train:
     params:
         cfg=json_param(STUDY.run_config, "family", "variant", "seed"),
         corpus_dir=lambda wildcards, input: os.path.dirname(input.corpus_manifest),
-        # not an output: a restarted job continues from it (src/samoe_train.py)
+        # not an output: a restarted job continues from it (src/headgeom/samoe/stages/train.py)
         resume_dir=lambda wildcards, output: os.path.join(
             os.path.dirname(output.checkpoint), "resume"
         ),
@@ -162,7 +166,8 @@ rule samoe_train:
     conda:
         "../../envs/headgeom.yaml"
     shell:
-        "exec {params.launch} src/samoe_train.py --config-json {params.cfg:q} --step0 {input.step0} "
+        "exec {params.launch} -m headgeom.samoe.stages.train "
+        "--config-json {params.cfg:q} --step0 {input.step0} "
         "--init-manifest {input.init} --corpus-dir {params.corpus_dir} "
         "--checkpoint {output.checkpoint} --train-log {output.log} --manifest {output.manifest} "
         "--resume-dir {params.resume_dir} --threads {threads} 2> {log}"
@@ -191,7 +196,7 @@ rule samoe_seeds:
     conda:
         "../../envs/headgeom.yaml"
     shell:
-        "python src/samoe_seeds.py --runs-json {params.runs:q} --step0 {input.step0} "
+        "python -m headgeom.samoe.stages.seeds --runs-json {params.runs:q} --step0 {input.step0} "
         "--init-manifests {input.init} --manifests {input.manifests} "
         "--dense-manifests-json {params.dense:q} --pools {input.pools} "
         "--corpus-manifest {input.corpus_manifest} --out {output.seeds} 2> {log}"

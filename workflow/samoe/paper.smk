@@ -29,7 +29,8 @@ rule samoe_stats:
     conda:
         "../../envs/headgeom.yaml"
     shell:
-        "python src/samoe_stats.py --config-json {params.cfg:q} --dense-json {params.dense:q} "
+        "python -m headgeom.samoe.stages.stats "
+        "--config-json {params.cfg:q} --dense-json {params.dense:q} "
         "--quality {input.quality} --local-suppression {input.local_suppression} "
         "--history {input.history} --state-geometry {input.state_geometry} "
         "--probes {input.probes} --interventions {input.interventions} "
@@ -68,7 +69,8 @@ rule samoe_paper:
     conda:
         "../../envs/headgeom.yaml"
     shell:
-        "python src/samoe_paper.py --config-json {params.cfg:q} --counts {input.counts} "
+        "python -m headgeom.samoe.stages.paper "
+        "--config-json {params.cfg:q} --counts {input.counts} "
         "--seed-means {input.seed_means} --contrasts {input.contrasts} "
         "--history {input.history} --probes {input.probes} --rankings {input.rankings} "
         "--li {input.li} --audit-cost {input.audit_cost} --runtime {input.runtime} "

@@ -203,7 +203,7 @@ def _offline() -> bool:
 
 def _hub_dataset_info(repo_id: str, revision: str, timeout: float) -> Any:
     """One request, no retries; the endpoint is read now so HF_ENDPOINT set late is honoured."""
-    from huggingface_hub import HfApi
+    from huggingface_hub import HfApi  # optional: [hf] extra
 
     return HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None).dataset_info(
         repo_id, revision=revision, timeout=timeout
@@ -218,7 +218,7 @@ def check_hub(cfg: Mapping[str, Any], *, key: str = "corpus", hint: str = LOCAL_
     and ``hint`` how to avoid the Hub (the SA-MoE corpora pass their own). A revision that is
     not a full commit (a branch such as ``main``) is resolved, and the commit returned.
     """
-    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError  # [hf]
 
     repo, revision = cfg["dataset"], cfg["revision"]
     repo_key = "dataset" if key == "corpus" else "repo_id"

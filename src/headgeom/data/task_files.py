@@ -13,6 +13,7 @@ import pandas as pd
 import pyarrow as pa
 
 from headgeom.data.corpus import compact
+from headgeom.data.tasks import CONDITIONS
 from headgeom.hashing import sha256_file
 from headgeom.io import metadata_text, read_parquet_metadata, read_table
 
@@ -90,8 +91,6 @@ def first_per_condition(
     examples of Table 7 and ACDC). Refuses, naming ``path``, the split and the counts, an
     ``n`` that the conditions do not divide, a condition with fewer than n/4 examples and
     an example whose condition is not the task's."""
-    from headgeom.data.tasks import CONDITIONS
-
     if conditions is None:
         if task.name not in CONDITIONS:
             raise ValueError(f"{path}: task {task.name!r} has no known conditions")

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from headgeom.data.tokenizer import load_gpt2_tokenizer
 from headgeom.model import facts
 from headgeom.model.hf import HFCausalLM, HFModelConfig
 from headgeom.model.import_errors import ModelImportError
@@ -144,8 +145,6 @@ def import_causal_lm(
 def retokenize(gpt2_ids: np.ndarray, tokenizer: Any) -> np.ndarray:
     """The study's validation text (stored as GPT-2 ids) in the model's own ids: GPT-2's
     byte-level BPE decodes to the exact text, which the model's tokenizer encodes."""
-    from headgeom.data.tokenizer import load_gpt2_tokenizer
-
     text = load_gpt2_tokenizer().decode(np.asarray(gpt2_ids, dtype=np.int64).tolist())
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     return np.asarray(ids, dtype=np.int64)

@@ -9,7 +9,7 @@ weight-space maps so geometric analyses read the same matrices the forward pass 
 * ``reader.read_maps(X)``         -> (head, d_head, d_model): W_X^{l,h}
 * ``reader.folded_read_maps(X)``  -> (head, d_head, d_model): W_X diag(γ) P_c (docs §9.2)
 * ``reader.read_heads(x, heads, kinds)`` -> (N, ..., d_head): the X of N chosen (head, X)
-  pairs, each on its own input (ACDC, ``headgeom.analysis.acdc``)
+  pairs, each on its own input (ACDC, ``headgeom.heads.analysis.acdc``)
 
 Every geometry of the study is one keyword record in ``GEOMETRIES`` (a :class:`Geometry`):
 its architecture, reader kind, sizing rule, parameters and capabilities, and for GPT its
@@ -80,6 +80,7 @@ from torch.nn import functional as F
 
 from headgeom.model import facts
 from headgeom.model.facts import GeometryFacts, ReaderKind
+from headgeom.model.kerdock import build_basis_family, kerdock_shape
 
 if TYPE_CHECKING:
     from headgeom.model.kerdock import BasisFamily
@@ -346,8 +347,6 @@ class BlockReader(nn.Module):
 # --------------------------------------------------------------------------- frozen maps
 @functools.lru_cache(maxsize=4)
 def _family(d_model: int, d_head: int, n_members: int, m: int, r: int) -> BasisFamily:
-    from headgeom.model.kerdock import build_basis_family
-
     return build_basis_family(d_model, d_head, n_members, m=m, r=r)
 
 
@@ -460,8 +459,6 @@ def _scale(cfg: ModelShape, given: Mapping, default: float | None = None) -> dic
 
 def _kerdock(needed: Callable[[ModelShape], int]) -> Callable[[ModelShape, Mapping], dict]:
     def params(cfg: ModelShape, given: Mapping) -> dict:
-        from headgeom.model.kerdock import kerdock_shape
-
         _lanes(cfg, given)
         try:
             m, r = kerdock_shape(cfg.d_model, given.get("basis_m"), given.get("basis_r"))

@@ -1,6 +1,6 @@
 """The decoder layers of a wrapped ``transformers`` model as the fast engines' blocks.
 
-The fast engines (``headgeom.analysis.patching.patch_batch_fast`` and the others that the
+The fast engines (``headgeom.heads.analysis.patching.patch_batch_fast`` and the others that the
 registry's ``fast_patching``/``prefix_reuse`` admit) rerun blocks l..L−1 from a cached
 residual, resume a block after its attention, and recompute only positions t ≥ p against the
 clean prefix's keys and values. On our GPT these are the methods of ``gpt.Block``;

@@ -29,6 +29,7 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +42,7 @@ from headgeom.model import registry
 from headgeom.model.gpt import GPT
 
 if TYPE_CHECKING:  # dev-only peers
-    from transformer_lens import HookedTransformer
+    from transformer_lens import HookedTransformer  # optional: the [dev] extra
     from transformers import GPT2LMHeadModel
 
 GPT2_EOT_ID = 50256  # <|endoftext|>
@@ -178,7 +179,7 @@ def export_hf(
 
 def to_hf(model: GPT, vocab: np.ndarray | None = None) -> GPT2LMHeadModel:
     """The in-memory ``GPT2LMHeadModel`` (eval, fp32) equal to ``model`` (needs transformers)."""
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers import GPT2Config, GPT2LMHeadModel  # optional: the [hf] extra
 
     vocab = np.arange(model.cfg.n_vocab) if vocab is None else vocab
     config = {k: v for k, v in hf_config(model, vocab).items() if k != "architectures"}
@@ -194,7 +195,7 @@ def to_hf(model: GPT, vocab: np.ndarray | None = None) -> GPT2LMHeadModel:
 def tl_config(model: GPT):
     """The ``HookedTransformerConfig`` of ``model``: pre-LN ("LN", not the folded "LNPre"),
     learned absolute positions, tanh GELU ("gelu_new"), attention scale sqrt(d_head)."""
-    from transformer_lens import HookedTransformerConfig
+    from transformer_lens import HookedTransformerConfig  # optional: the [dev] extra
 
     require_learned(model)
     cfg = model.cfg
@@ -255,9 +256,7 @@ def to_transformer_lens(model: GPT) -> HookedTransformer:
     """A TransformerLens ``HookedTransformer`` equal to ``model`` (eval, fp32, CPU), built
     from :func:`tl_config` and loaded with plain ``load_state_dict`` (strict: every weight
     name must match; TL's own buffers are kept)."""
-    import warnings
-
-    from transformer_lens import HookedTransformer
+    from transformer_lens import HookedTransformer  # optional: the [dev] extra
 
     with warnings.catch_warnings():  # 3.9 announces HookedTransformer's removal in 4.0
         warnings.simplefilter("ignore", DeprecationWarning)

@@ -58,7 +58,7 @@ class Architecture:
       whose keys and values are cached at ``attn.hook_k``/``attn.hook_v``, so the fast
       engine may reuse the clean prefix;
     * ``edge_patching`` — its Q/K/V readers are the ones the edge engine re-evaluates on a
-      patched residual (``headgeom.analysis.edges``: LN_1 or block readers, the value
+      patched residual (``headgeom.heads.analysis.edges``: LN_1 or block readers, the value
       adapter); docs §15.1 defines edges for GPT models only;
     * ``layer_parts`` — its blocks recompose a layer from its parts: the head outputs through
       ``attn.writer`` and a given MLP output through ``after_attn``, which the clamp engine

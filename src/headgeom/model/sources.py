@@ -185,7 +185,7 @@ def _directory_root(source: ModelSource, record: dict[str, Any]) -> Path:
 def _hub_directory(source: ModelSource) -> Path:
     """The local snapshot of a Hub model at its pinned revision (downloads if not cached)."""
     require("transformers", "a hub model source")
-    import huggingface_hub  # a dependency of transformers
+    import huggingface_hub  # optional: comes with transformers ([hf] extra)
 
     try:
         return Path(huggingface_hub.snapshot_download(source.repo_id, revision=source.revision))

@@ -196,7 +196,7 @@ def derive_model_config(
     """The model section of a run config (every field but n_vocab, defaults and choices
     filled) for ``geometry`` in a study whose base architecture is ``architecture``."""
     from headgeom.model import registry  # torch: not for the tables that only read names
-    from headgeom.model.geometries import SizeError
+    from headgeom.model.geometries import SizeError  # torch, as above
 
     spec = registry.geometry(geometry)
     arch = registry.architecture(spec.architecture)

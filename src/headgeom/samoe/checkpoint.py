@@ -16,7 +16,8 @@ from safetensors.torch import load_file, save_file
 
 from headgeom.hashing import canonical_json, load_manifest, verify_file
 from headgeom.io import atomic_path
-from headgeom.model.checkpoint import VOCAB_KEY
+from headgeom.model.checkpoint import HEADER_KEY as GPT_HEADER_KEY
+from headgeom.model.checkpoint import VOCAB_KEY, load_verified
 from headgeom.model.config import ModelConfig
 from headgeom.samoe.config import MoEConfig
 from headgeom.samoe.hub import HubSAMoE, HubSource, dense_state, empty_model
@@ -70,8 +71,6 @@ def _metadata(path: str | os.PathLike, tensors: bool = False) -> tuple[dict, dic
 
 def checkpoint_header(path: str | os.PathLike) -> dict:
     """The header record of a workspace GPT or SA-MoE checkpoint, without loading tensors."""
-    from headgeom.model.checkpoint import HEADER_KEY as GPT_HEADER_KEY
-
     header, _ = _metadata(path)
     for key in (HEADER_KEY, GPT_HEADER_KEY):
         if key in header:
@@ -116,8 +115,6 @@ def load_verified_dense(
 ) -> tuple[dict[str, torch.Tensor], ModelConfig | HubSource, np.ndarray]:
     """(state dict, its source — the workspace GPT's config or the Hub source —, vocabulary
     map) of a dense checkpoint, its bytes verified against its manifest first."""
-    from headgeom.model.checkpoint import load_verified
-
     record = load_manifest(manifest)
     header, _ = _metadata(checkpoint)
     if HEADER_KEY not in header:  # a workspace GPT (samoe_dense)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from headgeom.model.config import ModelConfig
 from headgeom.samoe.config import STATE_VARIANTS, MoEConfig, check_variant
+from headgeom.samoe.hub import HubSAMoE
 from headgeom.samoe.model import MoEModel, param_kind
 
 MIB = 2**20
@@ -116,8 +117,6 @@ def hub_shape(config, name: str = "hub", seq_len: int | None = None) -> FamilySh
 
 def model_shape(model: MoEModel) -> FamilyShape:
     """The shapes of a built SA-MoE, whatever its host."""
-    from headgeom.samoe.hub import HubSAMoE
-
     if isinstance(model, HubSAMoE):
         return hub_shape(model.source.hf_config())
     return toy_shape(model.cfg)

@@ -34,10 +34,15 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Mapping, Sequence
+from importlib import metadata
 from typing import Any
 
 import torch
 from torch.nn import functional as F
+
+from headgeom.io import metadata_text, read_parquet_metadata, read_table
+from headgeom.samoe.hub_corpus import HubCorpusError, load_hf_tokenizer, tokenizer_sha256
+from headgeom.samoe.results import HARNESS
 
 #: The metric each paper task reports (SAMOE §11): acc_norm for the first three, acc for
 #: WinoGrande (partial scoring; the harness reports no acc_norm for it); macro = their mean.
@@ -142,8 +147,8 @@ def lm_class() -> type:
     """``SAMoELM``: the harness's model interface over :func:`score_requests` (imports
     lm_eval; ImportError names the environment to make when it is absent)."""
     try:
-        from lm_eval import utils as lm_utils
-        from lm_eval.api.model import TemplateLM
+        from lm_eval import utils as lm_utils  # optional: its own env (envs/lm-eval.yaml)
+        from lm_eval.api.model import TemplateLM  # optional: its own env
     except ImportError as err:
         raise ImportError(f"lm_eval is not installed here ({err}); the downstream suite runs "
                           f"in its own environment: {ENV_COMMAND} (locally) or envs/lm-eval.yaml "
@@ -227,8 +232,6 @@ def lm_class() -> type:
 def harness_provenance() -> dict[str, str | None]:
     """The installed harness: its version and, where pip installed it from git, the commit
     (``direct_url.json``); None for a registry release."""
-    from importlib import metadata
-
     dist = metadata.distribution("lm_eval")
     commit = None
     raw = dist.read_text("direct_url.json")
@@ -259,8 +262,6 @@ def family_tokenizer(corpus_manifest: Mapping, family: str = ""):
     """The ``transformers`` tokenizer the family's corpus was tokenized with (its repository
     and revision from the corpus manifest), refused unless its definition's SHA-256 is the
     one recorded there."""
-    from headgeom.samoe.hub_corpus import HubCorpusError, load_hf_tokenizer, tokenizer_sha256
-
     rec = corpus_manifest.get("tokenizer") or {}
     if "repo_id" not in rec:
         raise HarnessError(f"the corpus manifest of family {family} records no tokenizer "
@@ -282,7 +283,7 @@ def task_manager(task_dir: str | os.PathLike | None = None, include_defaults: bo
     """The harness's task index; ``task_dir`` (local task YAMLs) is searched as well, its
     tasks taking precedence over the harness's own of the same name (``include_defaults``:
     whether the harness's own are indexed at all; seconds)."""
-    from lm_eval.tasks import TaskManager
+    from lm_eval.tasks import TaskManager  # optional: its own env
 
     return TaskManager(include_path=str(task_dir) if task_dir else None,
                        include_defaults=include_defaults)  # fmt: skip
@@ -322,7 +323,7 @@ def load_tasks(tasks: Sequence[str], manager) -> dict:
             if hasattr(manager, "load"):  # the harness's loader since 0.4.10
                 loaded.update(manager.load([task])["tasks"])
             else:
-                from lm_eval.tasks import get_task_dict
+                from lm_eval.tasks import get_task_dict  # optional: its own env
 
                 loaded.update(get_task_dict([task], manager))
         except Exception as err:  # noqa: BLE001 - datasets raises many kinds when offline
@@ -336,7 +337,7 @@ def load_tasks(tasks: Sequence[str], manager) -> dict:
 def evaluate(lm, task_dict: Mapping, manager) -> dict:
     """``lm_eval.simple_evaluate`` of ``lm`` on the loaded tasks: zero-shot, no system
     prompt, no chat template, every example (no limit), nothing logged per sample."""
-    import lm_eval
+    import lm_eval  # optional: its own env
 
     return lm_eval.simple_evaluate(
         model=lm, tasks=list(task_dict.values()), num_fewshot=0, task_manager=manager,
@@ -402,9 +403,6 @@ def quality_rows(frame) -> list[dict]:
 def read_run_suite(path: str | os.PathLike, manifest: Mapping):
     """One run's harness rows (``HARNESS``), refused unless the file was computed from the
     checkpoint ``manifest`` records (its provenance metadata)."""
-    from headgeom.io import metadata_text, read_parquet_metadata, read_table
-    from headgeom.samoe.results import HARNESS
-
     got = metadata_text(read_parquet_metadata(path), "checkpoint_sha256", path)
     if got != manifest["checkpoint_file_sha256"]:
         raise ValueError(f"{path}: computed from checkpoint {got}, not this run's "

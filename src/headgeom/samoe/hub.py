@@ -33,7 +33,7 @@ from torch import nn
 from headgeom.model.gpt import HookPoint
 from headgeom.optional import require
 from headgeom.samoe.config import MoEConfig, check_variant
-from headgeom.samoe.model import LayerAux, MoEModel, MoEStep
+from headgeom.samoe.model import LayerAux, MoEModel, MoEStep, SAMoE
 
 #: Hub model types this wrap knows (``config.model_type``), by the family they stand for.
 MODEL_TYPES = {"llama": "Llama (SmolLM2)", "gemma3_text": "Gemma 3 text"}
@@ -232,8 +232,6 @@ def empty_model(source, moe: MoEConfig, variant: str) -> MoEModel:
     model's routers, experts and writes as shapes only (meta); a toy built on the CPU with
     its initial draws forked away (milliseconds, where the meta device's ``normal_`` would
     import torch._dynamo, a second and more in every job)."""
-    from headgeom.samoe.model import SAMoE
-
     if isinstance(source, HubSource):
         return HubSAMoE(source, moe, variant, moe_device="meta")
     with torch.random.fork_rng(devices=[]):

@@ -45,11 +45,13 @@ import numpy as np
 import pandas as pd
 
 from headgeom.data import corpus_sources as cs
-from headgeom.hashing import verify_file
-from headgeom.io import read_json
+from headgeom.hashing import content_hash, sha256_file, verify_file
+from headgeom.io import atomic_path, read_json, write_json, write_manifest
 from headgeom.optional import require
+from headgeom.samoe import results
 from headgeom.samoe.domains import DOMAINS, balanced, intervention_subset
 from headgeom.samoe.domains import ROLES as POOL_ROLES
+from headgeom.samoe.manifest import verified_inputs
 
 #: On-disk token type of the packed stream (Gemma 3's 262,144 ids need more than 16 bits).
 TOKEN_DTYPE = np.dtype("<u4")
@@ -380,10 +382,6 @@ def build(cfg: Mapping[str, Any], out: Mapping[str, str | os.PathLike],
     (role -> path, roles ``FILES``) and its manifest; return the manifest. Every source and
     the tokenizer are opened before anything is written; a failure leaves none of the
     outputs."""
-    from headgeom.hashing import content_hash, sha256_file
-    from headgeom.io import atomic_path, write_json, write_manifest
-    from headgeom.samoe import results
-
     data, family, T = cfg["data"], cfg["family"], int(cfg["seq_len"])
     n_tokens = int(data["cpt_train_tokens"])
     if n_tokens % T:
@@ -431,8 +429,6 @@ def open_cpt_stream(corpus_dir: str | os.PathLike, vocab: np.ndarray) -> np.ndar
     """A Hub family's packed training stream (``np.memmap``), verified against the corpus
     manifest (both files' SHA-256) and refused when an id is outside the model's vocabulary
     (Hub models keep the tokenizer's ids: their vocabulary map is the identity)."""
-    from headgeom.samoe.manifest import verified_inputs
-
     corpus_dir = Path(corpus_dir)
     files = {"cpt_train": corpus_dir / "cpt_train.bin",
              "cpt_train_meta": corpus_dir / "cpt_train.json"}  # fmt: skip

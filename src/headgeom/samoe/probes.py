@@ -22,6 +22,7 @@ expert from what an earlier router sees at the same position.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -245,6 +246,4 @@ def fit_mlp(
 
 
 def copy_module(net: torch.nn.Module) -> torch.nn.Module:
-    import copy
-
     return copy.deepcopy(net).eval()

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from headgeom.samoe import checks
+from headgeom.samoe import bootstrap, checks
 from headgeom.samoe.ledger import Targets
 from headgeom.samoe.model import MoEModel, site
 from headgeom.samoe.suppression import Rows, suppressed_forward
@@ -234,7 +234,7 @@ def ranking_metrics(
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
     # scipy.stats is imported here, not with the module: it takes a second to import, and
     # most of the jobs that import this module (every reader of the pools) never rank
-    from scipy import stats
+    from scipy import stats  # scipy.stats: ~1 s, most importers never call this
 
     return float(stats.spearmanr(a, b).statistic)
 
@@ -292,8 +292,6 @@ def ranking_table(
     percentile interval (one resample matrix for every method, SAMOE §17). Random has no
     score vector, so no Spearman (§14.5). Columns: method, metric, value, low, high,
     n_targets."""
-    from headgeom.samoe import bootstrap
-
     sequence = np.asarray(sequence)
     indices = bootstrap.resample_indices(len(np.unique(sequence)), n_resamples, seed)
     rows = []

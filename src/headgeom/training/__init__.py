@@ -6,7 +6,7 @@
             corpus's data order (with replacement, or read once), and the validation windows.
 ``state``   the resumable state: written atomically, refused when it belongs to another run.
 ``loop``    the AdamW loop itself (``train``), the seeded step-0 model and the validation loss.
-``job``     one (model, seed) training job as ``src/train.py`` runs it: verified corpus in,
+``job``     one (model, seed) training job as ``heads/stages/train.py`` runs it: verified corpus in,
             staged intermediate checkpoints and the final checkpoint and train log out.
 
 Step convention: step s ∈ {1, …, steps} is the s-th optimizer update. It uses the learning

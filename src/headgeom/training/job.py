@@ -1,4 +1,4 @@
-"""One (model, seed) training job as ``src/train.py`` runs it: the verified corpus in; the
+"""One (model, seed) training job as ``heads/stages/train.py`` runs it: the verified corpus in; the
 final checkpoint, the intermediate checkpoints (each with its manifest) and the train log
 out; survives being killed at any point.
 

@@ -4,7 +4,7 @@ next step boundary with the resumable state written, so the resubmitted job redo
 Slurm sends SIGTERM at a time limit or preemption (then SIGKILL after its grace time,
 ``KillWait``), and the signal a job asks for with ``--signal=USR1@<seconds>`` that long before
 the limit. :func:`on_signals` turns either into a flag the training loop reads after every
-update; the loop then writes its state and raises :class:`Preempted`, and ``src/train.py``
+update; the loop then writes its state and raises :class:`Preempted`, and ``heads/stages/train.py``
 exits with :data:`EXIT_PREEMPTED`, which Snakemake treats as a failure and resubmits
 (``retries`` in the Slurm profile) or the user reruns.
 """

@@ -244,7 +244,7 @@ def test_perplexity_in_smaller_batches(persistent):
 # --------------------------------------------------------------------------- probes
 @pytest.mark.parametrize("batch", [None, *SIZES])
 def test_probe_features_keep_the_budget_positions_in_order(persistent, batch):
-    import samoe_probes
+    from headgeom.samoe.stages import probes as samoe_probes
 
     model, ids, _ = persistent
     full = capture(model, ids)
@@ -332,7 +332,7 @@ def _run_both(script, variant, inputs, tmp_path, batch):
 def test_the_chunked_paths_make_no_tensor_on_the_default_device(persistent):
     """As test_samoe_devices: run under a meta default device, a tensor made without a device
     would land there and fail or differ; the chunked paths take theirs from the inputs."""
-    import samoe_probes
+    from headgeom.samoe.stages import probes as samoe_probes
     from tests.unit.samoe.test_samoe_devices import on_default_meta
 
     model, ids, targets = persistent
@@ -392,7 +392,7 @@ def step0(tmp_path_factory):
 @pytest.mark.kernel_pin  # K1 compares two variants' forwards bit for bit
 @pytest.mark.parametrize("batch", [1, 4])
 def test_k1_in_chunks_gives_the_one_forward_record(step0, batch, monkeypatch):
-    import samoe_seeds
+    from headgeom.samoe.stages import seeds as samoe_seeds
 
     paths, frame, inits = step0
     monkeypatch.setattr(samoe_seeds, "K1_BATCH", samoe_seeds.K1_SEQUENCES, raising=False)
@@ -411,16 +411,17 @@ def test_the_config_key_reaches_the_flag_and_no_hash():
 
     import yaml
 
-    from headgeom.study import Study, StudyConfigError
+    from headgeom.samoe.study import SAMoEStudy
+    from headgeom.validation import StudyConfigError
 
     root = Path(__file__).resolve().parents[3]
     demo = yaml.safe_load((root / "config/samoe.yaml").read_text())
-    toy = Study.from_config(demo)
+    toy = SAMoEStudy.from_config(demo)
     assert toy.batch_flag == ""
-    paper = Study.from_config(yaml.safe_load((root / "config/samoe-paper.yaml").read_text()))
+    paper = SAMoEStudy.from_config(yaml.safe_load((root / "config/samoe-paper.yaml").read_text()))
     assert paper.batch_flag == "--batch-sequences 2"
-    chunked = Study.from_config({**demo, "capture": {"batch_sequences": 3}})
+    chunked = SAMoEStudy.from_config({**demo, "capture": {"batch_sequences": 3}})
     assert chunked.batch_flag == "--batch-sequences 3"
     assert chunked.analysis_config("toy") == toy.analysis_config("toy")
     with pytest.raises(StudyConfigError, match="batch_sequences"):
-        Study.from_config({**demo, "capture": {"batch_sequences": 0}})
+        SAMoEStudy.from_config({**demo, "capture": {"batch_sequences": 0}})

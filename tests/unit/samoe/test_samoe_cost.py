@@ -1,4 +1,4 @@
-"""The SA-MoE cost model (headgeom.samoe_cost): projections by hand from SAMOE §8 counts,
+"""The SA-MoE cost model (headgeom.samoe.cost): projections by hand from SAMOE §8 counts,
 every rule accounted for, and the paper study's requests covering the projection of the
 SA-MoE demo's benchmark files."""
 
@@ -11,15 +11,15 @@ import pytest
 import yaml
 
 from headgeom import cost as shared
-from headgeom import samoe_cost as sc
+from headgeom.samoe import cost as sc
 from headgeom.samoe import counts as C
-from headgeom.study import Study
+from headgeom.samoe.study import SAMoEStudy
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 def study(name: str):
-    return Study.from_config(yaml.safe_load((ROOT / "config" / name).read_text()))
+    return SAMoEStudy.from_config(yaml.safe_load((ROOT / "config" / name).read_text()))
 
 
 def test_projection_by_hand():

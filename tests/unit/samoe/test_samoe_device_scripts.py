@@ -7,7 +7,6 @@ not been run on a GPU here.)"""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,15 +20,13 @@ from headgeom.io import write_manifest
 from headgeom.samoe import results
 from headgeom.samoe.checkpoint import save_moe
 from headgeom.samoe.rankings import select_targets
+from headgeom.samoe.stages import audit_cost as samoe_audit_cost
+from headgeom.samoe.stages import capture as samoe_capture
+from headgeom.samoe.stages import interventions as samoe_interventions
+from headgeom.samoe.stages import li as samoe_li
+from headgeom.samoe.stages import probes as samoe_probes
+from headgeom.samoe.stages import quality as samoe_quality
 from tests.helpers import samoe as h
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
-import samoe_audit_cost  # noqa: E402
-import samoe_capture  # noqa: E402
-import samoe_interventions  # noqa: E402
-import samoe_li  # noqa: E402
-import samoe_probes  # noqa: E402
-import samoe_quality  # noqa: E402
 
 T, LAYERS = 24, [4, 5]
 CONFIG = {
@@ -84,7 +81,7 @@ def argv(script: str, inp: dict, variant: str, out: Path) -> list[str]:
     """The script's arguments for ``variant``, its outputs under ``out``."""
     if script == "audit_cost":
         v = ("ordinary", "latest", "persistent")
-        return ["--family", "toy", "--seed", "42",
+        return ["--family", "toy", "--seed", "42", "--device", "auto",
                 "--checkpoints", *(str(inp[x]) for x in v),
                 "--manifests", *(str(inp["dir"] / f"{x}.json") for x in v),
                 "--pools", str(inp["pools"]), "--targets", str(inp["targets"]),
@@ -92,6 +89,7 @@ def argv(script: str, inp: dict, variant: str, out: Path) -> list[str]:
                 "--audit-cost", str(out / "audit_cost.parquet"),
                 "--runtime", str(out / "runtime.parquet")]  # fmt: skip
     common = ["--run-json", json.dumps({"family": "toy", "variant": variant, "seed": 42}),
+              "--device", "auto",  # config analysis_device's default
               "--checkpoint", str(inp[variant]),
               "--manifest", str(inp["dir"] / f"{variant}.json"),
               "--pools", str(inp["pools"]), "--corpus-manifest", str(inp["corpus"])]  # fmt: skip

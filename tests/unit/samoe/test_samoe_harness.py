@@ -145,20 +145,22 @@ def test_quality_rows_take_each_tasks_primary_and_their_mean():
 
 
 def test_table6_describes_each_suite_by_its_own_protocol():
-    pytest.importorskip("matplotlib", reason="headgeom.paper draws figures: not installed in "
+    pytest.importorskip("matplotlib", reason="headgeom.samoe.paper draws figures: not installed in "
                         "the harness's environment (the workspace's own runs this)")  # fmt: skip
     from types import SimpleNamespace
 
-    from headgeom.paper.samoe import table6
-    from headgeom.study import Study
+    from headgeom.samoe.paper import table6
+    from headgeom.samoe.study import SAMoEStudy
 
-    paper = Study.from_config(yaml.safe_load((ROOT / "config" / "samoe-paper.yaml").read_text()))
+    paper = SAMoEStudy.from_config(
+        yaml.safe_load((ROOT / "config" / "samoe-paper.yaml").read_text())
+    )
     frame = table6(SimpleNamespace(config=paper.config)).frame.set_index("task")
     assert frame["n"].to_dict() == {"hellaswag": 10_042, "arc_easy": 2_376, "piqa": 1_838,
                                     "winogrande": 1_267}  # fmt: skip
     assert frame["metric"].to_dict() == harness.PRIMARY
     assert frame.loc["winogrande", "scoring"].startswith("partial scoring")
-    toy = Study.from_config(yaml.safe_load((ROOT / "config" / "samoe.yaml").read_text()))
+    toy = SAMoEStudy.from_config(yaml.safe_load((ROOT / "config" / "samoe.yaml").read_text()))
     frame = table6(SimpleNamespace(config=toy.config)).frame.set_index("task")
     assert frame["metric"].to_dict() == {"sva": "acc", "quote": "acc", "plural": "acc",
                                          "arith": "acc_norm"}  # fmt: skip
@@ -183,7 +185,7 @@ def _hub_run(tmp_path, model):
 
 
 def test_samoe_quality_reads_a_hub_runs_harness_file(tmp_path, model):
-    import samoe_quality
+    from headgeom.samoe.stages import quality as samoe_quality
 
     manifest = _hub_run(tmp_path, model)
     run = {"family": "smollm2", "variant": model.variant, "seed": 42}
@@ -197,6 +199,8 @@ def test_samoe_quality_reads_a_hub_runs_harness_file(tmp_path, model):
     argv = [
         "--run-json",
         json.dumps(run),
+        "--device",
+        "auto",
         "--checkpoint",
         str(tmp_path / "model.safetensors"),
         "--manifest",
@@ -344,7 +348,7 @@ def test_simple_evaluate_gives_the_argmax_of_naive_loglikelihoods(tmp_path, mode
 
 @needs_harness
 def test_offline_the_stage_stops_naming_the_dataset_and_writes_nothing(tmp_path, monkeypatch):
-    import samoe_harness
+    from headgeom.samoe.stages import harness as samoe_harness
 
     for var in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE"):
         monkeypatch.setenv(var, "1")
@@ -361,7 +365,8 @@ def test_offline_the_stage_stops_naming_the_dataset_and_writes_nothing(tmp_path,
     cfg = {"tasks": ["headgeom_hub_mc"], "max_len": 64, "task_dir": str(task_dir)}
     out = tmp_path / "out" / "harness.parquet"
     argv = ["--run-json", json.dumps({"family": "smollm2", "variant": "latest", "seed": 42}),
-            "--downstream-json", json.dumps(cfg), "--checkpoint", str(tmp_path / "none"),
+            "--device", "auto", "--downstream-json", json.dumps(cfg),
+            "--checkpoint", str(tmp_path / "none"),
             "--manifest", str(tmp_path / "none.json"), "--corpus-manifest",
             str(tmp_path / "none.json"), "--out", str(out), "--allow-other-harness"]  # fmt: skip
     with pytest.raises(SystemExit, match=r"headgeom-tests/nowhere.*HF_DATASETS_OFFLINE.*task_dir"):
@@ -371,9 +376,9 @@ def test_offline_the_stage_stops_naming_the_dataset_and_writes_nothing(tmp_path,
 
 @needs_harness
 def test_the_stage_writes_a_runs_suite_that_quality_reads(tmp_path, model, monkeypatch):
-    import samoe_harness
-    import samoe_quality
     from headgeom.samoe.hub_corpus import tokenizer_sha256
+    from headgeom.samoe.stages import harness as samoe_harness
+    from headgeom.samoe.stages import quality as samoe_quality
 
     manifest = _hub_run(tmp_path, model)
     tok = word_tokenizer(tmp_path, WORDS.split())
@@ -390,7 +395,7 @@ def test_the_stage_writes_a_runs_suite_that_quality_reads(tmp_path, model, monke
            "harness_commit": "b" * 40}  # fmt: skip
     files = {k: str(tmp_path / v) for k, v in (("checkpoint", "model.safetensors"),
              ("manifest", "manifest.json"), ("corpus-manifest", "corpus.json"))}  # fmt: skip
-    argv = ["--run-json", json.dumps(run), "--downstream-json", json.dumps(cfg),
+    argv = ["--run-json", json.dumps(run), "--device", "auto", "--downstream-json", json.dumps(cfg),
             *(x for k, v in files.items() for x in (f"--{k}", v)),
             "--out", str(tmp_path / "harness.parquet")]  # fmt: skip
     # the pinned commit is not what the registry installed: refused unless allowed
@@ -410,6 +415,8 @@ def test_the_stage_writes_a_runs_suite_that_quality_reads(tmp_path, model, monke
     argv = [
         "--run-json",
         json.dumps(run),
+        "--device",
+        "auto",
         "--pools",
         str(tmp_path / "pools.parquet"),
         *(x for k, v in files.items() for x in (f"--{k}", v)),

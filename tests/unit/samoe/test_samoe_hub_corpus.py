@@ -1,4 +1,4 @@
-"""The paper-scale corpus of a Hub family (src/samoe_hub_corpus.py, headgeom.samoe.hub_corpus)
+"""The paper-scale corpus of a Hub family (samoe/stages/hub_corpus.py, headgeom.samoe.hub_corpus)
 on tiny local "domains" (Parquet and JSONL files) and a tiny local tokenizer whose ids exceed
 16 bits. Every expectation is a naive in-memory re-implementation of the documented rules
 (files read with pandas/json, documents tokenized one at a time), never the code under test."""
@@ -16,8 +16,8 @@ import pytest
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-import samoe_hub_corpus
 from headgeom.samoe import hub_corpus
+from headgeom.samoe.stages import hub_corpus as samoe_hub_corpus
 from headgeom.training.data import sample_batch
 
 DOMAINS = ("prose", "code", "math")

@@ -1,11 +1,10 @@
-"""The paper-scale dense source through its two scripts: src/samoe_import_dense.py on a
-``save_pretrained`` directory (no network), then src/samoe_upcycle.py on what it wrote; and
+"""The paper-scale dense source through its two scripts: samoe/stages/import_dense.py on a
+``save_pretrained`` directory (no network), then samoe/stages/upcycle.py on what it wrote; and
 the clear stop when the weights cannot be had."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,11 +14,9 @@ from headgeom.hashing import load_manifest
 from headgeom.samoe.checkpoint import load_verified_moe
 from headgeom.samoe.config import MoEConfig
 from headgeom.samoe.hub import HubSAMoE
+from headgeom.samoe.stages import import_dense as samoe_import_dense
+from headgeom.samoe.stages import upcycle as samoe_upcycle
 from tests.helpers.samoe_hub import dense_lm
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
-import samoe_import_dense  # noqa: E402
-import samoe_upcycle  # noqa: E402
 
 REVISION = "93efa2f097d58c2a74874c7e644dbc9b0cee75a2"
 

@@ -1,21 +1,17 @@
 """Seed statistics (SAMOE §17) against hand computations: the Student-t interval with
 t_{0.975,2} = 4.302653, sequence means taken before the target mean, and the paired
-contrasts of src/samoe_stats.py (log-ratio PPL with the decision, P − LWO differences)."""
+contrasts of samoe/stages/stats.py (log-ratio PPL with the decision, P − LWO differences)."""
 
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from headgeom.samoe.stages import stats as samoe_stats
 from headgeom.samoe.stats import sequence_mean, t_interval
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "src"))
-import samoe_stats  # noqa: E402
 
 
 def test_t_interval_by_hand():

@@ -1,6 +1,6 @@
 """The SA-MoE study kind: config/samoe.yaml validates into a SAMoEStudy through the one
-Study entry point, every cross-key problem is one line naming the key, and what each job
-hashes holds every [CHOICE] of its stage."""
+entry point of every study kind (headgeom.studies), every cross-key problem is one line
+naming the key, and what each job hashes holds every [CHOICE] of its stage."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from headgeom.samoe_study import SAMoEStudy
-from headgeom.study import Study, StudyConfigError
+from headgeom.samoe.study import SAMoEStudy
+from headgeom.studies import from_config
+from headgeom.validation import StudyConfigError
 
 ROOT = Path(__file__).resolve().parents[3]
 DEMO = yaml.safe_load((ROOT / "config/samoe.yaml").read_text())
@@ -20,19 +21,22 @@ MICRO = yaml.safe_load((ROOT / "tests/e2e/samoe-micro.yaml").read_text())
 
 def problems(config: dict) -> str:
     with pytest.raises(StudyConfigError) as err:
-        Study.from_config(config)
+        from_config(config)
     return str(err.value)
 
 
 def test_one_entry_point_knows_both_kinds():
-    samoe = Study.from_config(DEMO)
+    samoe = from_config(DEMO)
     assert isinstance(samoe, SAMoEStudy) and samoe.kind == "samoe"
-    headgeom = Study.from_config(yaml.safe_load((ROOT / "config/config.yaml").read_text()))
-    assert headgeom.kind == "headgeom"
+    heads = from_config(yaml.safe_load((ROOT / "config/config.yaml").read_text()))
+    assert heads.kind == "heads"
+    with pytest.raises(StudyConfigError, match="kind: 'nosuch' is not a study kind; known: "
+                                               "heads, samoe"):  # fmt: skip
+        from_config({**DEMO, "kind": "nosuch"})
 
 
 def test_demo_runs_and_blocks():
-    s = Study.from_config(DEMO)
+    s = from_config(DEMO)
     # 1 family × 3 seeds × 3 variants, seed by seed so a seed's variants sit together
     assert s.runs[:3] == [("toy", "ordinary", 42), ("toy", "latest", 42),
                           ("toy", "persistent", 42)]  # fmt: skip
@@ -49,7 +53,7 @@ def test_demo_runs_and_blocks():
 
 def test_defaults_are_filled_on_a_copy():
     given = copy.deepcopy(MICRO)
-    s = Study.from_config(given)
+    s = from_config(given)
     assert given == MICRO  # not mutated
     assert s.config["moe"]["clamp"] == 5.0 and s.config["variants"] == list(
         ("ordinary", "latest", "persistent")
@@ -95,7 +99,7 @@ def test_bad_configs_name_the_key(edit, message):
     config.setdefault("resources", {})
     edit(config)
     if message is None:  # a resources key that is no rule: caught against the workflow's rules
-        study = Study.from_config(config)
+        study = from_config(config)
         with pytest.raises(StudyConfigError, match="samoe_trian.*did you mean 'samoe_train'"):
             study.check_rules(["samoe_train", "samoe_dense"])
         return
@@ -139,7 +143,7 @@ def test_each_kind_of_family_gets_its_own_downstream_suite():
 
 def test_paper_family_has_the_published_shape():
     config = _hub(copy.deepcopy(DEMO))
-    s = Study.from_config(config)
+    s = from_config(config)
     assert s.n_layer("smollm2") == 30 and s.n_ctx("smollm2") == 2048
     assert not s.is_toy("smollm2")
     config["families"]["smollm2"]["hf"]["repo_id"] = "org/unknown"
@@ -149,7 +153,7 @@ def test_paper_family_has_the_published_shape():
 def test_paper_study_requests_cover_the_flop_model():
     from headgeom.samoe.counts import cpt_flops, cpt_hours
 
-    s = Study.from_config(yaml.safe_load((ROOT / "config/samoe-paper.yaml").read_text()))
+    s = from_config(yaml.safe_load((ROOT / "config/samoe-paper.yaml").read_text()))
     cpt, moe = s.config["cpt"], s.moe_config()
     request = s.resources("samoe_train", mem_mb=1, runtime=1)
     assert request["gpu"] == 8
@@ -170,27 +174,27 @@ def test_paper_study_requests_cover_the_flop_model():
 
 
 def test_paper_runs_train_on_eight_ranks_with_each_variants_micro_batches():
-    s = Study.from_config(yaml.safe_load((ROOT / "config/samoe-paper.yaml").read_text()))
+    s = from_config(yaml.safe_load((ROOT / "config/samoe-paper.yaml").read_text()))
     assert s.train_ranks == 8
     assert s.train_launcher.startswith("torchrun --standalone --nproc_per_node=8 ")
     for variant, (micro, accumulation) in s.config["cpt"]["microbatch"].items():
         cpt = s.run_config("gemma", variant, 42)["cpt"]
         assert cpt["micro_batch"] == micro and cpt["precision"] == "bf16"
         assert 8 * micro * accumulation == cpt["batch_size"] == 256
-    demo = Study.from_config(DEMO)
+    demo = from_config(DEMO)
     assert demo.train_launcher == "python"
     assert demo.run_config("toy", "latest", 42)["cpt"]["micro_batch"] == 0  # one pass
 
 
 def test_hub_corpus_config_and_its_keys():
-    s = Study.from_config(_hub(copy.deepcopy(DEMO)))
+    s = from_config(_hub(copy.deepcopy(DEMO)))
     cfg = s.hub_corpus_config("smollm2")
     # the tokenizer is the dense import's own repository and revision
     assert cfg["tokenizer"] == s.import_config("smollm2")["hf"] and cfg["seq_len"] == 2048
     assert cfg["data"]["sources"] == LOCAL_SOURCES and cfg["data"]["cpt_train_tokens"] == 131072
     assert "dense_train_tokens" not in cfg["data"] and "val_tokens" not in cfg["data"]
     # the toy corpus's hashed config never sees the Hub keys (the toy demo's bytes)
-    toy = Study.from_config(DEMO)
+    toy = from_config(DEMO)
     assert "sources" not in toy.corpus_config()["data"]
     mixed = _hub(copy.deepcopy(DEMO))
     mixed["families"]["toy"] = DEMO["families"]["toy"]
@@ -199,7 +203,7 @@ def test_hub_corpus_config_and_its_keys():
     pairs = [[14, 15]]
     mixed["families"]["smollm2"].update(target_layers=[12, 16, 21, 25], probe_pairs=pairs,
                                         long_horizon=pairs)  # fmt: skip
-    m = Study.from_config(mixed)
+    m = from_config(mixed)
     expected = copy.deepcopy(toy.corpus_config())  # the toy corpus beside a Hub one: only the
     expected["data"]["cpt_train_tokens"] = 131072  # shared budget differs
     assert m.corpus_config() == expected
