@@ -17,6 +17,13 @@ is one record in :data:`FAMILIES`.
 * ``resid_mid`` — a module whose input is the residual after attention (None where the
   family has none: GPT-NeoX's parallel residual adds attention and MLP to the same input);
 * ``final_norm``, ``lm_head``;
+* ``attn_norm`` — the norm a layer applies to the residual before its q/k/v projections
+  (relative to the layer); ``norm_centered`` — it subtracts the mean (LayerNorm: GPT-2,
+  GPT-NeoX) or not (RMSNorm); ``norm_gain_offset`` — the gain it multiplies by is
+  ``offset + weight`` (Gemma's RMSNorm: 1 + w; 0 elsewhere); ``conv1d`` — the projections
+  store their weights (in, out) (GPT-2's ``Conv1D``) instead of ``nn.Linear``'s (out, in).
+  :mod:`headgeom.model.hf_weights` reads each head's W_O, W_Q, W_K, W_V and this norm's gain
+  from them (the read and write spaces of docs §9 and §11.8);
 * ``kv_heads_key`` — the config key of the key/value head count (None: one per query head);
   ``head_dim_key`` — the config key of d_head (None, or a null value: hidden_size / heads).
   Query head h reads key/value head h // (n_head / n_kv_head), as ``transformers``'
@@ -53,6 +60,17 @@ class Family:
     qkv_layout: QKVLayout = "separate"
     kv_heads_key: str | None = "num_key_value_heads"
     head_dim_key: str | None = "head_dim"
+    attn_norm: str = "input_layernorm"
+    norm_centered: bool = False
+    norm_gain_offset: float = 0.0
+    conv1d: bool = False
+
+    @property
+    def writes_residual_directly(self) -> bool:
+        """The output projection's output is what the block adds to the residual (no norm
+        after it), so patching a head's z adds exactly W_O^h (z_ref − z) to the residual
+        (docs §11.2); Gemma's post-attention norm breaks this."""
+        return self.attn_out == self.o_proj
 
 
 def _llama_like(name: str, model_types: tuple[str, ...]) -> Family:
@@ -77,12 +95,13 @@ def _llama_like(name: str, model_types: tuple[str, ...]) -> Family:
 
 def _gemma(name: str, model_types: tuple[str, ...]) -> Family:
     """Gemma 2/3: Llama's layout with norms after attention and MLP, so what a block adds to
-    the residual is the post-norms' output."""
+    the residual is the post-norms' output; their RMSNorms scale by 1 + w."""
     return dataclasses.replace(
         _llama_like(name, model_types),
         attn_out="post_attention_layernorm",
         mlp_out="post_feedforward_layernorm",
         resid_mid="pre_feedforward_layernorm",
+        norm_gain_offset=1.0,
     )
 
 
@@ -111,6 +130,7 @@ FAMILIES: Mapping[str, Family] = MappingProxyType(
                 lm_head="lm_head",  # embed_out before transformers 5
                 kv_heads_key=None,
                 head_dim_key=None,
+                norm_centered=True,
             ),
             Family(
                 name="gpt2",
@@ -127,6 +147,9 @@ FAMILIES: Mapping[str, Family] = MappingProxyType(
                 lm_head="lm_head",
                 kv_heads_key=None,
                 head_dim_key=None,
+                attn_norm="ln_1",
+                norm_centered=True,
+                conv1d=True,
             ),
         )
     }
@@ -137,7 +160,8 @@ _BY_MODEL_TYPE = {t: f for f in FAMILIES.values() for t in f.model_types}
 DECLARES = (
     "decoder layers, attention output projection (its input is each query head's z), "
     "q/k/v projections or the fused qkv and its layout, key/value head count and d_head "
-    "config keys, attention and MLP outputs, residual after attention, final norm, lm_head"
+    "config keys, attention and MLP outputs, residual after attention, final norm, lm_head, "
+    "the norm before attention (centred or not, its gain convention), the weight layout"
 )
 
 

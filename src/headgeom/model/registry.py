@@ -11,7 +11,7 @@ a string and never probes a model with ``hasattr``:
 * an architecture: :func:`architecture` by name, :func:`architecture_of` for a built model
   (None for a model type the registry does not know): its config and model types, its named
   sites with their axes, and what the analysis engines may assume of it (``fast_patching``,
-  ``prefix_reuse``);
+  ``prefix_reuse``); :func:`heads_of`: a built model's heads' weight maps and readers;
 * a model config: :func:`config_from_dict` (the dict of a run config or checkpoint header ->
   its typed config), :func:`geometry_of`, :func:`basis_family` and :func:`frozen_bases`
   (typed config -> its geometry record, its Kerdock ⊗ Haar family or None, the frozen basis
@@ -24,7 +24,7 @@ architecture is one record in :data:`ARCHITECTURES`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -35,6 +35,8 @@ from headgeom.model import config as gpt_config
 from headgeom.model import facts, geometries, gpt, hf, multiscreen
 from headgeom.model.config import ModelConfig
 from headgeom.model.geometries import GEOMETRIES, Geometry
+from headgeom.model.heads import BlockHeads, Heads
+from headgeom.model.hf_weights import HFHeads
 from headgeom.model.kerdock import BasisFamily
 from headgeom.model.multiscreen import MultiscreenConfig, MultiscreenLM
 
@@ -59,7 +61,10 @@ class Architecture:
       engine may reuse the clean prefix;
     * ``edge_patching`` — its Q/K/V readers are the ones the edge engine re-evaluates on a
       patched residual (``headgeom.analysis.edges``: LN_1 or block readers, the value
-      adapter); docs §15.1 defines edges for GPT models only.
+      adapter); docs §15.1 defines edges for GPT models only;
+    * ``heads`` — a built model -> its heads' weight maps and readers
+      (``headgeom.model.heads.Heads``: W_O, W_Q/W_K/W_V, the norm before them), what the
+      weight-space and leakage analyses read (:func:`heads_of`).
     """
 
     name: str
@@ -70,6 +75,13 @@ class Architecture:
     fast_patching: bool
     prefix_reuse: bool
     edge_patching: bool
+    heads: Callable[[nn.Module], Heads]
+
+
+def _block_heads(model: nn.Module) -> Heads:
+    """Our GPT and multiscreen models: readers and writers of the model's geometry."""
+    spec = geometry_of(model.cfg)
+    return BlockHeads(model, spec.shared_ln1, spec.name, spec.reader)
 
 
 ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
@@ -85,6 +97,7 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
                 fast_patching=True,
                 prefix_reuse=True,
                 edge_patching=True,
+                heads=_block_heads,
             ),
             # Windows and MiPE rotations depend on absolute positions only, so the tiles
             # have the KV-prefix forward too (``ScreeningBlock.forward_suffix``, docs §6.6).
@@ -97,6 +110,7 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
                 fast_patching=True,
                 prefix_reuse=True,
                 edge_patching=False,
+                heads=_block_heads,
             ),
             # A transformers model's own forward, sites by hooks on its family's modules
             # (headgeom.model.families): the plain engines only, for now.
@@ -109,6 +123,7 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
                 fast_patching=False,
                 prefix_reuse=False,
                 edge_patching=False,
+                heads=HFHeads,
             ),
         )
     }
@@ -155,6 +170,14 @@ def architecture_of(model: nn.Module) -> Architecture | None:
     """The architecture of a built model, by its exact type; None for a type not registered
     (an engine then assumes nothing of it)."""
     return _BY_MODEL_TYPE.get(type(model))
+
+
+def heads_of(model: nn.Module) -> Heads:
+    """The weight maps and readers of a built model's heads (``Architecture.heads``)."""
+    arch = architecture_of(model)
+    if arch is None:
+        raise ValueError(f"{type(model).__name__} is not a registered architecture")
+    return arch.heads(model)
 
 
 # --------------------------------------------------------------------------- model configs
