@@ -114,6 +114,13 @@ class Study(ResourceRequests):
         return self._run_sets[name]
 
     @cached_property
+    def skipped_analyses(self) -> list[dict[str, str]]:
+        """``{run_set, model, reason}`` of every analysis whose default leaves out an imported
+        model because its architecture lacks the engine (``headgeom.run_sets.skipped``); the
+        workflow prints them when it starts."""
+        return run_sets.skipped(self)
+
+    @cached_property
     def runs(self) -> list[tuple[str, int]]:
         """(model, seed) of every run, in config order."""
         return [(m, int(s)) for m, spec in self.models.items() for s in spec["seeds"]]

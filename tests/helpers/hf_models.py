@@ -92,3 +92,21 @@ def fused_slices(family, X, n, d, D):
     if family == "gpt_neox":
         return [slice(j * 3 * d + part * d, j * 3 * d + (part + 1) * d) for j in range(n)]
     return [slice(j * d, (j + 1) * d) for j in range(n)]
+
+
+def save_tiny_family(path, family: str, seed: int = 0):
+    """A random model of ``family`` (:func:`family_config`, its vocabulary that of the
+    metaspace tokenizer of ``tests.helpers.tokenizers``) saved with safetensors beside that
+    tokenizer: a directory an ``hf-causal-lm`` import reads. Returns the model."""
+    import transformers
+
+    from tests.helpers.tokenizers import metaspace_tokenizer
+
+    tok = metaspace_tokenizer()
+    config = family_config(family)
+    config.vocab_size = tok.get_vocab_size()
+    torch.manual_seed(seed)
+    hf = transformers.AutoModelForCausalLM.from_config(config).eval()
+    hf.save_pretrained(path, safe_serialization=True)
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok).save_pretrained(path)
+    return hf

@@ -60,6 +60,14 @@ class Heads(Protocol):
     def read(self, layer: int, x: torch.Tensor) -> tuple[torch.Tensor, ...]: ...
 
 
+def free_reader_refusal(geometry: str, reader_kind: str) -> str:
+    """Why leakage is not defined on a geometry without a shared LN_1 (docs §11.1)."""
+    return (
+        f"leakage needs free readers (a shared LN_1 before learned W_Q/W_K/W_V, docs §11.1), "
+        f"but geometry {geometry!r} has {reader_kind} readers without one"
+    )
+
+
 def kv_head_of(groups: Sequence[Sequence[int]]) -> list[int]:
     """The key/value head each query head reads, from ``kv_groups`` (query heads per kv head)."""
     owner = {h: j for j, heads in enumerate(groups) for h in heads}
@@ -93,10 +101,7 @@ class BlockHeads:
         self.n_kv_head = cfg.n_head
         self.kv_groups = tuple((h,) for h in range(cfg.n_head))
         self._shared_ln1 = shared_ln1
-        self.leakage_refusal = None if shared_ln1 else (
-            f"leakage needs free readers (a shared LN_1 before learned W_Q/W_K/W_V, docs "
-            f"§11.1), but geometry {geometry!r} has {reader_kind} readers without one"
-        )  # fmt: skip
+        self.leakage_refusal = None if shared_ln1 else free_reader_refusal(geometry, reader_kind)
 
     def _attn(self, layer: int) -> nn.Module:
         return self.model.blocks[layer].attn

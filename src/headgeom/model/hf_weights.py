@@ -19,16 +19,24 @@ read coordinates are compared, not which residual directions are read (docs §11
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import nn
 
-from headgeom.model.families import UnsupportedFamilyError
+from headgeom.model.families import FAMILIES, Family, UnsupportedFamilyError
 from headgeom.model.heads import ReadNorm
 
 _PART = {"Q": 0, "K": 1, "V": 2}
 
 
-def _leakage_refusal(family) -> str | None:
+def config_leakage_refusal(model_config: Mapping) -> str | None:
+    """:func:`leakage_refusal` of a wrapped model's config dict (its ``family``), for the
+    workflow, which decides before any model is built."""
+    return leakage_refusal(FAMILIES[model_config["family"]])
+
+
+def leakage_refusal(family: Family) -> str | None:
     """Why leakage (docs §11.2) is not defined on a family's models, or None."""
     if family.writes_residual_directly:
         return None
@@ -53,7 +61,7 @@ class HFHeads:
         self.n_layer, self.n_head, self.n_kv_head = cfg.n_layer, cfg.n_head, cfg.n_kv_head
         self.d_head, self.d_model = cfg.d_head, cfg.d_model
         self.kv_groups = cfg.kv_groups
-        self.leakage_refusal = _leakage_refusal(self.family)
+        self.leakage_refusal = leakage_refusal(self.family)
         self._module(0, self.family.attn_norm)  # a missing norm is refused now
 
     # ------------------------------------------------------------------ modules

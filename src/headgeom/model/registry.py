@@ -35,8 +35,8 @@ from headgeom.model import config as gpt_config
 from headgeom.model import facts, geometries, gpt, hf, multiscreen
 from headgeom.model.config import ModelConfig
 from headgeom.model.geometries import GEOMETRIES, Geometry
-from headgeom.model.heads import BlockHeads, Heads
-from headgeom.model.hf_weights import HFHeads
+from headgeom.model.heads import BlockHeads, Heads, free_reader_refusal
+from headgeom.model.hf_weights import HFHeads, config_leakage_refusal
 from headgeom.model.kerdock import BasisFamily
 from headgeom.model.multiscreen import MultiscreenConfig, MultiscreenLM
 
@@ -64,7 +64,11 @@ class Architecture:
       adapter); docs §15.1 defines edges for GPT models only;
     * ``heads`` — a built model -> its heads' weight maps and readers
       (``headgeom.model.heads.Heads``: W_O, W_Q/W_K/W_V, the norm before them), what the
-      weight-space and leakage analyses read (:func:`heads_of`).
+      weight-space and leakage analyses read (:func:`heads_of`);
+    * ``leakage_refusal`` — a model config dict -> why leakage (docs §11) is not defined on
+      its models, or None: what the workflow asks before any model is built
+      (:func:`analysis_refusal`; a built model's ``heads_of(model).leakage_refusal`` says the
+      same).
     """
 
     name: str
@@ -76,12 +80,19 @@ class Architecture:
     prefix_reuse: bool
     edge_patching: bool
     heads: Callable[[nn.Module], Heads]
+    leakage_refusal: Callable[[Mapping[str, Any]], str | None]
 
 
 def _block_heads(model: nn.Module) -> Heads:
     """Our GPT and multiscreen models: readers and writers of the model's geometry."""
     spec = geometry_of(model.cfg)
     return BlockHeads(model, spec.shared_ln1, spec.name, spec.reader)
+
+
+def _geometry_leakage_refusal(model_config: Mapping[str, Any]) -> str | None:
+    """Our models: leakage needs a geometry with a shared LN_1 (docs §11.1)."""
+    spec = geometry(facts.study_geometry(dict(model_config)))
+    return None if spec.shared_ln1 else free_reader_refusal(spec.name, spec.reader)
 
 
 ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
@@ -98,6 +109,7 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
                 prefix_reuse=True,
                 edge_patching=True,
                 heads=_block_heads,
+                leakage_refusal=_geometry_leakage_refusal,
             ),
             # Windows and MiPE rotations depend on absolute positions only, so the tiles
             # have the KV-prefix forward too (``ScreeningBlock.forward_suffix``, docs §6.6).
@@ -111,6 +123,7 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
                 prefix_reuse=True,
                 edge_patching=False,
                 heads=_block_heads,
+                leakage_refusal=_geometry_leakage_refusal,
             ),
             # A transformers model's own forward, sites by hooks on its family's modules
             # (headgeom.model.families): the plain engines only, for now.
@@ -124,6 +137,7 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
                 prefix_reuse=False,
                 edge_patching=False,
                 heads=HFHeads,
+                leakage_refusal=config_leakage_refusal,
             ),
         )
     }
@@ -170,6 +184,29 @@ def architecture_of(model: nn.Module) -> Architecture | None:
     """The architecture of a built model, by its exact type; None for a type not registered
     (an engine then assumes nothing of it)."""
     return _BY_MODEL_TYPE.get(type(model))
+
+
+#: What an analysis engine needs of an architecture beyond its hook sites: the registry flag,
+#: and the words of a refusal without it (leakage asks ``Architecture.leakage_refusal``).
+_ENGINE_NEEDS = {
+    "edges": ("edge_patching", "the Q/K/V readers the edge engine re-evaluates (docs §15.1)"),
+    "coordinates": ("fast_patching", "the layer resumption the coordinate engine uses "
+                    "(blocks, answer_logits; docs §15.2)"),
+}  # fmt: skip
+ANALYSES = ("leakage", *_ENGINE_NEEDS)
+
+
+def analysis_refusal(model_config: Mapping[str, Any], analysis: str) -> str | None:
+    """Why the models of a config dict (a run config's ``model`` section) cannot run
+    ``analysis`` (one of :data:`ANALYSES`), or None: what the workflow's run sets ask before
+    building anything."""
+    arch = architecture(model_config.get("architecture", gpt_config.ARCHITECTURE))
+    if analysis == "leakage":
+        return arch.leakage_refusal(model_config)
+    if analysis not in _ENGINE_NEEDS:
+        raise ValueError(f"no engine needs recorded for analysis {analysis!r}; known: {ANALYSES}")
+    flag, what = _ENGINE_NEEDS[analysis]
+    return None if getattr(arch, flag) else f"architecture {arch.name!r} lacks {what}"
 
 
 def heads_of(model: nn.Module) -> Heads:
