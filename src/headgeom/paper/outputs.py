@@ -264,6 +264,7 @@ RECORDS: tuple[Output, ...] = (
     Output("table7", "table", APPENDIX_B, build="edges:table7",
            inputs={"runs": ("train_log", "edges"), "summaries": ("edge_summary", "edges"),
                    "acdc": ("acdc", "acdc")},
+           needs="edges",
            caption=("Paper Table 7 (App. B.1): Spearman between an edge's weight-space PK and "
                     "its KL(P_clean ‖ P_patched) on the first 16 SVA validation examples, "
                     "pooled and within (reader, X) for Q, K and V, rows grouped as the paper "
@@ -272,6 +273,7 @@ RECORDS: tuple[Output, ...] = (
     Output("coordinates", "table", APPENDIX_B, build="coordinates:coordinates_table",
            inputs={"runs": ("train_log", "coordinates"),
                    "coordinates": ("coordinates", "coordinates")},
+           needs="coordinates",
            caption=("Coordinate concentration (App. B.2): top-10 single-direction share of the "
                     "positive evaluation drop at the best head's layer, after W_O, before W_O "
                     "and before W_O after a within-head Haar rotation, directions chosen on "
@@ -279,6 +281,7 @@ RECORDS: tuple[Output, ...] = (
                     "set beats every magnitude-matched random set.")),
     Output("coordinate_shares", "figure", APPENDIX_B, build="coordinates:coordinate_shares_data",
            draw="coordinates:coordinate_shares",
+           needs="coordinates",
            inputs={"runs": ("train_log", "coordinates"),
                    "coordinates": ("coordinates", "coordinates"),
                    "directions": ("coordinate_directions", "coordinates")},
