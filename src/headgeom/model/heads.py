@@ -12,7 +12,8 @@ read them (docs §9, §11), one access object per architecture (the registry's
   readers, multiscreen tiles);
 * ``read(l, x)``       -> (q, k, v): layer l's projections re-run on a residual ``x``
   (..., d_model), the values of its ``attn.hook_q``/``hook_k``/``hook_v`` sites for that
-  residual (the direct response of docs §11.5);
+  residual (the direct response of docs §11.5), without passing those sites' hooks (the
+  leakage pass calls it from inside them);
 * ``leakage_refusal``  -> why leakage (docs §11) is not defined on the model, or None;
 * ``attention_from_sites`` -> whether a head's attention is softmax_s(q·k_s/√d) of its
   ``hook_q``/``hook_k`` values (so the attention total variation of docs §11.6 can be
