@@ -907,7 +907,7 @@ LEAKAGE = ResultTable(
         "tv_query": "attention TV of reader j at the final position, query from x + δ_i, "
         "clean keys; mean over examples (docs §11.6); one value per (source, reader), "
         "repeated on its Q, K and V rows; null where attention is not softmax(q·k/√d) of "
-        "the projections (rotary positions, q/k norms: transformers models, docs §11.8)",
+        "the projections (rotary positions, q/k norms: transformers models but GPT-2, docs §11.8)",
         "tv_keys": "the same with every key from x + δ_i and the clean query",
         "tv_direct": "the same with query and keys from x + δ_i",
         "tv_total": "the same with query and keys from the patched forward's residual",

@@ -138,10 +138,51 @@ def test_checks_c8_and_c9_pass_and_every_later_reader_has_a_row(run):
     assert len(out.table) == pairs
     finite = out.table["leakage"].dropna()
     assert len(finite) == len(out.table) and finite.between(0, 1).all()
-    # rotary (and GPT-2's attention, read here as every family's) is not recomputed from
-    # the sites: TV is null, never a number (docs §11.8)
-    assert out.table[leakage.TV_COLUMNS].isna().all().all()
+    # attention after rotary positions is not recomputed from the sites: TV is null, never a
+    # number (docs §11.8); GPT-2's is softmax(q·k/√d) of its projections: TV is computed
+    tv = out.table[leakage.TV_COLUMNS]
+    assert tv.notna().all().all() if family == "gpt2" else tv.isna().all().all()
     assert out.table["response_cosine"].notna().all()
+
+
+def test_gpt2s_total_tv_is_the_attention_transformers_computes_in_the_patched_forward():
+    """tv_total of one pair against the attention weights of transformers' eager attention
+    (output_attentions) in the forward with the source's z slice swapped by a plain hook."""
+    model = HFCausalLM.wrap(tiny_family_model("gpt2", seed=5))
+    inputs = _inputs()
+    out = leakage.leakage_table(model, inputs, _effects(model, inputs), 4, torch.device("cpu"), "e")
+    (src_layer, src_head), (rl, rh), d = (0, 2), (2, 1), model.cfg.d_head
+    hf = model.hf
+    implementation = hf.config._attn_implementation
+    hf.set_attn_implementation("eager")
+    proj, total = o_proj(hf, src_layer), 0.0
+    cols = slice(src_head * d, (src_head + 1) * d)
+    try:
+        with torch.no_grad():
+            for c_ids, r_ids in zip(inputs.clean_ids, inputs.ref_ids, strict=True):
+                seen = {}
+                handle = proj.register_forward_pre_hook(lambda m, a, s=seen: s.update(z=a[0]))
+                hf(input_ids=torch.as_tensor(r_ids[None].astype(np.int64)))
+                handle.remove()
+                ids = torch.as_tensor(c_ids[None].astype(np.int64))
+                a = hf(input_ids=ids, output_attentions=True).attentions[rl][0, rh, -1].double()
+
+                def swap(m, args, z_ref=seen["z"]):
+                    z = args[0].clone()
+                    z[..., cols] = z_ref[..., cols]
+                    return (z,)
+
+                handle = proj.register_forward_pre_hook(swap)
+                patched = hf(input_ids=ids, output_attentions=True).attentions[rl][0, rh, -1]
+                handle.remove()
+                total += 0.5 * float((patched.double() - a).abs().sum()) / len(inputs.clean_ids)
+    finally:
+        hf.set_attn_implementation(implementation)
+    t = out.table
+    row = t[(t["source_layer"] == src_layer) & (t["source_head"] == src_head)
+            & (t["reader_layer"] == rl) & (t["reader_head"] == rh)].iloc[0]  # fmt: skip
+    assert total > 1e-3  # the patch moves the reader's attention
+    assert row["tv_total"] == pytest.approx(total, rel=1e-4, abs=1e-7)
 
 
 def test_leakage_equals_the_pooled_share_of_delta_from_plain_hooks(run):

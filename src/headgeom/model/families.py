@@ -24,6 +24,10 @@ is one record in :data:`FAMILIES`.
   store their weights (in, out) (GPT-2's ``Conv1D``) instead of ``nn.Linear``'s (out, in).
   :mod:`headgeom.model.hf_weights` reads each head's W_O, W_Q, W_K, W_V and this norm's gain
   from them (the read and write spaces of docs §9 and §11.8);
+* ``plain_attention`` — the config values under which a head's attention is
+  softmax_s(q·k_s/√d_head) of its projection outputs (no rotary positions, no q/k norms, no
+  other scaling), so the attention TV of docs §11.6 can be recomputed from the sites; None:
+  never (rotary families);
 * ``kv_heads_key`` — the config key of the key/value head count (None: one per query head);
   ``head_dim_key`` — the config key of d_head (None, or a null value: hidden_size / heads).
   Query head h reads key/value head h // (n_head / n_kv_head), as ``transformers``'
@@ -64,6 +68,7 @@ class Family:
     norm_centered: bool = False
     norm_gain_offset: float = 0.0
     conv1d: bool = False
+    plain_attention: Mapping[str, object] | None = None
 
     @property
     def writes_residual_directly(self) -> bool:
@@ -150,6 +155,9 @@ FAMILIES: Mapping[str, Family] = MappingProxyType(
                 attn_norm="ln_1",
                 norm_centered=True,
                 conv1d=True,
+                plain_attention=MappingProxyType(
+                    {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False}
+                ),
             ),
         )
     }

@@ -49,10 +49,16 @@ def leakage_refusal(family: Family) -> str | None:
     )
 
 
+def plain_attention(family: Family, hf_config: Mapping) -> bool:
+    """Whether a head's attention is softmax(q·k/√d) of its hook_q/hook_k values: the family
+    declares the config values under which it is (GPT-2), and the config has them; never
+    where rotary positions or q/k norms act after the projections."""
+    wanted = family.plain_attention
+    return wanted is not None and all(hf_config.get(k) == v for k, v in wanted.items())
+
+
 class HFHeads:
     """:class:`headgeom.model.heads.Heads` of an :class:`~headgeom.model.hf.HFCausalLM`."""
-
-    attention_from_sites = False  # rotary, q/k norms and the family's scaling act after hook_q/k
 
     def __init__(self, model: nn.Module):
         self.model = model
@@ -62,6 +68,7 @@ class HFHeads:
         self.d_head, self.d_model = cfg.d_head, cfg.d_model
         self.kv_groups = cfg.kv_groups
         self.leakage_refusal = leakage_refusal(self.family)
+        self.attention_from_sites = plain_attention(self.family, cfg.hf_config)
         self._module(0, self.family.attn_norm)  # a missing norm is refused now
 
     # ------------------------------------------------------------------ modules
