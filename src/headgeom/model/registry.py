@@ -126,7 +126,9 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
                 leakage_refusal=_geometry_leakage_refusal,
             ),
             # A transformers model's own forward, sites by hooks on its family's modules
-            # (headgeom.model.families): the plain engines only, for now.
+            # (headgeom.model.families): the engines' whole-forward routes (plain patching,
+            # the hooked leakage pass, clamps as whole forwards), its heads' maps through the
+            # family record (hf_weights).
             Architecture(
                 name=hf.ARCHITECTURE,
                 config=hf.HFModelConfig,
