@@ -38,7 +38,7 @@ __all__ = ["TASKS", "Study", "StudyConfigError"]
 
 
 #: The geometry of every imported model (a checkpoint the user brings): GPT-2's own, free readers.
-IMPORTED_GEOMETRY = "learned"
+IMPORTED_GEOMETRY = facts.IMPORTED_GEOMETRY
 
 
 # ----------------------------------------------------------------------------- study

@@ -42,6 +42,11 @@ def test_a_llama_gets_leakage_and_clamps_and_no_edges_with_the_reason(folders):
     assert set(skipped) == {"edges", "coordinates"}
     assert "lacks the Q/K/V readers the edge engine re-evaluates" in skipped["edges"]["reason"]
     assert skipped["edges"]["model"] == "llama-tiny"
+    # the run logs' tables count it as the study does: an imported model, geometry learned
+    from headgeom.model import facts
+
+    assert facts.study_geometry(study.model_config("llama-tiny")) == facts.IMPORTED_GEOMETRY
+    assert study.models["llama-tiny"]["geometry"] == facts.IMPORTED_GEOMETRY
 
 
 def test_a_gemma_gets_no_leakage_and_says_why(folders):
