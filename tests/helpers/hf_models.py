@@ -43,7 +43,7 @@ def family_config(family: str):
 def tiny_family_model(family: str, seed: int = 0):
     """A random model of ``family`` in eval mode whose norm gains (and LayerNorm biases) are
     random too, so a gain convention (Gemma's 1 + w) is visible in the maps."""
-    import transformers
+    import transformers  # the [dev] extra, as above
 
     torch.manual_seed(seed)
     hf = transformers.AutoModelForCausalLM.from_config(family_config(family)).eval()
@@ -98,9 +98,9 @@ def save_tiny_family(path, family: str, seed: int = 0):
     """A random model of ``family`` (:func:`family_config`, its vocabulary that of the
     metaspace tokenizer of ``tests.helpers.tokenizers``) saved with safetensors beside that
     tokenizer: a directory an ``hf-causal-lm`` import reads. Returns the model."""
-    import transformers
+    import transformers  # the [dev] extra, as above
 
-    from tests.helpers.tokenizers import metaspace_tokenizer
+    from tests.helpers.tokenizers import metaspace_tokenizer  # needs tokenizers, as transformers
 
     tok = metaspace_tokenizer()
     config = family_config(family)

@@ -12,7 +12,7 @@ import yaml
 
 pytest.importorskip("transformers")
 
-from headgeom.model import registry  # noqa: E402
+from headgeom.model import facts, registry  # noqa: E402
 from headgeom.study import Study, StudyConfigError  # noqa: E402
 from tests.helpers.hf_models import save_tiny_family  # noqa: E402
 
@@ -43,8 +43,6 @@ def test_a_llama_gets_leakage_and_clamps_and_no_edges_with_the_reason(folders):
     assert "lacks the Q/K/V readers the edge engine re-evaluates" in skipped["edges"]["reason"]
     assert skipped["edges"]["model"] == "llama-tiny"
     # the run logs' tables count it as the study does: an imported model, geometry learned
-    from headgeom.model import facts
-
     assert facts.study_geometry(study.model_config("llama-tiny")) == facts.IMPORTED_GEOMETRY
     assert study.models["llama-tiny"]["geometry"] == facts.IMPORTED_GEOMETRY
 
@@ -65,7 +63,7 @@ def test_naming_a_refused_model_in_the_config_is_an_error_with_the_reason(folder
 
 
 def test_the_registry_answers_for_our_geometries_as_the_geometry_facts_do():
-    from headgeom.model import facts, zoo
+    from headgeom.model import zoo  # builds geometry configs: torch, as the registry
 
     # every geometry exists at this size (routed and multiscreen controls need 3 | n_head)
     arch = {"n_layer": 4, "n_head": 3, "d_model": 48, "d_head": 16, "d_mlp": 96, "n_ctx": 16}
