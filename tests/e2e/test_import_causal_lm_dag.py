@@ -34,7 +34,8 @@ def llama_run(tmp_path_factory):
     targets = [f"{results}/{stage}/{MODEL}/s0/{t}.parquet"
                for stage in ("eval", "patching", "leakage", "lanes") for t in TASKS]  # fmt: skip
     targets += [f"{results}/geometry/{MODEL}/s0/summary.parquet",
-                f"{results}/clamps/{MODEL}/s0/paths.parquet"]  # fmt: skip
+                f"{results}/clamps/{MODEL}/s0/paths.parquet",
+                f"{results}/exclusivity/summary.parquet"]  # fmt: skip
     proc = snakemake(work, "--cores", "2", *targets)
     assert f"no edges for {MODEL}: architecture 'hf-causal-lm' lacks" in proc.stderr
     return work / results, hf
@@ -97,6 +98,10 @@ def test_leakage_runs_with_its_checks_and_attributes_shared_key_value_heads(llam
         assert frame["leakage"].between(0, 1).all() and frame["tv_query"].isna().all()
         k = frame[frame["read_type"] == "K"].set_index(["source_head", "reader_head"])["leakage"]
         np.testing.assert_array_equal(k.xs(0, level=1), k.xs(1, level=1))  # kv head 0: 0, 1
+    # the exclusivity summary (docs §11.3) reads them with the run's log
+    summary = pq.read_table(results / "exclusivity" / "summary.parquet").to_pandas()
+    medians = summary[(summary["quantity"] == "median_leakage") & (summary["scope"] == "run")]
+    assert set(medians["model"]) == {MODEL} and set(medians["read_type"]) == {"Q", "K", "V"}
 
 
 def test_geometry_lanes_and_clamps_run_on_the_pretrained_model(llama_run):
