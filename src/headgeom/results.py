@@ -1035,7 +1035,9 @@ LEAKAGE = ResultTable(
         "source_head": "head h of the source",
         "reader_layer": "layer l' > l of the reader j",
         "reader_head": "head h' of the reader",
-        "read_type": "Q, K or V: which reader map defines the folded read space",
+        "read_type": "Q, K or V: which reader map defines the folded read space (K, V of "
+        "grouped-query attention: the shared key/value head's, on every query head of its "
+        "group, docs §11.8)",
         "leakage": "L = Σ‖P_R δ_i‖² / Σ‖δ_i‖² over examples and positions; null if δ_i = 0",
         "rho": "isotropic expectation PK(U^i, R) / dim U^i, U^i = Im W_O^i",
         "leakage_over_rho": "leakage / rho; null if either is undefined or rho = 0",
@@ -1050,7 +1052,8 @@ LEAKAGE = ResultTable(
         "(docs §11.5; not bounded by 1)",
         "tv_query": "attention TV of reader j at the final position, query from x + δ_i, "
         "clean keys; mean over examples (docs §11.6); one value per (source, reader), "
-        "repeated on its Q, K and V rows",
+        "repeated on its Q, K and V rows; null where attention is not softmax(q·k/√d) of "
+        "the projections (rotary positions, q/k norms: transformers models but GPT-2, docs §11.8)",
         "tv_keys": "the same with every key from x + δ_i and the clean query",
         "tv_direct": "the same with query and keys from x + δ_i",
         "tv_total": "the same with query and keys from the patched forward's residual",

@@ -1,7 +1,7 @@
-"""The micro DAG up to clean evaluation, all-heads patching and key/value-head patching on
-an imported causal LM: a random tiny grouped-query Llama with its own tokenizer (written
-locally; nothing is downloaded), imported with format hf-causal-lm, its tasks built with its
-tokenizer."""
+"""The micro DAG up to clean evaluation, all-heads and key/value-head patching, AtP beside
+exact, leakage, the geometry summary, lanes and clamps on an imported causal LM: a random tiny
+grouped-query Llama with its own tokenizer (written locally; nothing is downloaded), imported
+with format hf-causal-lm, its tasks built with its tokenizer."""
 
 from __future__ import annotations
 
@@ -31,9 +31,13 @@ def llama_run(tmp_path_factory):
     work = make_workdir(tmp_path_factory.mktemp("llama") / "w", cfg)
     hf = save_tiny_llama(work / MODEL, seed=0)
     results = f"results/{cfg['study']}"
-    stages = ("eval", "patching", "patching_kv", "atp")
+    stages = ("eval", "patching", "patching_kv", "atp", "leakage", "lanes")
     targets = [f"{results}/{stage}/{MODEL}/s0/{t}.parquet" for stage in stages for t in TASKS]
-    snakemake(work, "--cores", "2", *targets)
+    targets += [f"{results}/geometry/{MODEL}/s0/summary.parquet",
+                f"{results}/clamps/{MODEL}/s0/paths.parquet",
+                f"{results}/exclusivity/summary.parquet"]  # fmt: skip
+    proc = snakemake(work, "--cores", "2", *targets)
+    assert f"no edges for {MODEL}: architecture 'hf-causal-lm' lacks" in proc.stderr
     return work / results, hf
 
 
@@ -112,3 +116,40 @@ def test_the_manifest_holds_the_source_record_and_gates_the_checkpoint(llama_run
     assert np.isfinite(record["val_loss_nats"])
     model, vocab, _ = load_verified(run / "model.safetensors", run / "manifest.json")
     assert model.cfg.n_head == HEADS and len(vocab) == hf.config.vocab_size
+
+
+def test_leakage_runs_with_its_checks_and_attributes_shared_key_value_heads(llama_run):
+    results, _ = llama_run
+    for task in TASKS:
+        path = results / "leakage" / MODEL / "s0" / f"{task}.parquet"
+        meta = read_parquet_metadata(path)
+        for check in ("C8", "C9"):
+            assert float(meta[f"check_{check}_max_abs_residual"]) <= float(
+                meta[f"check_{check}_tolerance"]
+            )
+        assert "attributed to every query head of its group" in meta["kv_attribution"]
+        frame = pq.read_table(path).to_pandas()
+        assert len(frame) == HEADS * 1 * HEADS * 3  # sources of layer 0, readers of layer 1
+        assert frame["leakage"].between(0, 1).all() and frame["tv_query"].isna().all()
+        k = frame[frame["read_type"] == "K"].set_index(["source_head", "reader_head"])["leakage"]
+        np.testing.assert_array_equal(k.xs(0, level=1), k.xs(1, level=1))  # kv head 0: 0, 1
+    # the exclusivity summary (docs §11.3) reads them with the run's log
+    summary = pq.read_table(results / "exclusivity" / "summary.parquet").to_pandas()
+    medians = summary[(summary["quantity"] == "median_leakage") & (summary["scope"] == "run")]
+    assert set(medians["model"]) == {MODEL} and set(medians["read_type"]) == {"Q", "K", "V"}
+
+
+def test_geometry_lanes_and_clamps_run_on_the_pretrained_model(llama_run):
+    results, _ = llama_run
+    run = results / "geometry" / MODEL / "s0"
+    summary = pq.read_table(run / "summary.parquet").to_pandas()
+    assert summary["n_head"].item() == HEADS and not summary["prop1_applies"].item()
+    lanes = pq.read_table(results / "lanes" / MODEL / "s0" / "sva.parquet").to_pandas()
+    assert lanes["chance"].item() == 1 / HEADS
+    paths = results / "clamps" / MODEL / "s0" / "paths.parquet"
+    meta = read_parquet_metadata(paths)
+    for check in ("C12", "C13"):
+        assert float(meta[f"check_{check}_max_abs_residual"]) <= float(
+            meta[f"check_{check}_tolerance"]
+        )
+    assert len(pq.read_table(paths)) == 5 * len(TASKS)

@@ -70,9 +70,9 @@ def test_a_named_run_set_is_checked_model_and_seed():
 
 
 def test_a_pretrained_causal_lm_gets_only_the_analyses_its_architecture_has(tmp_path):
-    """A tiny Llama imported as itself (hf-causal-lm): the registry gives its architecture no
-    edge engine and no layer parts, so edges, clamps and coordinates leave it out by default
-    (the paper outputs that read them are then not made), and naming it is an error."""
+    """A tiny Llama imported as itself (hf-causal-lm): the registry refuses edges and
+    coordinates on its architecture, so their defaults leave it out (the paper outputs that
+    read them are then not made) and naming it is an error; clamps take it."""
     pytest.importorskip("transformers")
     from headgeom.heads.paper.plan import PaperPlan
     from tests.helpers.hf import save_tiny_llama
@@ -82,14 +82,14 @@ def test_a_pretrained_causal_lm_gets_only_the_analyses_its_architecture_has(tmp_
     spec = {"format": "hf-causal-lm", "path": str(tmp_path / "llama")}
     config["models"] = {"llama": {"import": spec, "seeds": [0]}}
     study = Study.from_config(config)
-    assert study.architecture("llama") == "hf-causal-lm"
     assert study.run_set("runs") == [("llama", 0)]
-    for name in ("edges", "clamps", "clamp_figure8", "coordinates"):
+    for name in ("edges", "coordinates"):
         assert study.run_set(name) == [], name
+    assert study.run_set("clamp_figure8") == [("llama", 0)]  # clamps run on it
     plan = PaperPlan(study)
-    assert not {"table7", "coordinates", "clamps"} & set(plan.tables)
+    assert not {"table7", "coordinates"} & set(plan.tables)
     assert "coordinate_shares" not in plan.figures and "table3" in plan.tables
     config["edges"] = {**config["edges"], "models": ["llama"]}
-    lacks = r"model 'llama' is a hf-causal-lm model, whose architecture lacks the engine's"
-    with pytest.raises(StudyConfigError, match=rf"edges.models\[0\]: {lacks} edge_patching"):
+    lacks = r"model 'llama' cannot run edges: architecture 'hf-causal-lm' lacks"
+    with pytest.raises(StudyConfigError, match=rf"edges.models\[0\]: {lacks}"):
         Study.from_config(config)

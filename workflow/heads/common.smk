@@ -49,6 +49,10 @@ except ValueError as err:
 STUDY = checked(Study.from_config, extended(config))
 #: The paper's tables and figures in this study, and what each reads (headgeom.heads.paper.plan).
 PAPER = PaperPlan(STUDY)
+# Analyses an imported model's architecture cannot run are left out of the defaults: say so.
+for skip in STUDY.skipped_analyses:
+    message = f"headgeom: no {skip['run_set']} for {skip['model']}: {skip['reason']}"
+    print(message, file=sys.stderr)
 
 
 wildcard_constraints:

@@ -5,8 +5,12 @@ A run set is a list of (model, seed) in config order. Each one either follows a 
 that names models (``leakage.models``: model names, all their seeds; ``clamps.pairs_models``
 and the others marked ``entries="runs"``: a model, or ``{model, seeds}``) or, when the config
 leaves it out, its default: the runs of some geometries (the paper's, docs §11–§15), the
-models a paper selection shows, every model whose architecture can run the analysis, or every
-model. The paper's tables and figures name these sets too (``headgeom.heads.paper.outputs``).
+models a paper selection shows, or every model; in both cases only models whose architecture
+can run the analysis (``needs``: the registry's :func:`~headgeom.model.registry.analysis_refusal`
+answers from the model config). A default leaves out an imported model the registry refuses
+and records why (:func:`skipped`: the workflow prints it); a config entry naming a refused
+model is an error saying why. The paper's tables and figures name these sets too
+(``headgeom.heads.paper.outputs``).
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ from typing import Literal, Protocol
 
 from headgeom.heads import selections
 from headgeom.heads.selections import unknown_model
-from headgeom.model import facts
 
 Run = tuple[str, int]
 
@@ -42,7 +45,10 @@ class RunSetStudy(Protocol):
 
     def is_imported(self, model: str) -> bool: ...
 
-    def architecture(self, model: str) -> str: ...
+    @property
+    def imported_models(self) -> list[str]: ...
+
+    def model_config(self, model: str) -> dict: ...
 
     def run_set(self, name: str) -> list[Run]: ...
 
@@ -76,16 +82,15 @@ class RunSet:
     #: Config entries: model names (all seeds) or ``runs`` (a model, or {model, seeds}).
     entries: Literal["models", "runs"] = "models"
     #: The default: these geometries (on ``corpus`` where the study names corpora), the
-    #: models of paper selection ``selection``, the models ``capable`` says yes to (of their
-    #: geometry), or every model; always within run set ``within`` if given.
+    #: models of paper selection ``selection``, or every model; always within run set
+    #: ``within`` if given.
     geometries: tuple[str, ...] | None = None
     corpus: str | None = None
     selection: str | None = None
-    capable: Callable[[str], bool] | None = None
-    #: The registry flag of ``headgeom.model.registry.Architecture`` the analysis's engine
-    #: needs of a model's architecture: a default leaves other models out, naming one fails.
-    engine: str | None = None
     within: str | None = None
+    #: The analysis (``headgeom.model.registry.ANALYSES``) whose engine a model's
+    #: architecture must have: a model it refuses is never in the set.
+    needs: str | None = None
     #: ``all`` seeds, the ``first`` of each model, or the config flag that picks first seeds.
     seeds: str = "all"
     #: Whether the analysis runs at all (a config switch); None: always.
@@ -96,12 +101,13 @@ class RunSet:
     union: tuple[str, ...] = ()
 
 
-def engine_supports(study: RunSetStudy, model: str, engine: str) -> bool:
-    """Whether ``model``'s architecture (``Study.architecture``: an imported causal LM
-    is ``hf-causal-lm``) declares the registry flag ``engine``, e.g. ``edge_patching``."""
+def refusal(study: RunSetStudy, model: str, analysis: str | None) -> str | None:
+    """Why ``model``'s architecture cannot run ``analysis``, or None (no analysis: None)."""
+    if analysis is None:
+        return None
     from headgeom.model import registry  # the architectures' engines: torch
 
-    return getattr(registry.architecture(study.architecture(model)), engine)
+    return registry.analysis_refusal(study.model_config(model), analysis)
 
 
 RUN_SETS: dict[str, RunSet] = {
@@ -109,15 +115,15 @@ RUN_SETS: dict[str, RunSet] = {
     for s in (
         RunSet("runs"),
         RunSet("first_seeds", seeds="first"),
-        RunSet("leakage", config="leakage.models", capable=facts.has_shared_ln1),
+        RunSet("leakage", config="leakage.models", needs="leakage"),
         RunSet("clamp_pairs", config="clamps.pairs_models", entries="runs",
-               geometries=CLAMP_PAIRS, engine="layer_parts"),
+               geometries=CLAMP_PAIRS),
         RunSet("clamp_figure8", config="clamps.figure8_models", entries="runs",
-               selection="figure8", engine="layer_parts"),
+               selection="figure8"),
         RunSet("clamp_both_orders", config="clamps.both_orders_models", entries="runs",
-               geometries=CLAMP_BOTH_ORDERS, engine="layer_parts"),
+               geometries=CLAMP_BOTH_ORDERS),
         RunSet("clamp_lumped", config="clamps.lumped_models", entries="runs",
-               geometries=CLAMP_LUMPED, engine="layer_parts"),
+               geometries=CLAMP_LUMPED),
         RunSet("clamps", union=("clamp_pairs", "clamp_figure8", "clamp_both_orders",
                                 "clamp_lumped")),
         RunSet("dynamics_timeline", config="dynamics.models", entries="runs",
@@ -127,14 +133,14 @@ RUN_SETS: dict[str, RunSet] = {
         # edges (docs §15.1): every run of a Table 7 group whose architecture has the
         # engine's Q/K/V readers; ACDC (§15.4): the first seed of the all-rotated ones
         RunSet("edges", config="edges.models", geometries=tuple(selections.TABLE7_GROUPS),
-               engine="edge_patching"),
+               needs="edges"),
         RunSet("acdc", config="edges.acdc_models", geometries=ACDC, within="edges",
                seeds="first"),
         # coordinate concentration (docs §15.2): the write-common-axis variants and learned
         # after W_O; read-common and all-common-axis join the pre-W_O comparison
         RunSet("coordinates", config="coordinates.models",
                geometries=tuple(selections.COORDINATE_GROUPS), seeds="coordinates.first_seeds",
-               engine="layer_parts"),
+               needs="coordinates"),
         # ablation modes and the block ablation atlas (docs §10.6): opt-in, first seeds
         RunSet("ablation_modes", config="ablation.mode_models", seeds="first",
                when=lambda study: bool(study.extra_modes)),
@@ -164,8 +170,7 @@ def _pool(study: RunSetStudy, spec: RunSet) -> list[Run]:
 def _default(study: RunSetStudy, spec: RunSet) -> list[Run]:
     if spec.selection is not None:
         chosen = selections.select_models(study.models, spec.selection)
-        return [(m, s) for m, s in chosen
-                if spec.engine is None or engine_supports(study, m, spec.engine)]  # fmt: skip
+        return [(m, s) for m, s in chosen if refusal(study, m, spec.needs) is None]
     named = any("corpus" in s for s in study.models.values())
     within = set(resolve(study, spec.within)) if spec.within else None
 
@@ -174,13 +179,32 @@ def _default(study: RunSetStudy, spec: RunSet) -> list[Run]:
         return (
             (spec.geometries is None or geometry in spec.geometries)
             and (spec.corpus is None or not named or corpus == spec.corpus)
-            and (spec.capable is None or spec.capable(geometry))
-            and (spec.engine is None or engine_supports(study, model, spec.engine))
             and not (spec.trained and study.is_imported(model))
             and (within is None or (model, seed) in within)
+            and refusal(study, model, spec.needs) is None
         )
 
     return [(m, s) for m, s in _pool(study, spec) if wanted(m, s)]
+
+
+def skipped(study: RunSetStudy) -> list[dict[str, str]]:
+    """The analyses whose default would take an imported model but whose engine its
+    architecture lacks: one ``{run_set, model, reason}`` per (run set, model), in run-set and
+    config order. The study's own geometries are chosen by design (docs §16.2), not skipped."""
+    out = []
+    for spec in RUN_SETS.values():
+        if spec.needs is None or _configured(study, spec) is not None:
+            continue
+        if spec.when is not None and not spec.when(study):
+            continue
+        for model in study.imported_models:
+            geometry = study.models[model]["geometry"]
+            if spec.geometries is not None and geometry not in spec.geometries:
+                continue
+            reason = refusal(study, model, spec.needs)
+            if reason is not None:
+                out.append({"run_set": spec.name, "model": model, "reason": reason})
+    return out
 
 
 def _named(study: RunSetStudy, spec: RunSet, entries: list) -> list[Run]:
@@ -193,11 +217,9 @@ def _named(study: RunSetStudy, spec: RunSet, entries: list) -> list[Run]:
             raise unknown_model(model, study.models, where)
         if spec.trained and study.is_imported(model):
             raise ValueError(f"{where}: imported model {model!r} has no training checkpoints")
-        if spec.engine is not None and not engine_supports(study, model, spec.engine):
-            raise ValueError(
-                f"{where}: model {model!r} is a {study.architecture(model)} model, whose "
-                f"architecture lacks the engine's {spec.engine} (headgeom.model.registry)"
-            )
+        reason = refusal(study, model, spec.needs)
+        if reason is not None:
+            raise ValueError(f"{where}: model {model!r} cannot run {spec.name}: {reason}")
         seeds = [int(s) for s in study.models[model]["seeds"]]
         chosen = seeds if isinstance(entry, str) else [int(s) for s in entry["seeds"]]
         for seed in chosen:

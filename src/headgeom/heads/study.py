@@ -42,7 +42,7 @@ __all__ = ["TASKS", "Study", "StudyConfigError"]
 
 
 #: The geometry of every imported model (a checkpoint the user brings): GPT-2's own, free readers.
-IMPORTED_GEOMETRY = "learned"
+IMPORTED_GEOMETRY = facts.IMPORTED_GEOMETRY
 
 
 # ----------------------------------------------------------------------------- study
@@ -112,6 +112,13 @@ class Study(ResourceRequests):
         if name not in self._run_sets:
             self._run_sets[name] = run_sets.resolve(self, name)
         return self._run_sets[name]
+
+    @cached_property
+    def skipped_analyses(self) -> list[dict[str, str]]:
+        """``{run_set, model, reason}`` of every analysis whose default leaves out an imported
+        model because its architecture lacks the engine (``headgeom.heads.run_sets.skipped``); the
+        workflow prints them when it starts."""
+        return run_sets.skipped(self)
 
     @cached_property
     def runs(self) -> list[tuple[str, int]]:
@@ -425,13 +432,6 @@ class Study(ResourceRequests):
 
     def import_spec(self, model: str) -> dict:
         return self.models[model]["import"]
-
-    def architecture(self, model: str) -> str:
-        """The registry architecture a model runs as: an imported causal LM is itself
-        (``hf-causal-lm``), every other model its geometry's (GPT-2 imports: GPT)."""
-        if self.is_imported(model) and self.import_spec(model)["format"] in facts.CAUSAL_LM_FORMATS:
-            return facts.HF_CAUSAL_LM
-        return facts.facts(self.models[model]["geometry"]).architecture
 
     def _imported_model_config(self, model: str) -> dict:
         """The model section of an imported model: from its config.json (read now, so a

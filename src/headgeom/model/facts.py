@@ -122,14 +122,20 @@ def is_base_architecture(name: str) -> bool:
     return facts(name).architecture == GPT
 
 
+#: The study geometry of every imported model (a checkpoint the user brings): GPT-2's own,
+#: free readers; a pretrained transformers model, which has none of its own, is counted with it.
+IMPORTED_GEOMETRY = "learned"
+
+
 def study_geometry(model_config: dict) -> str:
     """The study geometry of a stored model config (a run config's ``model`` section): its
     ``geometry``, or for another architecture the geometry whose configs store that one
-    (a multiscreen-learned model's config says ``geometry: learned``); a pretrained causal
-    LM (``hf-causal-lm``, no designed geometry) is the baseline ``learned``."""
+    (a multiscreen-learned model's config says ``geometry: learned``); for an architecture
+    without study geometries (a pretrained transformers model) :data:`IMPORTED_GEOMETRY`, as
+    the study counts it (``headgeom.heads.study``)."""
     arch = model_config.get("architecture", GPT)
-    if arch == HF_CAUSAL_LM:  # a pretrained model: unconstrained, as every imported model
-        return next(f.name for f in FACTS.values() if f.baseline)
+    if not any(f.architecture == arch for f in FACTS.values()):
+        return IMPORTED_GEOMETRY
     stored = model_config["geometry"]
     for f in FACTS.values():
         if f.architecture == arch and (f.stored or f.name) == stored:

@@ -21,8 +21,20 @@ is one record in :data:`FAMILIES`.
   its attention (:mod:`headgeom.model.hf_blocks`);
 * ``layer_cache`` — the decoder layer's keyword for the key/value cache (``cache``; GPT-NeoX's
   ``layer_past``), through which the fast engine hands a layer the clean prefix's keys/values;
-* ``final_norm``, ``lm_head``; ``logit_softcap_key`` — the config key of a final logit
+* ``lm_head``; ``logit_softcap_key`` — the config key of a final logit
   softcapping ``c · tanh(logits / c)`` after ``lm_head`` (Gemma 2/3), None where there is none;
+* ``final_norm``;
+* ``attn_norm`` — the norm a layer applies to the residual before its q/k/v projections
+  (relative to the layer); ``norm_centered`` — it subtracts the mean (LayerNorm: GPT-2,
+  GPT-NeoX) or not (RMSNorm); ``norm_gain_offset`` — the gain it multiplies by is
+  ``offset + weight`` (Gemma's RMSNorm: 1 + w; 0 elsewhere); ``conv1d`` — the projections
+  store their weights (in, out) (GPT-2's ``Conv1D``) instead of ``nn.Linear``'s (out, in).
+  :mod:`headgeom.model.hf_weights` reads each head's W_O, W_Q, W_K, W_V and this norm's gain
+  from them (the read and write spaces of docs §9 and §11.8);
+* ``plain_attention`` — the config values under which a head's attention is
+  softmax_s(q·k_s/√d_head) of its projection outputs (no rotary positions, no q/k norms, no
+  other scaling), so the attention TV of docs §11.6 can be recomputed from the sites; None:
+  never (rotary families);
 * ``kv_heads_key`` — the config key of the key/value head count (None: one per query head);
   ``head_dim_key`` — the config key of d_head (None, or a null value: hidden_size / heads).
   Query head h reads key/value head h // (n_head / n_kv_head), as ``transformers``'
@@ -62,6 +74,18 @@ class Family:
     head_dim_key: str | None = "head_dim"
     layer_cache: str = "cache"
     logit_softcap_key: str | None = None
+    attn_norm: str = "input_layernorm"
+    norm_centered: bool = False
+    norm_gain_offset: float = 0.0
+    conv1d: bool = False
+    plain_attention: Mapping[str, object] | None = None
+
+    @property
+    def writes_residual_directly(self) -> bool:
+        """The output projection's output is what the block adds to the residual (no norm
+        after it), so patching a head's z adds exactly W_O^h (z_ref − z) to the residual
+        (docs §11.2); Gemma's post-attention norm breaks this."""
+        return self.attn_out == self.o_proj
 
 
 def _llama_like(name: str, model_types: tuple[str, ...]) -> Family:
@@ -87,13 +111,15 @@ def _llama_like(name: str, model_types: tuple[str, ...]) -> Family:
 
 def _gemma(name: str, model_types: tuple[str, ...]) -> Family:
     """Gemma 2/3: Llama's layout with norms after attention and MLP, so what a block adds to
-    the residual is the post-norms' output; the logits are softcapped."""
+    the residual is the post-norms' output; their RMSNorms scale by 1 + w; the logits are
+    softcapped."""
     return dataclasses.replace(
         _llama_like(name, model_types),
         attn_out="post_attention_layernorm",
         mlp_out="post_feedforward_layernorm",
         resid_mid="pre_feedforward_layernorm",
         logit_softcap_key="final_logit_softcapping",
+        norm_gain_offset=1.0,
     )
 
 
@@ -124,6 +150,7 @@ FAMILIES: Mapping[str, Family] = MappingProxyType(
                 lm_head="lm_head",  # embed_out before transformers 5
                 kv_heads_key=None,
                 head_dim_key=None,
+                norm_centered=True,
             ),
             Family(
                 name="gpt2",
@@ -141,6 +168,12 @@ FAMILIES: Mapping[str, Family] = MappingProxyType(
                 lm_head="lm_head",
                 kv_heads_key=None,
                 head_dim_key=None,
+                attn_norm="ln_1",
+                norm_centered=True,
+                conv1d=True,
+                plain_attention=MappingProxyType(
+                    {"scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False}
+                ),
             ),
         )
     }
@@ -152,7 +185,8 @@ DECLARES = (
     "decoder layers, attention module, attention output projection (its input is each query "
     "head's z), q/k/v projections or the fused qkv and its layout, key/value head count and "
     "d_head config keys, attention and MLP outputs, residual after attention, the layers' "
-    "cache keyword, final norm, lm_head, logit softcapping config key"
+    "cache keyword, final norm, lm_head, logit softcapping config key, the norm before "
+    "attention (centred or not, its gain convention), the weight layout"
 )
 
 

@@ -11,7 +11,7 @@ a string and never probes a model with ``hasattr``:
 * an architecture: :func:`architecture` by name, :func:`architecture_of` for a built model
   (None for a model type the registry does not know): its config and model types, its named
   sites with their axes, and what the analysis engines may assume of it (``fast_patching``,
-  ``prefix_reuse``);
+  ``prefix_reuse``); :func:`heads_of`: a built model's heads' weight maps and readers;
 * a model config: :func:`config_from_dict` (the dict of a run config or checkpoint header ->
   its typed config), :func:`geometry_of`, :func:`basis_family` and :func:`frozen_bases`
   (typed config -> its geometry record, its Kerdock ⊗ Haar family or None, the frozen basis
@@ -24,7 +24,7 @@ architecture is one record in :data:`ARCHITECTURES`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -35,6 +35,8 @@ from headgeom.model import config as gpt_config
 from headgeom.model import facts, geometries, gpt, hf, multiscreen
 from headgeom.model.config import ModelConfig
 from headgeom.model.geometries import GEOMETRIES, Geometry
+from headgeom.model.heads import BlockHeads, Heads, free_reader_refusal
+from headgeom.model.hf_weights import HFHeads, config_leakage_refusal
 from headgeom.model.kerdock import BasisFamily
 from headgeom.model.multiscreen import MultiscreenConfig, MultiscreenLM
 
@@ -60,9 +62,19 @@ class Architecture:
     * ``edge_patching`` — its Q/K/V readers are the ones the edge engine re-evaluates on a
       patched residual (``headgeom.heads.analysis.edges``: LN_1 or block readers, the value
       adapter); docs §15.1 defines edges for GPT models only;
-    * ``layer_parts`` — its blocks recompose a layer from its parts: the head outputs through
-      ``attn.writer`` and a given MLP output through ``after_attn``, which the clamp engine
-      (docs §13.3, §15.3) and coordinate concentration (§15.2) hold or rotate part by part.
+    * ``heads`` — a built model -> its heads' weight maps and readers
+      (``headgeom.model.heads.Heads``: W_O, W_Q/W_K/W_V, the norm before them), what the
+      weight-space and leakage analyses read (:func:`heads_of`);
+    * ``coordinate_engine`` — coordinate concentration (docs §15.2) runs on its blocks
+      (layer resumption, ``attn.writer``); checked on our GPTs only;
+    * ``block_attention`` — a block's ``attn(x)`` recomputes its attention output from the
+      residual entering it, which the leakage pass over the clean prefix calls once per
+      patched head (a transformers layer's attention takes more than the residual: the
+      leakage analysis then runs its hooked pass, whole forwards through the sites);
+    * ``leakage_refusal`` — a model config dict -> why leakage (docs §11) is not defined on
+      its models, or None: what the workflow asks before any model is built
+      (:func:`analysis_refusal`; a built model's ``heads_of(model).leakage_refusal`` says the
+      same).
     """
 
     name: str
@@ -73,7 +85,22 @@ class Architecture:
     fast_patching: bool
     prefix_reuse: bool
     edge_patching: bool
-    layer_parts: bool
+    heads: Callable[[nn.Module], Heads]
+    leakage_refusal: Callable[[Mapping[str, Any]], str | None]
+    block_attention: bool = True
+    coordinate_engine: bool = True
+
+
+def _block_heads(model: nn.Module) -> Heads:
+    """Our GPT and multiscreen models: readers and writers of the model's geometry."""
+    spec = geometry_of(model.cfg)
+    return BlockHeads(model, spec.shared_ln1, spec.name, spec.reader)
+
+
+def _geometry_leakage_refusal(model_config: Mapping[str, Any]) -> str | None:
+    """Our models: leakage needs a geometry with a shared LN_1 (docs §11.1)."""
+    spec = geometry(facts.study_geometry(dict(model_config)))
+    return None if spec.shared_ln1 else free_reader_refusal(spec.name, spec.reader)
 
 
 ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
@@ -89,7 +116,8 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
                 fast_patching=True,
                 prefix_reuse=True,
                 edge_patching=True,
-                layer_parts=True,
+                heads=_block_heads,
+                leakage_refusal=_geometry_leakage_refusal,
             ),
             # Windows and MiPE rotations depend on absolute positions only, so the tiles
             # have the KV-prefix forward too (``ScreeningBlock.forward_suffix``, docs §6.6).
@@ -102,11 +130,13 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
                 fast_patching=True,
                 prefix_reuse=True,
                 edge_patching=False,
-                layer_parts=True,
+                heads=_block_heads,
+                leakage_refusal=_geometry_leakage_refusal,
             ),
             # A transformers model's own forward, sites by hooks on its family's modules
             # (headgeom.model.families); its decoder layers run as blocks from a cached
-            # residual and against the clean prefix's keys/values (headgeom.model.hf_blocks).
+            # residual and against the clean prefix's keys/values (headgeom.model.hf_blocks);
+            # its heads' maps through the family record (hf_weights).
             Architecture(
                 name=hf.ARCHITECTURE,
                 config=hf.HFModelConfig,
@@ -116,7 +146,10 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType(
                 fast_patching=True,
                 prefix_reuse=True,
                 edge_patching=False,
-                layer_parts=False,  # the transformers layer is run whole, by its own forward
+                heads=HFHeads,
+                leakage_refusal=config_leakage_refusal,
+                block_attention=False,
+                coordinate_engine=False,
             ),
         )
     }
@@ -163,6 +196,38 @@ def architecture_of(model: nn.Module) -> Architecture | None:
     """The architecture of a built model, by its exact type; None for a type not registered
     (an engine then assumes nothing of it)."""
     return _BY_MODEL_TYPE.get(type(model))
+
+
+#: What an analysis engine needs of an architecture beyond its hook sites: the registry flag,
+#: and the words of a refusal without it (leakage asks ``Architecture.leakage_refusal``).
+_ENGINE_NEEDS = {
+    "edges": ("edge_patching", "the Q/K/V readers the edge engine re-evaluates (docs §15.1)"),
+    "coordinates": ("coordinate_engine", "a coordinate engine checked on its blocks (docs "
+                    "§15.2: the directions of our models' W_O and z; untested on "
+                    "transformers layers)"),
+}  # fmt: skip
+ANALYSES = ("leakage", *_ENGINE_NEEDS)
+
+
+def analysis_refusal(model_config: Mapping[str, Any], analysis: str) -> str | None:
+    """Why the models of a config dict (a run config's ``model`` section) cannot run
+    ``analysis`` (one of :data:`ANALYSES`), or None: what the workflow's run sets ask before
+    building anything."""
+    arch = architecture(model_config.get("architecture", gpt_config.ARCHITECTURE))
+    if analysis == "leakage":
+        return arch.leakage_refusal(model_config)
+    if analysis not in _ENGINE_NEEDS:
+        raise ValueError(f"no engine needs recorded for analysis {analysis!r}; known: {ANALYSES}")
+    flag, what = _ENGINE_NEEDS[analysis]
+    return None if getattr(arch, flag) else f"architecture {arch.name!r} lacks {what}"
+
+
+def heads_of(model: nn.Module) -> Heads:
+    """The weight maps and readers of a built model's heads (``Architecture.heads``)."""
+    arch = architecture_of(model)
+    if arch is None:
+        raise ValueError(f"{type(model).__name__} is not a registered architecture")
+    return arch.heads(model)
 
 
 # --------------------------------------------------------------------------- model configs

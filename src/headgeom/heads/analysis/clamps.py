@@ -22,9 +22,13 @@ The engine (:func:`clamp_patch`) is exact and batched over examples and cases:
 * cases with the same clamp pattern per layer share forwards (rows = case × example, at most
   ``max_rows`` rows each); a partially clamped layer selects clean z per row.
 
-Architectures without prefix reuse (none in the registry today) run the same resumption on
-whole sequences through the model's hook sites. Whether a model has MLP outputs to clamp is
-the registry's answer (its ``hook_mlp_out`` site), never a probe of the model.
+Architectures with layer resumption but without prefix reuse run the same resumption on
+whole sequences through the model's hook sites. Architectures without layer resumption (the
+registry's ``fast_patching``: any transformers causal LM) run every case as one whole forward
+of the model's own code from the token ids, the source swap and every clamp set by the hook
+sites, and read the logits it returns (:func:`_whole_forward`). Whether a model has MLP
+outputs to clamp is the registry's answer (its ``hook_mlp_out`` site), never a probe of the
+model.
 """
 
 from __future__ import annotations
@@ -81,10 +85,10 @@ class Case:
 
 def _architecture(model: torch.nn.Module) -> registry.Architecture:
     arch = registry.architecture_of(model)
-    if arch is None or not arch.fast_patching:
+    if arch is None:
         raise ValueError(
-            f"clamps need a registered architecture with layer resumption; the registry "
-            f"does not declare one for {type(model).__name__}"
+            f"clamps need a registered architecture (its hook sites); the registry does not "
+            f"declare {type(model).__name__}"
         )
     return arch
 
@@ -235,8 +239,10 @@ def _suffix_forward(model, caches: _Caches, start, steps, cases, examples: slice
     return x
 
 
-def _hooked_forward(model, caches: _Caches, start, steps, cases, examples: slice):
-    """The same on whole sequences through the hook sites (no prefix reuse)."""
+def _clamp_hooks(model, caches: _Caches, start, steps, cases, examples: slice) -> dict:
+    """The hook-site functions of one plan: the source's z swapped for the reference one,
+    clamped heads' z and clamped MLP outputs put back to their clean values, rows
+    (case g, example b) at g·b' + b."""
     G, device = len(cases), caches.logits.device
     b = examples.stop - examples.start
     fns: dict[str, Callable] = {}
@@ -264,11 +270,23 @@ def _hooked_forward(model, caches: _Caches, start, steps, cases, examples: slice
         if mlp:
             clean_mlp = _rows(caches.get(j, "hook_mlp_out")[examples], G)
             fns[site(j, "hook_mlp_out")] = lambda _, clean_mlp=clean_mlp: clean_mlp
-    x = _rows(caches.get(start, "hook_resid_pre")[examples], G)
-    with model.hooks(fns):
+    return fns
+
+
+def _hooked_forward(model, caches: _Caches, start, steps, cases, examples: slice):
+    """The same on whole sequences through the hook sites (no prefix reuse)."""
+    x = _rows(caches.get(start, "hook_resid_pre")[examples], len(cases))
+    with model.hooks(_clamp_hooks(model, caches, start, steps, cases, examples)):
         for block in model.blocks[start:]:
             x = block(x)
     return x
+
+
+def _whole_forward(model, caches: _Caches, clean, start, steps, cases, examples: slice):
+    """Final-position logits (G·b', V) of one plan by whole forwards of the model from the
+    token ids, every intervention at its hook site (no layer resumption)."""
+    with model.hooks(_clamp_hooks(model, caches, start, steps, cases, examples)):
+        return model(_rows(clean[examples], len(cases)), last_only=True)
 
 
 @torch.no_grad()
@@ -283,13 +301,15 @@ def clamp_batch(
     prefix_reuse: bool = True,
     shortcuts: bool = True,
     readout: Callable | None = None,
+    logit_readout: Callable | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Clean LD (B,) and the LD of every case (B, C) for one batch of equal-length prompts.
 
     ``readout(x, good, bad)`` maps the residual leaving the last block (R, S, D) to one value
-    per row (default: the answer logit difference at the final position). ``shortcuts=False``
-    treats fully clamped layers as partially clamped (computed, then every z selected clean):
-    check C12 runs both routes.
+    per row (default: the answer logit difference at the final position); without layer
+    resumption ``logit_readout(logits, good, bad)`` maps the final-position logits (R, V)
+    instead (default: the same difference). ``shortcuts=False`` treats fully clamped layers
+    as partially clamped (computed, then every z selected clean): check C12 runs both routes.
     """
     arch = _architecture(model)
     mlps = "hook_mlp_out" in arch.sites
@@ -297,7 +317,9 @@ def clamp_batch(
         _check_case(model, case, mlps)
     reuse = arch.prefix_reuse
     caches = _Caches(model, clean, ref, mlps, reuse, prefix_reuse)
-    readout = readout or _last_logit_difference(model)
+    resume = arch.fast_patching
+    readout = readout or (_last_logit_difference(model) if resume else None)
+    logit_readout = logit_readout or logit_difference
     clean_ld = logit_difference(caches.logits, correct, incorrect)
     B = clean.shape[0]
     out = torch.empty(B, len(cases), dtype=torch.float64, device=clean.device)
@@ -313,12 +335,17 @@ def clamp_batch(
             for c0 in range(0, len(members), n_cases):
                 chunk = members[c0 : c0 + n_cases]
                 group = [cases[c] for c in chunk]
+                G = len(chunk)
+                good, bad = correct[examples].repeat(G), incorrect[examples].repeat(G)
+                if not resume:
+                    logits = _whole_forward(model, caches, clean, start, steps, group, examples)
+                    values = logit_readout(logits, good, bad).view(G, -1).T
+                    out[examples, torch.tensor(chunk, device=clean.device)] = values.double()
+                    continue
                 if reuse:
                     x = _suffix_forward(model, caches, start, steps, group, examples, shortcuts)
                 else:
                     x = _hooked_forward(model, caches, start, steps, group, examples)
-                G = len(chunk)
-                good, bad = correct[examples].repeat(G), incorrect[examples].repeat(G)
                 values = readout(x, good, bad).view(G, -1).T
                 out[examples, torch.tensor(chunk, device=clean.device)] = values.double()
     return clean_ld, out
@@ -382,6 +409,8 @@ def check_c12(model, clean_ids, ref_ids, correct, incorrect, batch_size=128) -> 
     device = model_device(model)
     arch = _architecture(model)
     case = Case(None, everything(model))
+    if not arch.fast_patching:  # one route: whole forwards, their logits
+        return _check_c12_whole(model, clean_ids, ref_ids, lengths, case, batch_size, device)
     readout = _vocab_logits(model)
     worst, scale = 0.0, 0.0
     good = torch.as_tensor(np.array(correct, dtype=np.int64), device=device)
@@ -407,14 +436,36 @@ def check_c12(model, clean_ids, ref_ids, correct, incorrect, batch_size=128) -> 
     return worst, scale
 
 
+def _check_c12_whole(model, clean_ids, ref_ids, lengths, case, batch_size, device):
+    """Check C12 without layer resumption: every vocabulary logit at the final position of
+    the whole forward with every head and MLP clamped against the clean forward's."""
+    worst, scale = 0.0, 0.0
+    for index in length_batches(lengths, batch_size):
+        clean = stack_rows(clean_ids, index, device)
+        ref = stack_rows(ref_ids, index, device)
+        caches = _Caches(model, clean, ref, has_mlps(model), False)
+        start, steps = _plan(model, case)
+        got = _whole_forward(model, caches, clean, start, steps, [case], slice(0, len(index)))
+        scale = max(scale, float(caches.logits.abs().max()))
+        worst = max(worst, float((got - caches.logits).abs().max()))
+    return worst, scale
+
+
 @torch.no_grad()
 def direct_drops(model, clean_ids, ref_ids, correct, incorrect, sources, batch_size=128):
     """The direct term of each source (N, S) in closed form: the drop when only the source's
     own write δ_i = W_O(z_ref − z) at the final position is added to the clean residual
     leaving the last block (docs §15.3 "direct"); what both clamp conditions of check C13
-    must reproduce."""
+    must reproduce. Without layer resumption the source's write is the change of its layer's
+    attention output (``hook_attn_out``) at the final position under the z swap, and the
+    drop is read from a clean whole forward with it added at ``hook_resid_final``: a norm
+    after the output projection (Gemma) is then part of the write, as in the clamped
+    forwards."""
     lengths = check_pairs(clean_ids, ref_ids, correct, incorrect)
     device = model_device(model)
+    if not _architecture(model).fast_patching:
+        return _direct_drops_whole(model, clean_ids, ref_ids, correct, incorrect, sources,
+                                   lengths, batch_size, device)  # fmt: skip
     ld_fn = _last_logit_difference(model)
     out = np.empty((len(lengths), len(sources)))
     good = torch.as_tensor(np.array(correct, dtype=np.int64), device=device)
@@ -431,4 +482,39 @@ def direct_drops(model, clean_ids, ref_ids, correct, incorrect, sources, batch_s
             writer = model.blocks[layer].attn.writer
             delta = writer(z) - writer(caches.get(layer, "attn.hook_z")[:, -1:])
             out[index, s] = (clean_ld - ld_fn(final + delta, good[idx], bad[idx])).cpu().numpy()
+    return out
+
+
+def _direct_drops_whole(model, clean_ids, ref_ids, correct, incorrect, sources, lengths,
+                        batch_size, device) -> np.ndarray:  # fmt: skip
+    """:func:`direct_drops` by whole forwards through the hook sites."""
+    out = np.empty((len(lengths), len(sources)))
+    good = torch.as_tensor(np.array(correct, dtype=np.int64), device=device)
+    bad = torch.as_tensor(np.array(incorrect, dtype=np.int64), device=device)
+    for index in length_batches(lengths, batch_size):
+        idx = torch.as_tensor(index, device=device)
+        clean, ref = stack_rows(clean_ids, index, device), stack_rows(ref_ids, index, device)
+        caches = _Caches(model, clean, ref, False, False)
+        clean_ld = logit_difference(caches.logits, good[idx], bad[idx])
+        for s, (layer, head) in enumerate(sources):
+            name_z, name_out = site(layer, "attn.hook_z"), site(layer, "hook_attn_out")
+            ref_z = caches.ref[name_z][:, :, head]
+
+            def swap(z, ref_z=ref_z, head=head):
+                z = z.clone()
+                z[:, :, head] = ref_z
+                return z
+
+            with model.hooks({name_z: swap}):
+                _, patched = model.run_with_cache(clean, [name_out], last_only=True)
+            write = patched[name_out][:, -1] - caches.get(layer, "hook_attn_out")[:, -1]  # (B, D)
+
+            def add(x, write=write):
+                x = x.clone()
+                x[:, -1] += write
+                return x
+
+            with model.hooks({"hook_resid_final": add}):
+                logits = model(clean, last_only=True)
+            out[index, s] = (clean_ld - logit_difference(logits, good[idx], bad[idx])).cpu().numpy()
     return out

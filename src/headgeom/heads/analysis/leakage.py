@@ -10,21 +10,26 @@ coincide) has no direction; its leakage is NaN, never 0, so it cannot pass as "n
 :func:`leakage_table` runs the whole analysis of one model and task split: for every source
 head i = (l, h), every head j of every later layer l' > l and X ∈ {Q, K, V}, the leakage
 L_{i→j} of the real patch perturbation δ_i = W_O^i (z_ref − z) (pooled over all positions of
-all examples) into the folded read space R_X^j = Im(P_c diag(γ) W_X^jᵀ) of reader j (γ: its
-LN_1 gain), the isotropic expectation ρ = PK(Im W_O^i, R) / dim Im W_O^i, and L/ρ. Two
-numerical checks run with it and stop the run before anything is written:
+all examples) into the folded read space R_X^j = Im(P_c diag(γ) W_X^jᵀ) of reader j (γ: the
+gain of the norm before its projections, P_c the centring of a LayerNorm, I for an RMSNorm),
+the isotropic expectation ρ = PK(Im W_O^i, R) / dim Im W_O^i, and L/ρ. Two numerical checks
+run with it and stop the run before anything is written:
 
 * C8: the z-patched attention output of layer l minus the clean one equals δ_i (1e-5);
 * C9: the effects recomputed by adding δ_i to the attention output reproduce the stored
   head-patch effects e_{l,h} of the effects file (1e-5).
 
-Only models whose readers are free (a shared LN_1 before learned W_Q, W_K, W_V) are
-supported (docs §11.1).
+The maps come from the registry's ``heads`` access (``headgeom.model.heads``): our GPT
+models' readers and writers, or a transformers causal LM's projections through its family
+record, whose key/value read spaces belong to the shared key/value head and are attributed
+to every query head that reads it (docs §11.8). Models whose readers are not free (block
+readers, multiscreen tiles: no shared norm before learned W_Q, W_K, W_V, docs §11.1) and
+families whose attention output passes a norm before the residual (Gemma 2/3) are refused
+(``Heads.leakage_refusal``).
 """
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +42,13 @@ from tqdm import tqdm
 from headgeom.data.task_files import PatchInputs
 from headgeom.heads.analysis.batching import first_difference, length_batches
 from headgeom.heads.analysis.effects import drops_array, single_identity
+from headgeom.heads.analysis.leakage_hooked import hooked_pass
+from headgeom.heads.analysis.leakage_sums import (
+    TV_CONDITIONS,
+    Sums,
+    attention_final,
+    total_variation,
+)
 from headgeom.heads.analysis.patching import (
     add_to,
     head_perturbations,
@@ -53,6 +65,7 @@ from headgeom.heads.analysis.tolerance import (
 from headgeom.model import registry
 from headgeom.model.geometries import READ_TYPES
 from headgeom.model.gpt import site
+from headgeom.model.heads import Heads, query_read_maps
 from headgeom.subspace import orthonormal_bases, projection_kernel
 
 #: docs §11.2 / §18: checks C8 and C9 compare two routes to one value; their tolerances
@@ -129,41 +142,46 @@ def isotropic_expectation(U: np.ndarray, R: np.ndarray) -> float:
 
 # ----------------------------------------------------------------------------- the analysis
 def require_free_readers(model, checkpoint: str) -> None:
-    spec = registry.geometry_of(model.cfg)
-    if not spec.shared_ln1:
-        raise ValueError(
-            f"{checkpoint}: leakage needs free readers (a shared LN_1 before learned "
-            f"W_Q/W_K/W_V, docs §11.1), but geometry {spec.name!r} has {spec.reader} "
-            "readers without one"
-        )
+    """Refuse a model on which leakage is not defined (``Heads.leakage_refusal``: block
+    readers, multiscreen tiles, a norm after the output projection), saying why."""
+    refusal = registry.heads_of(model).leakage_refusal
+    if refusal is not None:
+        raise ValueError(f"{checkpoint}: {refusal}")
+
+
+def _numpy(t: torch.Tensor) -> np.ndarray:
+    return t.detach().double().cpu().numpy()
 
 
 def write_bases(model) -> list[list[np.ndarray]]:
     """U^{l,h} = Im W_O^{l,h}: orthonormal (D, r) bases, [layer][head] (one batched SVD)."""
-    with torch.no_grad():
-        maps = np.stack(
-            [w.double().cpu().numpy() for b in model.blocks for w in b.attn.writer.write_maps()]
-        )  # (L·H, D, d)
-    flat = orthonormal_bases(maps)
-    H = model.cfg.n_head
-    return [flat[layer * H : (layer + 1) * H] for layer in range(model.cfg.n_layer)]
+    heads = registry.heads_of(model)
+    maps = np.stack([_numpy(w) for layer in range(heads.n_layer) for w in heads.write_maps(layer)])
+    flat = orthonormal_bases(maps)  # from (L·H, D, d)
+    H = heads.n_head
+    return [flat[layer * H : (layer + 1) * H] for layer in range(heads.n_layer)]
 
 
 def read_bases(model) -> list[dict[str, list[np.ndarray]]]:
-    """Folded read spaces R_X^{l,h} = Im(P_c diag(γ) W_Xᵀ) from W_X and LN_1's γ,
-    [layer][X][head] (docs §9.2; :func:`folded_read_basis`, by one batched SVD)."""
+    """Folded read spaces R_X^{l,h} = Im(P_c diag(γ) W_Xᵀ) of every query head h from W_X
+    and the gain γ of the norm before the projections (P_c = I for an RMSNorm; key/value
+    maps of the key/value head h reads), [layer][X][head] (docs §9.2, §11.8; one batched
+    SVD)."""
+    heads = registry.heads_of(model)
     folded = []
-    with torch.no_grad():
-        for block in model.blocks:
-            reader = block.attn.reader
-            gamma = reader.ln_1.weight.double().cpu().numpy()
-            for X in READ_TYPES:
-                for w in reader.read_maps(X):
-                    scaled = gamma[:, None] * w.double().cpu().numpy().T  # diag(γ) W_Xᵀ
-                    folded.append(scaled - scaled.mean(axis=0, keepdims=True))  # P_c ·
+    for layer in range(heads.n_layer):
+        norm = heads.read_norm(layer)
+        if norm is None:
+            raise ValueError(f"layer {layer}: its heads share no norm to fold (docs §9.2)")
+        gamma = _numpy(norm.gain)
+        for X in READ_TYPES:
+            for w in query_read_maps(heads, layer, X):
+                scaled = gamma[:, None] * _numpy(w).T  # diag(γ) W_Xᵀ
+                folded.append(scaled - scaled.mean(axis=0) if norm.centered else scaled)
     flat = iter(orthonormal_bases(np.stack(folded)))
     return [
-        {X: [next(flat) for _ in range(model.cfg.n_head)] for X in READ_TYPES} for _ in model.blocks
+        {X: [next(flat) for _ in range(heads.n_head)] for X in READ_TYPES}
+        for _ in range(heads.n_layer)
     ]
 
 
@@ -207,7 +225,6 @@ LEAKAGE_COLUMNS = [
 #: Direct vs total responses at the reader's input projection (docs §11.5), pooled.
 RESPONSE_COLUMNS = ["response_cosine", "response_norm_ratio", "response_projection"]
 #: Attention total variation at the final position (docs §11.6), mean over examples.
-TV_CONDITIONS = ("query", "keys", "direct", "total")
 TV_COLUMNS = [f"tv_{c}" for c in TV_CONDITIONS]
 
 
@@ -223,19 +240,6 @@ def pooled_response_stats(dot: float, direct_sq: float, total_sq: float) -> tupl
     return tuple(clean)
 
 
-def attention_final(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """Attention distribution of the final query ``q`` (..., H, d) over keys ``k``
-    (..., T, H, d): softmax_s(q·k_s/√d), shape (..., H, T). The final position sees every
-    key (causal mask is a no-op there)."""
-    scores = torch.einsum("...hd,...thd->...ht", q.double(), k.double()) / math.sqrt(q.shape[-1])
-    return torch.softmax(scores, dim=-1)
-
-
-def total_variation(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """TV = ½ Σ_s |a_s − b_s| over the last axis."""
-    return 0.5 * (a - b).abs().sum(dim=-1)
-
-
 def write_space_energies(M: np.ndarray, C: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
     """Σ‖P_R δ‖² for every reader from the write-space Gram C = Σ cᵀc, c = Uᵀδ (δ ∈ Im U):
     with M = UᵀR (dim U, Σr) the stacked reader bases seen from U, column k captures
@@ -245,35 +249,6 @@ def write_space_energies(M: np.ndarray, C: np.ndarray, owner: np.ndarray, n: int
 
 
 # ----------------------------------------------------------------------------- one pass
-@dataclass
-class _Accumulators:
-    """Sums over batches (float64): perturbation energy, captured energy per reader
-    column, response inner products and TV sums, [source layer][...]."""
-
-    n_layer: int
-    n_head: int
-    energy: np.ndarray  # (L, H) Σ‖δ‖²
-    gram: list  # [l][h] (dim U, dim U) Σ cᵀc with c = U^{l,h}ᵀ δ (δ ∈ Im U exactly)
-    dot: np.ndarray  # (L, H, L, 3, H): source (l, h), reader (l', X, h')
-    direct_sq: np.ndarray
-    total_sq: np.ndarray
-    tv: np.ndarray  # (L, H, L, H, 4) Σ_examples TV
-
-    @classmethod
-    def empty(cls, n_layer: int, n_head: int, write_dims: list[list[int]]) -> _Accumulators:
-        shape = (n_layer, n_head, n_layer, len(READ_TYPES), n_head)
-        return cls(
-            n_layer,
-            n_head,
-            np.zeros((n_layer, n_head)),
-            [[np.zeros((r, r)) for r in dims] for dims in write_dims],
-            np.zeros(shape),
-            np.zeros(shape),
-            np.zeros(shape),
-            np.zeros((n_layer, n_head, n_layer, n_head, len(TV_CONDITIONS))),
-        )
-
-
 def _readers_of(layer: int, n_layer: int, n_head: int) -> list[tuple[int, int, str]]:
     return [
         (reader_layer, reader_head, X)
@@ -284,8 +259,10 @@ def _readers_of(layer: int, n_layer: int, n_head: int) -> list[tuple[int, int, s
 
 
 @torch.no_grad()
-def _batch_pass(model, clean, ref, correct, incorrect, U, acc) -> tuple:
-    """Everything §11.2–11.6 needs from one batch of equal-length prompts, in one pass.
+def _batch_pass(model, heads: Heads, clean, ref, correct, incorrect, U, acc) -> tuple:
+    """Everything §11.2–11.6 needs from one batch of equal-length prompts, in one pass, with
+    the KV-prefix forward of our GPT blocks (``forward_suffix``, ``after_z``, ``attn``; the
+    registry's ``prefix_reuse`` and ``block_attention``).
 
     One clean forward caches, per layer, the residual entering the block, q, k, v, z and
     the attention output; one reference forward caches z. For each layer l: δ of every head
@@ -322,7 +299,7 @@ def _batch_pass(model, clean, ref, correct, incorrect, U, acc) -> tuple:
     for layer in range(L):
         block = model.blocks[layer]
         z, z_ref = cached("attn.hook_z", layer), rc[names["attn.hook_z"][layer]]
-        delta = head_perturbations(block.attn.writer.write_maps(), z, z_ref)  # (B, T, H, D)
+        delta = head_perturbations(heads.write_maps(layer), z, z_ref)  # (B, T, H, D)
         # C8: the real z patch of layer l's attention against clean + δ
         x_in, out_clean = cached("hook_resid_pre", layer), cached("hook_attn_out", layer)
         for head in range(H):
@@ -331,12 +308,7 @@ def _batch_pass(model, clean, ref, correct, incorrect, U, acc) -> tuple:
             residual = out.double() - out_clean.double() - delta[:, :, head]
             c8 = max(c8, float(residual.abs().max()))
         attn_scale = max(attn_scale, float(out_clean.abs().max()))
-        # leakage energies, pooled over all positions: Σ‖δ‖² and the write-space Gram
-        rows = delta.flatten(0, 1)  # (B·T, H, D)
-        acc.energy[layer] += torch.sum(torch.square(rows), dim=(0, 2)).cpu().numpy()
-        for head in range(H):
-            c = rows[:, head] @ U[layer][head]  # (B·T, dim U)
-            acc.gram[layer][head] += (c.T @ c).cpu().numpy()
+        acc.add_energies(layer, delta, U[layer])
         # the δ-patched forward, all heads stacked as rows
         start = T - 1 if layer == L - 1 else p
         S = T - start
@@ -360,14 +332,12 @@ def _batch_pass(model, clean, ref, correct, incorrect, U, acc) -> tuple:
                 x, _, _ = model.blocks[j].forward_suffix(x, past_k, past_v, last_only=j == L - 1)
             x_j = cached("hook_resid_pre", j)[:, p:]  # (B, S, D)
             shifted = (x_j.double() + delta[:, p:].permute(2, 0, 1, 3)).to(x_j.dtype)
-            direct = model.blocks[j].attn.reader(shifted.flatten(0, 1))  # 3 × (H·B, S, H, d)
+            direct = heads.read(j, shifted.flatten(0, 1))  # 3 × (H·B, S, H, d)
             for c, X in enumerate(READ_TYPES):
                 clean_x = cached(f"attn.hook_{X.lower()}", j)[:, p:].double()
                 d_t = seen[X.lower()].double().reshape(H, B, *clean_x.shape[1:]) - clean_x
                 d_d = direct[c].double().reshape(H, B, *clean_x.shape[1:]) - clean_x
-                acc.dot[layer, :, j, c] += torch.einsum("gbshd,gbshd->gh", d_d, d_t).cpu().numpy()
-                acc.direct_sq[layer, :, j, c] += torch.einsum("gbshd->gh", d_d**2).cpu().numpy()
-                acc.total_sq[layer, :, j, c] += torch.einsum("gbshd->gh", d_t**2).cpu().numpy()
+                acc.add_responses(layer, j, c, d_d, d_t)
             # TV at the final position (docs §11.6): rows (H, B, heads, ...)
             q_clean, k_clean = cached("attn.hook_q", j)[:, -1], cached("attn.hook_k", j)
             a = attention_final(q_clean, k_clean)  # (B, H', T)
@@ -402,8 +372,20 @@ def leakage_table(
 ) -> Leakage:
     """Leakage of every source head into every later reader (module docstring), with the
     direct/total responses and attention TV of every pair (docs §11.5–11.6) from the same
-    pass, and checks C8 and C9 against the stored effects ``e_stored`` (L, H)."""
+    pass, and checks C8 and C9 against the stored effects ``e_stored`` (L, H).
+
+    The pass resumes blocks with the KV-prefix forward where the registry declares it
+    (``prefix_reuse`` and ``block_attention``: :func:`_batch_pass`), else runs whole forwards
+    through the hook sites
+    (:func:`headgeom.heads.analysis.leakage_hooked.hooked_pass`: any transformers causal LM). TV
+    columns are null where a head's attention is not softmax(q·k/√d) of its hook_q/hook_k
+    values (``Heads.attention_from_sites``: rotary positions, q/k norms)."""
     n_layer, n_head = model.cfg.n_layer, model.cfg.n_head
+    heads = registry.heads_of(model)
+    if heads.leakage_refusal is not None:
+        raise ValueError(heads.leakage_refusal)
+    arch = registry.architecture_of(model)
+    run_pass = _batch_pass if arch.prefix_reuse and arch.block_attention else hooked_pass
     lengths = [len(x) for x in inputs.clean_ids]
     order = [first_difference(c, r) for c, r in zip(inputs.clean_ids, inputs.ref_ids, strict=True)]
     batches = length_batches(lengths, batch_size, order)
@@ -413,7 +395,7 @@ def leakage_table(
     readers = [_readers_of(layer, n_layer, n_head) for layer in range(n_layer)]
     bases = [[R[rl][X][rh] for rl, rh, X in readers[layer]] for layer in range(n_layer)]
     U_t = [[torch.as_tensor(u, device=device) for u in layer] for layer in U]
-    acc = _Accumulators.empty(n_layer, n_head, [[u.shape[1] for u in layer] for layer in U])
+    acc = Sums.empty(n_layer, n_head, [[u.shape[1] for u in layer] for layer in U])
 
     def stack(ids: list[np.ndarray], index: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(np.stack([ids[i] for i in index]).astype(np.int64), device=device)
@@ -422,8 +404,9 @@ def leakage_table(
     c8, attn_scale, logit_scale = 0.0, 0.0, 0.0
     for index in tqdm(batches, desc="leakage", unit="batch", file=sys.stderr):
         index_t = torch.as_tensor(index, device=device)
-        d, residual, a_scale, l_scale = _batch_pass(
+        d, residual, a_scale, l_scale = run_pass(
             model,
+            heads,
             stack(inputs.clean_ids, index),
             stack(inputs.ref_ids, index),
             correct[index_t],
@@ -494,4 +477,6 @@ def leakage_table(
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = table["leakage"].to_numpy() / table["rho"].to_numpy()
     table["leakage_over_rho"] = np.where(np.isfinite(ratio), ratio, np.nan)
+    if not heads.attention_from_sites:  # §11.6 is not recomputable from the sites
+        table[TV_COLUMNS] = np.nan
     return Leakage(table, c8, c9)

@@ -1,11 +1,13 @@
 """Weight-space geometry of a model's heads (docs §9.1, §9.3–9.4, §14.1, §14.3).
 
 Everything here is a function of the matrices the forward pass uses, read through the
-geometry API of ``headgeom.model.geometries`` (``writer.write_maps()``,
-``reader.read_maps(X)``), so it covers every (reader, writer) pair without knowing its name:
+registry's heads access (``headgeom.model.heads``: our geometries' ``writer.write_maps()`` and
+``reader.read_maps(X)``, a transformers model's projections through its family record), so it
+covers every (reader, writer) pair and architecture without knowing its name:
 
 * write space      U^{l,h}     = Im W_O^{l,h}                     (D, r) orthonormal basis
-* read space       R_{X,0}^{l,h} = Im (W_X^{l,h})ᵀ, X ∈ {Q, K, V}   (normalisation not folded in)
+* read space       R_{X,0}^{l,h} = Im (W_X^{l,h})ᵀ, X ∈ {Q, K, V}   (normalisation not folded in;
+  K, V of grouped-query attention: the maps of the key/value head query head h reads)
 
 Bases come from a rank-revealing SVD (singular values above 1e-6·σ_max, docs §9.1) in
 float64. On top of them:
@@ -26,7 +28,9 @@ import numpy as np
 import pandas as pd
 import torch
 
+from headgeom.model import registry
 from headgeom.model.geometries import READ_TYPES
+from headgeom.model.heads import query_read_maps
 from headgeom.subspace import RANK_RTOL, orthonormal_basis
 
 #: [CHOICE] Own-best needs the own PK to beat every other by more than this (PK units): a
@@ -100,13 +104,14 @@ def _numpy64(t: torch.Tensor) -> np.ndarray:
 
 
 def head_maps(model: torch.nn.Module) -> HeadMaps:
-    """W_O and W_{Q,K,V} of every head, from each block's writer and reader."""
+    """W_O and W_{Q,K,V} of every (query) head, from the registry's heads access."""
+    heads = registry.heads_of(model)
     write, read = [], {X: [] for X in READ_TYPES}
     with torch.no_grad():
-        for block in model.blocks:
-            write.append(_numpy64(block.attn.writer.write_maps()))  # (H, D, d)
+        for layer in range(heads.n_layer):
+            write.append(_numpy64(heads.write_maps(layer)))  # (H, D, d)
             for X in READ_TYPES:
-                read[X].append(_numpy64(block.attn.reader.read_maps(X)))  # (H, d, D)
+                read[X].append(_numpy64(query_read_maps(heads, layer, X)))  # (H, d, D)
     return HeadMaps(np.stack(write), {X: np.stack(v) for X, v in read.items()})
 
 

@@ -78,7 +78,8 @@ class Output:
     #: The run set whose models it shows (headgeom.heads.run_sets); None: its paper selection
     #: (headgeom.heads.selections.PAPER_SELECTIONS) if it has one, else every run.
     shows: str | None = None
-    #: A run set the study must have for the output to exist (an opt-in analysis).
+    #: A run set the study must have for the output to exist (an opt-in analysis, or one
+    #: whose engine the models' architectures may lack: edges, coordinates).
     needs: str | None = None
 
     def __post_init__(self) -> None:

@@ -261,18 +261,19 @@ RECORDS: tuple[Output, ...] = (
            caption=("Paper Figure 8 (App. B.3): two-order path decomposition of the top-5 SVA "
                     "head effects: direct, via MLPs and via later attention (order A), and "
                     "both orders' shares.")),
-    Output("table7", "table", APPENDIX_B, build="edges:table7", needs="edges",
+    Output("table7", "table", APPENDIX_B, build="edges:table7",
            inputs={"runs": ("train_log", "edges"), "summaries": ("edge_summary", "edges"),
                    "acdc": ("acdc", "acdc")},
+           needs="edges",
            caption=("Paper Table 7 (App. B.1): Spearman between an edge's weight-space PK and "
                     "its KL(P_clean ‖ P_patched) on the first 16 SVA validation examples, "
                     "pooled and within (reader, X) for Q, K and V, rows grouped as the paper "
                     "with the paper's values; second block: the ACDC circuit's incoming edges "
                     "to attention inputs by source type (App. B.4).")),
     Output("coordinates", "table", APPENDIX_B, build="coordinates:coordinates_table",
-           needs="coordinates",
            inputs={"runs": ("train_log", "coordinates"),
                    "coordinates": ("coordinates", "coordinates")},
+           needs="coordinates",
            caption=("Coordinate concentration (App. B.2): top-10 single-direction share of the "
                     "positive evaluation drop at the best head's layer, after W_O, before W_O "
                     "and before W_O after a within-head Haar rotation, directions chosen on "

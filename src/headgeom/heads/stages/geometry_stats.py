@@ -53,7 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     model, _, manifest = load_verified(args.checkpoint, args.manifest)
     cfg = model.cfg
     geo = geometry_tables(model, args.model_name, args.seed, args.checkpoint)
-    paper_size = zoo.is_paper_size(registry.geometry_of(cfg).name, cfg.to_dict())
+    # a pretrained model (no study geometry) has no paper size to hold the design check to
+    paper_size = cfg.geometry is not None and zoo.is_paper_size(
+        registry.geometry_of(cfg).name, cfg.to_dict()
+    )
     designed = designed_pk_metadata(geo, cfg.d_model, cfg.d_head, paper_size)
     s = geo.summary
     print(
@@ -72,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         "n_heads": cfg.n_head,
         "geometry": cfg.geometry,
         "rank_rtol": RANK_RTOL,
-        "space": "weight space: U = Im W_O, R_{X,0} = Im W_Xᵀ (docs §9.1), float64",
+        "space": "weight space: U = Im W_O, R_{X,0} = Im W_Xᵀ (docs §9.1), float64; K/V of "
+        "a shared key/value head on every query head of its group (docs §11.8)",
         **c14_metadata(geo),
         **designed,
         "threads": args.threads,

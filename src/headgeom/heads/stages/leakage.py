@@ -22,6 +22,7 @@ from headgeom.hashing import sha256_file
 from headgeom.heads.analysis import leakage
 from headgeom.heads.analysis.leakage import require_free_readers
 from headgeom.io import read_table
+from headgeom.model import registry
 from headgeom.model.checkpoint import load_verified
 from headgeom.runtime import pick_device, set_threads
 
@@ -91,7 +92,7 @@ def leakage_of_task(model, vocab, manifest, device, task_path, effects, out_path
         "effects_sha256": sha256_file(effects),
         **checks.record("C8", out.c8.value, out.c8.tolerance),
         **checks.record("C9", out.c9.value, out.c9.tolerance),
-        "read_space": "folded: Im(P_c diag(gamma_LN1) W_X^T) (docs §9.2)",
+        **read_space_metadata(registry.heads_of(model)),
         "rho_definition": "PK(U, R) / dim U (isotropic expectation, docs §9.5)",
         "device": str(device),
         "threads": args.threads,
@@ -101,6 +102,26 @@ def leakage_of_task(model, vocab, manifest, device, task_path, effects, out_path
         f"{name} {r.value:.2g} ≤ {r.tolerance:.2g}" for name, r in (("C8", out.c8), ("C9", out.c9))
     )
     print(f"wrote {len(table)} rows to {out_path} ({checked})", file=sys.stderr)
+
+
+def read_space_metadata(heads) -> dict:
+    """How the read spaces were taken (docs §9.2, §11.8), and what the pass could not compute."""
+    return {
+        "read_space": "folded: Im(P_c diag(gamma) W_X^T), gamma the gain of the norm before "
+        "the projections, P_c its centring (identity for an RMSNorm) (docs §9.2, §11.8)",
+        "kv_attribution": (
+            "K/V read spaces and responses of a shared key/value head, attributed to every "
+            "query head of its group (docs §11.8)"
+            if heads.n_kv_head < heads.n_head
+            else "none: one key/value head per query head"
+        ),
+        "tv": (
+            "recomputed from hook_q/hook_k (docs §11.6)"
+            if heads.attention_from_sites
+            else "null: attention is not softmax(q.k/sqrt(d)) of the projections' outputs "
+            "(rotary positions, q/k norms act after them; docs §11.8)"
+        ),
+    }
 
 
 if __name__ == "__main__":
