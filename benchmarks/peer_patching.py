@@ -35,7 +35,8 @@ clean and reference forwards. The FLOP line gives our engine's matmul FLOPs by t
 takes on the model (prefix reuse, layer resumption, or the plain engine's forward per head),
 a full forward per head's with every position's logits (what the peers' loops run), this
 CPU's float32 matmul rate at the model's width, and ours at X of the bound: (our FLOPs /
-matmul rate) / our wall time.
+matmul rate) / our wall time, and the same on our CPU time (steadier where other work shares
+the cores: one thread's wall time then counts the time it waited).
 
 A peer whose environment is not there is listed as skipped, with the command that makes it
 (or pip's failing requirement, from envs.py); so is one whose script does not load the
@@ -203,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"    FLOP bound: ours ({engine_path(model)}) {ours_flops / 1e9:.0f} GFLOP at "
               f"{ours_flops / wall / 1e9:.0f} GFLOP/s; this CPU's matmul rate "
               f"{rate / 1e9:.0f} GFLOP/s: ours would take {floor:.2f} s, ours at "
-              f"{floor / wall:.2f} of the bound; a full forward per head "
+              f"{floor / wall:.2f} of the bound ({floor / cpu:.2f} on CPU time); a full "
+              f"forward per head "
               f"{loop_flops / 1e9:.0f} GFLOP, ×{loop_flops / ours_flops:.1f} ours. A peer "
               f"taking t s is at most t / {floor:.2f} × ours for any exact engine doing our "
               "FLOPs")  # fmt: skip
