@@ -991,11 +991,10 @@ def resumption_flops(model, pairs) -> float:
     plus attention's QKᵀ and AV over all T × T scores, as dense kernels compute them), then
     the final norm and two answer logits (not counted); the clean and reference forwards on
     top. What layer resumption executes (prefix reuse would execute less)."""
-    c = model.cfg.hf_config
-    D, F = c["hidden_size"], c["intermediate_size"]
-    H, KV, d = model.cfg.n_head, model.cfg.n_kv_head, model.cfg.d_head
-    per_token_layer = 2 * (D * H * d + 2 * D * KV * d + H * d * D + 3 * D * F)
-    L = model.cfg.n_layer
+    from patching_engine import block_token_flops  # benchmarks/: the engines' FLOP model
+
+    H, d, L = model.cfg.n_head, model.cfg.d_head, model.cfg.n_layer
+    per_token_layer = sum(block_token_flops(model.cfg))
     total = 0.0
     for clean in pairs[0]:
         T = len(clean)

@@ -61,11 +61,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 # --------------------------------------------------------------------------- examples
-def task_examples(task: str, n: int, split: str, vocab: np.ndarray | None = None):
-    """First ``n`` examples of ``split``: (clean, ref, correct, incorrect) in model ids."""
+def task_examples(
+    task: str, n: int, split: str, vocab: np.ndarray | None = None, tokenizer=None, config=None
+):
+    """First ``n`` examples of ``split``: (clean, ref, correct, incorrect) in model ids,
+    built with ``tokenizer`` (default GPT-2's) and the task's ``config`` block (default the
+    paper's)."""
     from headgeom.data.tokenizer import load_gpt2_tokenizer
 
-    frame, _ = tasks.generate_task(task, load_gpt2_tokenizer(), None)
+    frame, _ = tasks.generate_task(task, tokenizer or load_gpt2_tokenizer(), config)
     frame = frame[frame["split"] == split].head(n)
     return _ids(frame, vocab)
 
@@ -96,10 +100,27 @@ def paper_model(threads: int | None = None, geometry: str = "learned"):
 
 
 # --------------------------------------------------------------------------- FLOPs
+#: ``transformers`` families (``headgeom.model.families``) whose MLP is gated: gate, up and
+#: down projections, three D × d_mlp matrices (``intermediate_size``).
+GATED_FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "gemma2", "gemma3")
+
+
 def block_token_flops(cfg) -> tuple[int, int, int]:
-    """Multiply-add FLOPs (×2) per token of: reader W_{Q,K,V}, writer W_O, MLP."""
+    """Multiply-add FLOPs (×2) per token of: reader W_{Q,K,V}, writer W_O, MLP. Our GPT
+    models read every head's key and value and have a two-matrix MLP; a ``transformers``
+    model (``headgeom.model.hf``, a ``cfg.hf_config``) reads ``n_kv_head`` key/value heads
+    and has a gated MLP."""
     hd = cfg.n_head * cfg.d_head
-    return 2 * cfg.d_model * 3 * hd, 2 * hd * cfg.d_model, 4 * cfg.d_model * cfg.d_mlp
+    if not hasattr(cfg, "hf_config"):
+        return 2 * cfg.d_model * 3 * hd, 2 * hd * cfg.d_model, 4 * cfg.d_model * cfg.d_mlp
+    if cfg.family not in GATED_FAMILIES:
+        raise ValueError(
+            f"block_token_flops: no FLOP model of the {cfg.family!r} family's blocks; "
+            f"known: {', '.join(GATED_FAMILIES)}"
+        )
+    kv = cfg.n_kv_head * cfg.d_head
+    d_mlp = cfg.hf_config["intermediate_size"]
+    return 2 * cfg.d_model * (hd + 2 * kv), 2 * hd * cfg.d_model, 6 * cfg.d_model * d_mlp
 
 
 def attention_flops(cfg, n_keys: int) -> int:
@@ -127,13 +148,25 @@ def engine_flops(cfg, B: int, T: int, p: int) -> int:
     return total + B * H * per_row
 
 
-def tl_flops(cfg, B: int, T: int) -> int:
-    """Matmul FLOPs of TransformerLens's sweep: one full forward (all T logits) per head."""
+def forward_flops(cfg, T: int, logits: int) -> int:
+    """Matmul FLOPs of one forward of a T-token prompt with the full-vocabulary logits of
+    its last ``logits`` positions."""
     read, write, mlp = block_token_flops(cfg)
     fwd = T * cfg.n_layer * (read + write + mlp)
     fwd += cfg.n_layer * sum(attention_flops(cfg, t + 1) for t in range(T))
-    fwd += T * 2 * cfg.d_model * cfg.n_vocab
-    return B * fwd * (cfg.n_layer * cfg.n_head + 2)
+    return fwd + logits * 2 * cfg.d_model * cfg.n_vocab
+
+
+def tl_flops(cfg, B: int, T: int) -> int:
+    """Matmul FLOPs of TransformerLens's sweep: one full forward (all T logits) per head,
+    plus the clean and reference forwards."""
+    return B * forward_flops(cfg, T, T) * (cfg.n_layer * cfg.n_head + 2)
+
+
+def plain_flops(cfg, B: int, T: int) -> int:
+    """Matmul FLOPs of the plain engine (``patch_batch``): one full forward per head with
+    the last position's logits only, plus the clean and reference forwards."""
+    return B * forward_flops(cfg, T, 1) * (cfg.n_layer * cfg.n_head + 2)
 
 
 # --------------------------------------------------------------------------- engines

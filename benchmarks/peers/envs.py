@@ -9,7 +9,9 @@ builds.
     python benchmarks/peers/envs.py nnsight pyvene  # only these
 
 A peer that does not install is reported with pip's own last lines (which requirement
-failed); the harness then skips it and says so.
+failed); the harness then skips it and says so. The naive reference (plain ``torch`` hooks on
+the ``transformers`` model) needs nothing beyond our own environment, so it runs with our
+python: its numbers are those of the same torch and transformers our engine runs on.
 """
 
 from __future__ import annotations
@@ -35,28 +37,32 @@ class Peer:
     script: str  # benchmarks/peers/<script>, run with the peer's python
     what: str  # the API the script uses, for the report
     task: str = "heads"  # what its script computes: head patching or edge patching
+    models: tuple[str, ...] = ("gpt2",)  # the exchange model_types its script loads
+    own_env: bool = True  # False: run with our python (nothing to install)
 
     @property
     def python(self) -> Path:
-        return HOME / self.name / "bin" / "python"
+        return HOME / self.name / "bin" / "python" if self.own_env else Path(sys.executable)
 
     @property
     def marker(self) -> Path:
         return HOME / self.name / "installed.txt"
 
     def ready(self) -> bool:
-        return self.marker.exists()
+        return not self.own_env or self.marker.exists()
 
 
 PEERS = {
     p.name: p
     for p in (
         Peer("transformer_lens-3.9", ("transformer_lens==3.9.0",), "patch_transformer_lens.py",
-             "HookedTransformer + patching.get_act_patch_attn_head_out_all_pos"),
+             "HookedTransformer + patching.get_act_patch_attn_head_out_all_pos",
+             models=("gpt2", "llama")),
         Peer("transformer_lens-4.3", ("transformer_lens==4.3.0",), "patch_transformer_lens4.py",
              "TransformerBridge.boot_transformers + the same patching helper"),
         Peer("nnsight-0.8", ("nnsight==0.8.1",), "patch_nnsight.py",
-             "NNsight(model).trace, one trace per head (c_proj input slice)"),
+             "NNsight(model).trace, one trace per head (output projection's input slice)",
+             models=("gpt2", "llama")),
         Peer("pyvene-0.1", ("pyvene==0.1.8",), "patch_pyvene.py",
              "IntervenableModel, VanillaIntervention per head (reruns the source)"),
         # auto-circuit imports HookedTransformerKeyValueCache (gone in TransformerLens 3, as
@@ -66,13 +72,16 @@ PEERS = {
              "edges_auto_circuit.py",
              "patchable_model(factorized, separate_qkv) + patch_mode, one edge mask at a time",
              task="edges"),
+        Peer("torch-hooks", (), "patch_torch_hooks.py",
+             "naive: forward pre-hook on the output projection, one forward per head",
+             models=("gpt2", "llama"), own_env=False),
     )
 }  # fmt: skip
 
 
 def create(peer: Peer, quiet: bool = True) -> tuple[bool, str]:
     """Create ``peer``'s environment unless it is ready; (ok, pip's last lines on failure)."""
-    if peer.ready():
+    if peer.ready():  # made before, or one that runs with our python
         return True, ""
     where = HOME / peer.name
     venv.EnvBuilder(with_pip=True, clear=True).create(where)

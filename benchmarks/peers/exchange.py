@@ -2,8 +2,11 @@
 
 An exchange directory holds:
 
-* ``model/``: the model as a ``transformers`` GPT-2 directory (``headgeom.model.interop
-  .export_hf``: config.json, model.safetensors), which every peer loads in its own way;
+* ``model/``: the model as a ``transformers`` directory (config.json, model.safetensors),
+  which every peer loads in its own way: one of our GPT models as a GPT-2
+  (``headgeom.model.interop.export_hf``), a ``transformers`` model we wrap
+  (``headgeom.model.hf.HFCausalLM``, e.g. SmolLM2 dequantised from its GGUF) as itself, its
+  float32 weights bit for bit (:func:`save_transformers`);
 * ``examples.parquet``: one row per example, ``clean_ids`` and ``ref_ids`` (list<int64>,
   model ids, equal lengths within a row), ``correct_id`` and ``incorrect_id`` (int64);
 * after a peer has run, ``<peer>.npz``: ``effects`` (L, H) float64, the mean over examples of
@@ -11,12 +14,17 @@ An exchange directory holds:
   ref run), LD = logit[correct] − logit[incorrect] at the last position; ``wall`` and ``cpu``
   (seconds of the patching sweep, the model already loaded), and ``version`` (the peer's).
 
+A peer finds each layer's output projection, whose input is every query head's output
+(z) concatenated head-major, by the directory's ``model_type`` (:data:`LAYOUT`,
+:func:`out_projections`).
+
 Peers patch per equal-length group (the metric is the group's mean LD) and weight groups by
 their size, as TransformerLens's ``get_act_patch_attn_head_out_all_pos`` is used in
 benchmarks/patching_engine.py.
 
     python benchmarks/peers/exchange.py --tiny DIR   # a small model and examples, and our
                                                      # effects as DIR/ours.npz (for peer tests)
+    python benchmarks/peers/exchange.py --tiny DIR --llama   # the same, a grouped-query Llama
 """
 
 from __future__ import annotations
@@ -31,6 +39,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 COLUMNS = ("clean_ids", "ref_ids", "correct_id", "incorrect_id")
+#: model_type -> (the ModuleList of layers, a layer's output projection), dotted paths.
+LAYOUT = {
+    "gpt2": ("transformer.h", "attn.c_proj"),
+    "llama": ("model.layers", "self_attn.o_proj"),
+}
 
 
 def write_examples(path: str | Path, pairs) -> None:
@@ -84,6 +97,40 @@ def mean_ld(last, correct, incorrect):
     return (last[rows, correct] - last[rows, incorrect]).mean()
 
 
+def head_shape(config) -> tuple[int, int, int]:
+    """(layers, query heads, d_head) of a ``transformers`` config (GPT-2's names are aliases
+    of these; a config without ``head_dim`` splits the width evenly)."""
+    n_head = config.num_attention_heads
+    d_head = getattr(config, "head_dim", None) or config.hidden_size // n_head
+    return config.num_hidden_layers, n_head, d_head
+
+
+def _walk(obj, dotted: str):
+    for name in dotted.split("."):
+        obj = getattr(obj, name)
+    return obj
+
+
+def out_projections(root, config) -> list:
+    """Each layer's output projection under ``root``: a ``transformers`` model or anything
+    that mirrors its module tree by attribute and index (nnsight's ``NNsight(model)``)."""
+    if config.model_type not in LAYOUT:
+        raise ValueError(
+            f"model_type {config.model_type!r}: no layout for the peers; known: {sorted(LAYOUT)}"
+        )
+    layers, proj = LAYOUT[config.model_type]
+    layers = _walk(root, layers)
+    return [_walk(layers[i], proj) for i in range(config.num_hidden_layers)]
+
+
+def load_transformers(model_dir: Path):
+    """The exchange's model as ``transformers`` loads any causal LM directory, float32, eval."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+
+
 def peer_main(load, sweep, name: str, argv: list[str] | None = None) -> int:
     """A head-patching peer's command line: ``--exchange DIR --out FILE.npz [--threads N]``;
     ``load(model_dir) -> (model, version)``, ``sweep(model, pairs) -> effects`` (L, H), timed
@@ -117,13 +164,37 @@ def read_effects(path: str | Path) -> dict:
                 "version": str(f["version"])}  # fmt: skip
 
 
+def save_transformers(hf, out: str | Path) -> Path:
+    """A ``transformers`` model as a plain directory (config.json, model.safetensors), its
+    tensors as they are. A model dequantised from a GGUF file keeps the GGUF's
+    ``quantization_config``, which ``save_pretrained`` refuses: the copy saved is the same
+    class on the same tensors (no copy: ``assign``) with that entry dropped, and with its
+    ``architectures`` named (some peers read it)."""
+    import torch
+
+    d = hf.config.to_dict()
+    d.pop("quantization_config", None)
+    config = type(hf.config).from_dict(d)
+    config.architectures = [type(hf).__name__]
+    with torch.device("meta"):  # no second set of initialised weights
+        plain = type(hf)(config)
+    plain.load_state_dict(hf.state_dict(), assign=True)
+    plain.tie_weights()  # tied embeddings: the head is the embedding again
+    plain.save_pretrained(out, safe_serialization=True)
+    return Path(out)
+
+
 def write_exchange(model, pairs, out: str | Path) -> Path:
-    """``out`` with ``model/`` and ``examples.parquet`` for the peers."""
+    """``out`` with ``model/`` and ``examples.parquet`` for the peers: a ``transformers``
+    model we wrap (``model.hf``) as itself, one of ours as a GPT-2."""
     from headgeom.model.interop import export_hf
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    export_hf(model, np.arange(model.cfg.n_vocab), out / "model")
+    if hasattr(model, "hf"):
+        save_transformers(model.hf, out / "model")
+    else:
+        export_hf(model, np.arange(model.cfg.n_vocab), out / "model")
     write_examples(out / "examples.parquet", pairs)
     return out
 
@@ -136,16 +207,30 @@ def ours(model, pairs) -> np.ndarray:
     return (clean_ld[:, None, None] - patched).mean(axis=0)
 
 
-def tiny(out: str | Path, seed: int = 0):
-    """A small learned-geometry model (3 layers × 4 heads, D = 32, V = 101) with seeded
-    random weights, 6 examples of two lengths, and our effects as ``ours.npz``."""
+def tiny(out: str | Path, seed: int = 0, llama: bool = False):
+    """A small model with seeded random weights, 6 examples of two lengths, and our effects
+    as ``ours.npz``: learned geometry (3 layers × 4 heads, D = 32, V = 101), or with
+    ``llama`` a ``transformers`` Llama of the same size whose 4 query heads share 2
+    key/value heads (rotary positions, gated MLP, tied embeddings)."""
     import torch
 
     from headgeom.model import registry, zoo
 
     torch.manual_seed(seed)
-    arch = dict(n_layer=3, n_head=4, d_model=32, d_head=8, d_mlp=64, n_ctx=32)
-    model = registry.build_model(zoo.derive_model_config("learned", arch, {}), 101).eval()
+    if llama:
+        import transformers  # the hf extra: only the Llama needs it
+
+        from headgeom.model.hf import HFCausalLM
+
+        config = transformers.LlamaConfig(
+            vocab_size=101, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+            max_position_embeddings=32, tie_word_embeddings=True, initializer_range=0.3,
+        )  # fmt: skip
+        model = HFCausalLM.wrap(transformers.LlamaForCausalLM(config).eval())
+    else:
+        arch = dict(n_layer=3, n_head=4, d_model=32, d_head=8, d_mlp=64, n_ctx=32)
+        model = registry.build_model(zoo.derive_model_config("learned", arch, {}), 101).eval()
     rng = np.random.default_rng(seed)
     clean, ref = [], []
     for n in (7, 7, 7, 9, 9, 9):
@@ -163,8 +248,9 @@ def tiny(out: str | Path, seed: int = 0):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", required=True, type=Path, help="the exchange folder to write")
+    parser.add_argument("--llama", action="store_true", help="a grouped-query Llama")
     args = parser.parse_args(argv)
-    tiny(args.tiny)
+    tiny(args.tiny, llama=args.llama)
     print(f"wrote {args.tiny}/model, examples.parquet, ours.npz", file=sys.stderr)
     return 0
 

@@ -6,13 +6,19 @@ the peer's own python (benchmarks/peers/envs.py):
 
 The model is loaded as TransformerLens loads any GPT-2: the ``transformers`` model, then its
 own ``convert_gpt2_weights`` into a ``HookedTransformer`` of the directory's shape (no
-folding, no centring: those change logits). The sweep is TransformerLens's documented one:
+folding, no centring: those change logits). A Llama (SmolLM2) is not among TL 3.9's official
+model names, so ``from_pretrained`` refuses it by name; its own Llama path runs instead,
+offline: ``convert_hf_model_config`` reads the directory's config.json (grouped-query
+``n_key_value_heads``, rotary base, RMSNorm, gated MLP), then ``convert_llama_weights``. The
+context is cut to 512 positions: TL keeps an n_ctx × n_ctx mask per layer, 2 GB at the
+config's 8,192. The sweep is TransformerLens's documented one:
 ``run_with_cache`` on the ref batch, then ``patching.get_act_patch_attn_head_out_all_pos``
 (every position of each head's ``hook_z``) with the group's mean logit difference.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import warnings
 from importlib.metadata import version
@@ -23,6 +29,34 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import exchange  # noqa: E402
+
+#: TL's context for a Llama: its mask is n_ctx × n_ctx per layer; prompts here are short.
+LLAMA_CTX = 512
+
+
+def load_llama(model_dir: Path, dtype: torch.dtype = torch.float32):
+    """The directory's Llama as a ``HookedTransformer`` by TL 3's own config and weight
+    conversions (no folding, no centring), offline."""
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+    from transformer_lens.loading_from_pretrained import convert_hf_model_config
+    from transformer_lens.pretrained.weight_conversions import convert_llama_weights
+
+    hf = exchange.load_transformers(model_dir)
+    # TL picks a model's branch from substrings of the name it is given ("llama", "gemma"
+    # skip reading the config) before it reads a directory's config.json: "." names none
+    with contextlib.chdir(model_dir):
+        d = convert_hf_model_config(".")  # the directory's config.json, read offline
+    d.pop("tokenizer_name", None)  # ids in, ids out: no tokenizer files in the exchange
+    d.update(n_ctx=LLAMA_CTX, dtype=dtype, device="cpu", default_prepend_bos=False)
+    with warnings.catch_warnings():  # 3.9 announces HookedTransformer's removal in 4.0
+        warnings.simplefilter("ignore")
+        tl = HookedTransformer(HookedTransformerConfig.from_dict(d))
+    # not strict: TL's masks and rotary tables are buffers the conversion does not name
+    missing = tl.load_state_dict(convert_llama_weights(hf, tl.cfg), strict=False).missing_keys
+    params = sorted(set(missing) & dict(tl.named_parameters()).keys())
+    if params:
+        raise ValueError(f"{model_dir}: TL's Llama conversion left parameters unset: {params}")
+    return tl.to(dtype).eval()
 
 
 def load_hooked(model_dir: Path, dtype: torch.dtype = torch.float32, **flags):
@@ -49,7 +83,10 @@ def load_hooked(model_dir: Path, dtype: torch.dtype = torch.float32, **flags):
 
 
 def load(model_dir: Path):
-    return load_hooked(model_dir), version("transformer_lens")
+    from transformers import AutoConfig
+
+    llama = AutoConfig.from_pretrained(model_dir).model_type == "llama"
+    return (load_llama if llama else load_hooked)(model_dir), version("transformer_lens")
 
 
 def sweep(tl, pairs) -> np.ndarray:
