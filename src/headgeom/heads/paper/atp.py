@@ -35,7 +35,7 @@ def agreement_figure(heads: pd.DataFrame, agreement: pd.DataFrame, title: str) -
     tasks = [t for t in TASK_ORDER if t in set(heads["task"])]
     if not tasks:
         raise ValueError("no per-head rows to draw")
-    fig = Figure(figsize=(0.4 + 3.3 * len(tasks), 3.7), layout="constrained")
+    fig = Figure(figsize=(0.4 + 3.3 * len(tasks), 4.1), layout="constrained")
     axes = fig.subplots(1, len(tasks), squeeze=False)[0]
     colour = sns.color_palette("colorblind", 4)
     for ax, task in zip(axes, tasks, strict=True):
@@ -81,7 +81,9 @@ def agreement_figure(heads: pd.DataFrame, agreement: pd.DataFrame, title: str) -
         ax.set_xlabel("exact mean drop e (logits)", fontsize=8)
         ax.tick_params(labelsize=7)
     axes[0].set_ylabel("AtP mean drop e (logits)", fontsize=8)
-    axes[-1].legend(fontsize=7, frameon=False, loc="lower right")
+    handles, labels = axes[-1].get_legend_handles_labels()
+    # below the panels: inside one it would cover a labelled miss
+    fig.legend(handles, labels, fontsize=7, frameon=False, loc="outside lower center", ncols=3)
     split = agreement["split"].iloc[0]
     fig.suptitle(f"{title}: AtP vs exact head patching, {split} split", fontsize=9)
     return fig
