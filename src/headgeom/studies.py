@@ -67,8 +67,12 @@ KINDS: dict[str, StudyKind] = {
             results="headgeom.results",
             results_doc="docs/results.md",
             selector="any config without `kind` (or `kind: heads`)",
-            configs=("config/config.yaml", "config/paper.yaml", "config/rehearsal.yaml",
-                     "config/smollm2.yaml"),
+            configs=(
+                "config/config.yaml",
+                "config/paper.yaml",
+                "config/rehearsal.yaml",
+                "config/smollm2.yaml",
+            ),
         ),
         StudyKind(
             name="samoe",
