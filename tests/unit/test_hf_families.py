@@ -370,3 +370,62 @@ def test_an_unknown_site_is_refused_with_the_known_ones():
     with pytest.raises(KeyError, match="blocks.0.hook_resid_mid"):  # parallel residual: none
         with model.hooks({"blocks.0.hook_resid_mid": lambda x: x}):
             pass
+
+
+@torch.no_grad()
+def test_a_prefix_is_taken_again_when_its_tensors_or_the_attention_change():
+    """``prefix_keys_values`` keeps its last answer for the same tensors only: a prefix
+    changed in place, another prefix of the same shape, or the attention's key norm changed
+    in place (Qwen3 normalises keys before the rotary) gives the answer computed afresh."""
+    torch.manual_seed(1234)
+    hf = transformers.AutoModelForCausalLM.from_config(_config("qwen3")).eval()
+    model = HFCausalLM.wrap(hf)
+    block = model.blocks[1]
+    past_k, past_v = torch.randn(2, 3, model.cfg.n_kv_head, model.cfg.d_head).unbind(0)
+    past_k, past_v = past_k[None].repeat(2, 1, 1, 1), past_v[None].repeat(2, 1, 1, 1)
+
+    def fresh(k, v):  # a new block view: nothing kept
+        return type(block)(model, 1).prefix_keys_values(k.clone(), v.clone())
+
+    def same(a, b):
+        return all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+    first = block.prefix_keys_values(past_k, past_v)
+    assert same(first, fresh(past_k, past_v))
+    assert block.prefix_keys_values(past_k, past_v) is first  # kept
+    past_k.mul_(2)  # in place: a new version
+    assert same(block.prefix_keys_values(past_k, past_v), fresh(past_k, past_v))
+    other = past_k + 1  # same shape, other memory
+    assert same(block.prefix_keys_values(other, past_v), fresh(other, past_v))
+    k_norm = block.attn_module.k_norm.weight
+    k_norm.mul_(3)
+    changed = block.prefix_keys_values(other, past_v)
+    assert same(changed, fresh(other, past_v))
+    k_norm.div_(3)
+    assert not torch.equal(changed[0], block.prefix_keys_values(other, past_v)[0])
+
+
+@torch.no_grad()
+def test_the_last_layer_at_its_final_position_equals_its_whole_suffix(case):
+    """``forward_suffix(last_only=True)`` (the final position's output projection and MLP
+    only) returns what the layer's single forward on the whole suffix gives at the final
+    position, and the same suffix keys/values (within round-off: two products, not one); a
+    hook on one of the layer's sites sees the whole suffix at once."""
+    family, hf, clean, *_ = case
+    model = HFCausalLM.wrap(hf)
+    j = model.cfg.n_layer - 1
+    names = [f"blocks.{j}.{s}" for s in ("hook_resid_pre", "attn.hook_k", "attn.hook_v")]
+    _, cache = model.run_with_cache(clean, names)
+    tol = forward_tolerance(model, float(cache[names[0]].abs().max()))
+    for p in (0, 3):
+        x = cache[names[0]][:, p:]
+        past = cache[names[1]][:, :p], cache[names[2]][:, :p]
+        whole, k, v = model.blocks[j].forward_suffix(x, *past)
+        last, k1, v1 = model.blocks[j].forward_suffix(x, *past, last_only=True)
+        assert last.shape == (B, 1, model.cfg.d_model)
+        assert (last - whole[:, -1:]).abs().max() <= tol
+        assert (k1 - k).abs().max() <= tol and (v1 - v).abs().max() <= tol
+        widths: list[int] = []
+        with model.hooks({f"blocks.{j}.hook_mlp_out": lambda t, w=widths: w.append(t.shape[1])}):
+            hooked, _, _ = model.blocks[j].forward_suffix(x, *past, last_only=True)
+        assert widths == [T - p] and (hooked - last).abs().max() <= tol

@@ -337,6 +337,11 @@ class HFCausalLM(nn.Module):
         out = None if fn is None else self._live(name, fn)(x)
         return x if out is None else out
 
+    def hooked(self, prefix: str) -> bool:
+        """Whether a hook set by :meth:`hooks` is on a site whose name starts with
+        ``prefix`` (a block's ``blocks.{l}.``)."""
+        return any(name.startswith(prefix) for name in self._active)
+
     def _live(self, name: str, fn: Hook) -> Hook:
         def hook(x: torch.Tensor) -> torch.Tensor | None:
             return None if self._all_silent or name in self._silent else fn(x)

@@ -99,20 +99,28 @@ class LayerContext:
 class _PrefixCache:
     """The cache argument of a suffix forward: ``update`` returns the B clean prefix
     sequences' keys/values (B, H_kv, P, d) followed by those of the R = G·B suffix rows, row
-    g·B + b continuing prefix b (broadcast, as ``gpt.prefix_joined``)."""
+    g·B + b continuing prefix b (broadcast, as ``gpt.prefix_joined``). ``early`` (a
+    :class:`_Recorder`), if given, holds each row's own kept keys/values of the suffix
+    positions before this call's (R, H_kv, E, d): they follow the prefix."""
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
-        self.keys, self.values = keys, values
+    def __init__(self, keys: torch.Tensor | None, values: torch.Tensor | None, early=None):
+        self.keys, self.values, self.early = keys, values, early
 
     def update(self, keys, values, layer_idx=None, kwargs=None, **_):
-        return self._joined(self.keys, keys), self._joined(self.values, values)
+        early_keys, early_values = (None, None) if self.early is None else (
+            self.early.keys, self.early.values)  # fmt: skip
+        return (self._joined(self.keys, early_keys, keys),
+                self._joined(self.values, early_values, values))  # fmt: skip
 
     @staticmethod
-    def _joined(past: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
-        R, B = new.shape[0], past.shape[0]
-        if R % B:
-            raise ValueError(f"{R} suffix rows do not repeat the {B} prefix sequences")
-        return torch.cat([past.expand(R // B, *past.shape).flatten(0, 1), new], dim=2)
+    def _joined(past: torch.Tensor | None, early: torch.Tensor | None, new: torch.Tensor):
+        parts = [new] if early is None else [early, new]
+        if past is not None:
+            R, B = new.shape[0], past.shape[0]
+            if R % B:
+                raise ValueError(f"{R} suffix rows do not repeat the {B} prefix sequences")
+            parts.insert(0, past.expand(R // B, *past.shape).flatten(0, 1))
+        return torch.cat(parts, dim=2)
 
 
 class _Recorded(Exception):  # noqa: N818 - a control-flow signal, not an error
@@ -149,6 +157,7 @@ class HFBlock:
         self.attn_out = self.layer.get_submodule(f.attn_out)
         self.mlp_out = self.layer.get_submodule(f.mlp_out)
         self.attn = HFAttention(self)
+        self._last_prefix: tuple | None = None  # prefix_keys_values' last (key, answer)
 
     def _site(self, name: str) -> str:
         return f"blocks.{self.index}.{name}"
@@ -212,7 +221,20 @@ class HFBlock:
         """What the attention keeps (B, H_kv, P, d) of the prefix whose key/value projection
         outputs (the sites ``attn.hook_k``/``attn.hook_v``) are ``past_k``/``past_v``
         (B, P, H_kv, d) at positions 0..P−1: the layer's attention runs on them (its other
-        inputs are zeros) up to its cache update, with every site silent."""
+        inputs are zeros) up to its cache update, with every site silent.
+
+        The last answer is kept while the same tensors come again (same memory, shape, strides
+        and version, of ``past_k``/``past_v`` and of the attention's parameters and buffers;
+        the tensors are held, so their memory cannot be reused meanwhile): the engines hand
+        one prefix to every forward of a batch."""
+        held = (past_k, past_v, *self.attn_module.parameters(), *self.attn_module.buffers())
+        key = [(t.data_ptr(), t.shape, t.stride(), t._version) for t in held]
+        if self._last_prefix is not None and self._last_prefix[1] == key:
+            return self._last_prefix[2]
+        self._last_prefix = (held, key, self._prefix_keys_values(past_k, past_v))
+        return self._last_prefix[2]
+
+    def _prefix_keys_values(self, past_k, past_v):
         B, P = past_k.shape[:2]
         kwargs = self._context(P).full()
         recorder = _Recorder()
@@ -232,18 +254,23 @@ class HFBlock:
             f"argument {self.model.family.layer_cache!r}"
         )
 
-    def _suffix_kwargs(self, x, past_k, past_v) -> dict[str, Any]:
+    def _suffix_kwargs(self, x, past_k, past_v, early=None, record=None) -> dict[str, Any]:
         """The layer's arguments for the suffix ``x`` (R, S, D) after the prefix of
-        ``past_k``/``past_v`` (B, P, H_kv, d): sliced context, prefix cache, causal mask."""
+        ``past_k``/``past_v`` (B, P, H_kv, d) and, if given, the E suffix positions whose
+        kept keys/values ``early`` (a :class:`_Recorder`) holds: sliced context, prefix
+        cache, causal mask. ``record`` (a :class:`_Recorder`) is the cache argument instead
+        of the prefix's: it takes the suffix's own kept keys/values and stops the layer."""
         P, S = past_k.shape[1], x.shape[1]
-        if P == 0:
-            return self._context(S).full()
-        keys, values = self.prefix_keys_values(past_k, past_v)
-        kwargs = self._context(P + S).suffix(P)
-        if kwargs.get("attention_mask", 0) is None and S > 1:  # sdpa's unmasked causal case
-            pos = torch.arange(P + S, device=x.device)
-            kwargs["attention_mask"] = (pos[None, :] <= pos[P:, None])[None, None]
-        kwargs[self.model.family.layer_cache] = _PrefixCache(keys, values)
+        before = P + (0 if early is None else early.keys.shape[2])
+        kwargs = self._context(before + S).suffix(before) if before else self._context(S).full()
+        if before and kwargs.get("attention_mask", 0) is None and S > 1:  # sdpa, unmasked
+            pos = torch.arange(before + S, device=x.device)
+            kwargs["attention_mask"] = (pos[None, :] <= pos[before:, None])[None, None]
+        if record is not None:
+            kwargs[self.model.family.layer_cache] = record
+        elif before:
+            keys, values = self.prefix_keys_values(past_k, past_v) if P else (None, None)
+            kwargs[self.model.family.layer_cache] = _PrefixCache(keys, values, early)
         return kwargs
 
     def _watch_kv(self, seen: dict[str, torch.Tensor]) -> dict[str, Callable]:
@@ -258,8 +285,28 @@ class HFBlock:
         sites ``attn.hook_k``/``attn.hook_v``) plus the suffix (the contract of
         ``gpt.Block.forward_suffix``; R = G·B, row g·B + b continues prefix b).
         Returns ``(x_out, k, v)``: x_out (R, S, D), or (R, 1, D) when ``last_only``; k, v the
-        suffix's projection outputs (R, S, H_kv, d)."""
+        suffix's projection outputs (R, S, H_kv, d).
+
+        ``last_only`` runs the layer's output projection and MLP at the final position only:
+        the positions before it are taken to what the attention keeps (their keys and values,
+        as :meth:`prefix_keys_values`), then the layer runs on the final position against the
+        prefix and them. Not while a hook is set on one of the layer's sites: a hook sees
+        the whole suffix at once, as in the layer's single forward."""
         seen: dict[str, torch.Tensor] = {}
+        S = x.shape[1]
+        if last_only and S > 1 and not self.model.hooked(self._site("")):
+            recorder = _Recorder()
+            early = self._suffix_kwargs(x[:, :-1], past_k, past_v, record=recorder)
+            with self.model.internal_hooks(self._watch_kv(seen)):
+                try:
+                    self.layer(x[:, :-1], **early)
+                except _Recorded:
+                    pass
+            k0, v0 = seen["k"], seen["v"]
+            kwargs = self._suffix_kwargs(x[:, -1:], past_k, past_v, recorder)
+            with self.model.internal_hooks(self._watch_kv(seen)):
+                out = _hidden(self.layer(x[:, -1:], **kwargs))
+            return out, torch.cat([k0, seen["k"]], 1), torch.cat([v0, seen["v"]], 1)
         kwargs = self._suffix_kwargs(x, past_k, past_v)
         with self.model.internal_hooks(self._watch_kv(seen)):
             out = _hidden(self.layer(x, **kwargs))
