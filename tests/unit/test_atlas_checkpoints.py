@@ -109,6 +109,16 @@ def test_every_registered_family_and_geometry_has_its_tensors_named():
         assert w.layers() == [0, 1]
 
 
+def test_weights_are_a_snapshot_that_loading_restores():
+    a, b = _pair("llama")
+    ids = _ids(aw.VOCAB)
+    wa, la = Weights.of(a), _logits(a, ids)
+    Weights.of(b).load_into(a)  # the model now computes B
+    assert torch.equal(_logits(a, ids), _logits(b, ids))
+    wa.load_into(a)
+    assert torch.equal(_logits(a, ids), la)
+
+
 def test_unknown_family_or_tensor_is_refused():
     with pytest.raises(UnknownTensorError, match="'mamba' has no tensor-group table"):
         role_of("mamba", "backbone.embeddings.weight")

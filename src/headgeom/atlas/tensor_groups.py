@@ -226,8 +226,10 @@ class Weights:
 
     @classmethod
     def of(cls, model: nn.Module) -> Weights:
+        """A snapshot of the model's tensors (copies: loading other weights into the model
+        later leaves these as they were)."""
         family, module = family_and_module(model)
-        return cls.build(family, stored_tensors(module))
+        return cls.build(family, {n: t.clone() for n, t in stored_tensors(module).items()})
 
     @classmethod
     def build(cls, family: str, tensors: Mapping[str, torch.Tensor]) -> Weights:
