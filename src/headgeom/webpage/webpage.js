@@ -36,8 +36,9 @@ function valueCell(tr, value, text) {
   return td;
 }
 
-// A two-column table of (label, value); each value cell carries its key in data-key.
-function fillTable(id, entries) {
+// A two-column table of (label, value); each value cell carries its key in data-key and
+// shows `format(value)`.
+function fillTable(id, entries, format = fmt) {
   const table = document.getElementById(id);
   table.replaceChildren();
   for (const [key, label, value] of entries) {
@@ -45,7 +46,7 @@ function fillTable(id, entries) {
     const th = document.createElement("th");
     th.textContent = label;
     tr.appendChild(th);
-    valueCell(tr, value).dataset.key = key;
+    valueCell(tr, value, format(value)).dataset.key = key;
   }
 }
 
