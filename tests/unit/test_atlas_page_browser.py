@@ -173,6 +173,11 @@ def test_the_edit_switch_redraws_the_heat_map(opened):
     assert {current.nth(i).get_attribute("data-edit") for i in range(current.count())} == {
         "rows_mean"
     }
+    # a cell of the heat map selects its layer too
+    tab.locator(
+        '#heat path[aria-roledescription="rect mark"][aria-label*="layer: 2;"]'
+    ).first.click()
+    wait_text(tab, "#selected-layer", "2")
     assert problems == []
 
 
