@@ -10,7 +10,6 @@
 const META = JSON.parse(document.getElementById("explorer-meta").textContent);
 const SPECS = META.specs;
 const runCache = new Map();
-const views = {};
 const state = {
   run: META.default_run, task: META.tasks[0], split: META.default_split, layer: null, head: null,
   ablation: "zero", block: null, timelineRun: 0, step: null,
@@ -24,47 +23,6 @@ function runTables(i) {
     runCache.set(i, tables);
   }
   return runCache.get(i);
-}
-
-// {column: [values] | {levels, codes}} -> [{column: value}]
-function toRows(encoded) {
-  const columns = {};
-  for (const [name, c] of Object.entries(encoded)) {
-    columns[name] = Array.isArray(c) ? c : c.codes.map((i) => c.levels[i]);
-  }
-  const names = Object.keys(columns);
-  const n = names.length ? columns[names[0]].length : 0;
-  const rows = new Array(n);
-  for (let r = 0; r < n; r++) {
-    const row = {};
-    for (const name of names) row[name] = columns[name][r];
-    rows[r] = row;
-  }
-  return rows;
-}
-
-function fmt(x) {
-  if (x === null || x === undefined) return "—";
-  if (typeof x === "boolean") return x ? "yes" : "no";
-  if (typeof x === "number") return Number.isInteger(x) ? String(x) : x.toPrecision(6);
-  return String(x);
-}
-
-// A two-column table of (label, value); each value cell keeps the exact number in
-// data-value, so what the page shows can be checked against the Parquet.
-function fillTable(id, entries) {
-  const table = document.getElementById(id);
-  table.replaceChildren();
-  for (const [key, label, value] of entries) {
-    const tr = table.insertRow();
-    const th = document.createElement("th");
-    th.textContent = label;
-    tr.appendChild(th);
-    const td = tr.insertCell();
-    td.dataset.key = key;
-    td.dataset.value = value === null || value === undefined ? "" : String(value);
-    td.textContent = fmt(value);
-  }
 }
 
 function showSources(view, run, task) {
@@ -96,42 +54,9 @@ function splitNote(split) {
   return split === state.split ? "" : ` (computed on the ${split} split only)`;
 }
 
-// Put rows into every {"name": dataset} data of a spec (a chart is first drawn with its
-// data, so no scale is ever computed from an empty table).
-function withData(spec, datasets) {
-  const walk = (node) => {
-    if (Array.isArray(node)) node.forEach(walk);
-    else if (node && typeof node === "object") {
-      if (typeof node.name === "string" && node.name in datasets && !("values" in node)
-          && Object.keys(node).length === 1) node.values = datasets[node.name];
-      Object.values(node).forEach(walk);
-    }
-  };
-  const copy = structuredClone(spec);
-  walk(copy);
-  return copy;
-}
-
 const listeners = {};
-
-// Draw chart `id` with `datasets` ({name: rows}) and set its `signals`; a chart whose
-// first dataset is empty is hidden (its section's note says why).
-async function show(id, datasets, signals = {}) {
-  const el = document.getElementById(id);
-  const empty = !Object.values(datasets)[0].length;
-  el.hidden = empty;
-  if (empty) return;
-  if (!views[id]) {
-    const result = await vegaEmbed(`#${id}`, withData(SPECS[id], datasets),
-      { renderer: "svg", actions: false });
-    views[id] = result.view;
-    if (listeners[id]) views[id].addEventListener("click", listeners[id]);
-  } else {
-    for (const [name, rows] of Object.entries(datasets)) views[id].data(name, rows);
-  }
-  for (const [k, v] of Object.entries(signals)) views[id].signal(k, v);
-  await views[id].runAsync();
-}
+// toRows, fmt, fillTable and chartDrawer: headgeom/webpage/webpage.js
+const show = chartDrawer(SPECS, listeners);
 
 function note(id, text) {
   document.getElementById(id).textContent = text || "";

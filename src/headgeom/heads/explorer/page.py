@@ -1,6 +1,7 @@
 """The explorer as one self-contained HTML file (docs §19): Vega, Vega-Lite and vega-embed
 inlined (the bundle ``vl-convert`` ships), the charts' specifications, the page's script,
-and the data as JSON blocks: one per run, parsed only when the run is shown.
+and the data as JSON blocks: one per run, parsed only when the run is shown (the embedding and
+the script shared with the other pages: :mod:`headgeom.webpage`).
 
 Nothing on the page is fetched: no server, no network, no CDN (a test checks that no
 ``src=`` or ``href=`` leaves the file).
@@ -9,67 +10,18 @@ Nothing on the page is fetched: no server, no network, no CDN (a test checks tha
 from __future__ import annotations
 
 import html
-import json
-import math
 import os
-from importlib import resources
 from string import Template
 
-import numpy as np
-import pandas as pd
 import vl_convert
 
 from headgeom.heads.explorer import views
 from headgeom.heads.explorer.data import TOP_EDGES, TOP_PAIRS, ExplorerData, run_key
 from headgeom.io import write_text
+from headgeom.webpage import asset, columns, script_json, shared_script, value
 
 #: [CHOICE] The split the grid opens on (the paper's analysis split), when the study has it.
 DEFAULT_SPLIT = "evaluation"
-
-
-def _value(x):
-    """A JSON value: NaN and None become null, numpy scalars Python ones."""
-    if x is None:
-        return None
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
-
-
-#: A text column with at most this many distinct values is sent as levels and codes.
-MAX_LEVELS = 256
-
-
-def is_text(values: pd.Series) -> bool:
-    return values.dtype == object or pd.api.types.is_string_dtype(values.dtype)
-
-
-def _column(values: pd.Series) -> list | dict:
-    if is_text(values) and values.nunique(dropna=False) <= MAX_LEVELS:
-        codes, levels = pd.factorize(values, use_na_sentinel=False)
-        if all(isinstance(v, str) for v in levels):
-            # task, split, read type, block: a few values repeated on every row
-            return {"levels": list(levels), "codes": codes.tolist()}
-    return [_value(v) for v in values.tolist()]
-
-
-def columns(frame: pd.DataFrame) -> dict[str, list | dict]:
-    """A table as {column: [values]} (text columns as {"levels", "codes"}): less than half
-    the size of one JSON object per row."""
-    return {c: _column(frame[c]) for c in frame.columns}
-
-
-def _json(obj) -> str:
-    # "</" would end the <script> block the JSON sits in
-    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False).replace(
-        "</", "<\\/"
-    )
-
-
-def _asset(name: str) -> str:
-    return resources.files("headgeom.heads.explorer").joinpath(name).read_text(encoding="utf-8")
 
 
 def default_run(data: ExplorerData) -> int:
@@ -106,7 +58,7 @@ def meta(data: ExplorerData) -> dict:
             for r in timeline_runs
         ],
         "timeline": [
-            {k: _value(v) for k, v in row.items()} for row in data.timeline.to_dict("records")
+            {k: value(v) for k, v in row.items()} for row in data.timeline.to_dict("records")
         ],
         "clamp_parts": [list(p) for p in views.CLAMP_PARTS],
         "top_edges": TOP_EDGES,
@@ -120,16 +72,17 @@ def render(data: ExplorerData, title: str, lede: str) -> str:
     """The page's HTML text."""
     runs = "\n".join(
         f'<script type="application/json" id="run-{i}">'
-        f"{_json({k: columns(v) for k, v in run.tables.items()})}</script>"
+        f"{script_json({k: columns(v) for k, v in run.tables.items()})}</script>"
         for i, run in enumerate(data.runs)
     )
-    return Template(_asset("page.html")).substitute(
+    return Template(asset("headgeom.heads.explorer", "page.html")).substitute(
         title=html.escape(title),
         lede=html.escape(lede),
         vega=vl_convert.javascript_bundle(),
-        meta=_json(meta(data)),
+        meta=script_json(meta(data)),
         runs=runs,
-        app=_asset("explorer.js"),
+        shared=shared_script(),
+        app=asset("headgeom.heads.explorer", "explorer.js"),
     )
 
 

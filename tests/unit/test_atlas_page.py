@@ -1,0 +1,211 @@
+"""The atlas page: built from the atlas's Parquets (tests/helpers/atlas_tables.py), the data
+it embeds is the tables' rows exactly, it is one file that fetches nothing, an optional table
+that is absent (no pair, no compression, no PLE) leaves its view out, and a table it cannot
+show is refused naming the file and the column. The clicks are in
+tests/unit/test_atlas_page_browser.py."""
+
+from __future__ import annotations
+
+import json
+import math
+from html.parser import HTMLParser
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from headgeom.atlas.page import page, views
+from headgeom.atlas.page.data import AtlasPageInputError, gather
+from headgeom.hashing import sha256_file
+from tests.helpers import atlas_tables as synthetic
+
+
+class _Scripts(HTMLParser):
+    """Every <script> block's id and text, and every src/href attribute of the page."""
+
+    def __init__(self):
+        super().__init__()
+        self.blocks, self.links, self._id = {}, [], None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        self.links += [attrs[k] for k in ("src", "href") if k in attrs]
+        if tag == "script":
+            self._id = attrs.get("id", f"anonymous-{len(self.blocks)}")
+            self.blocks[self._id] = ""
+
+    def handle_data(self, data):
+        if self._id is not None:
+            self.blocks[self._id] += data
+
+    def handle_endtag(self, tag):
+        if tag == "script":
+            self._id = None
+
+
+def _embedded(html: str) -> tuple[dict, _Scripts]:
+    parser = _Scripts()
+    parser.feed(html)
+    return json.loads(parser.blocks["atlas-data"].replace("<\\/", "</")), parser
+
+
+def _rows(columns: dict) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            name: c if isinstance(c, list) else [c["levels"][i] for i in c["codes"]]
+            for name, c in columns.items()
+        }
+    )
+
+
+def _same(a, b) -> bool:
+    """Parquet value ``a`` and the page's JSON value ``b`` (null for a missing number)."""
+    if a is None or (isinstance(a, float) and math.isnan(a)):
+        return b is None
+    return a == b and isinstance(a, bool) == isinstance(b, bool)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    root = tmp_path_factory.mktemp("atlas-page")
+    written = synthetic.write_atlas(root)
+    out = root / "page.html"
+    size = page.write_page(root, out, synthetic.MODEL, [synthetic.PAIR])
+    html = out.read_text(encoding="utf-8")
+    return root, written, size, html, *_embedded(html)
+
+
+def test_the_page_is_one_file_that_fetches_nothing(built):
+    _, _, size, html, data, parser = built
+    assert size == len(html.encode("utf-8"))
+    assert parser.links == []  # no <script src>, <link href>, <img src>, <a href>
+    assert "vegaEmbed" in parser.blocks["anonymous-0"]  # the inlined library
+    assert "chartDrawer" in html and "renderProfile" in html  # the shared and the page script
+    assert data["model"] == synthetic.MODEL
+
+
+def test_the_embedded_tables_are_the_parquet_rows_exactly(built):
+    _, written, _, _, data, _ = built
+    for (table, pair), frame in written.items():
+        if pair is None:
+            embedded = data["tables"][table]
+        else:
+            (entry,) = [p for p in data["pairs"] if p["name"] == pair]
+            embedded = entry["tables"][table]
+        got = _rows(embedded)
+        owner = "model" if pair is None else "pair"
+        columns = [name for name, _ in synthetic.SCHEMAS[table] if name != owner]
+        assert list(got.columns) == columns, table
+        assert len(got) == len(frame), table
+        for column in columns:
+            want = [v.item() if isinstance(v, np.generic) else v for v in frame[column].tolist()]
+            for a, b in zip(want, got[column].tolist(), strict=True):
+                assert _same(a, b), (table, column, a, b)
+
+
+def test_every_table_is_cited_with_its_sha256(built):
+    root, written, _, _, data, _ = built
+    cited = {(s["table"], s["pair"]): s for s in data["sources"]}
+    assert set(cited) == set(written)
+    for (table, pair), source in cited.items():
+        path = root / (synthetic.MODEL if pair is None else f"pairs/{pair}") / f"{table}.parquet"
+        assert source["path"] == str(path)
+        assert source["sha256"] == sha256_file(path)
+
+
+def test_the_charts_are_valid_vega_lite(built):
+    *_, data, _ = built
+    schema = "https://vega.github.io/schema/vega-lite/"
+    assert set(data["specs"]) == {
+        "profile", "heat", "compression-chart", "blend-chart", "drift-layers", "drift-other",
+    }  # fmt: skip
+    assert all(s["$schema"].startswith(schema) for s in data["specs"].values())
+    # one profile panel per quantity: write size, constant part, volume knob, old state, KL
+    assert len(data["specs"]["profile"]["vconcat"]) == 5
+
+
+def test_the_profile_lists_the_blocks_drawn(built):
+    *_, data, _ = built
+    bars = data["specs"]["profile"]["vconcat"][0]["layer"][1]
+    # attention, MLP, PLE and the layer skip's "layer"; not the token embedding (no layer)
+    assert bars["encoding"]["color"]["scale"]["domain"] == ["attn", "mlp", "ple", "layer"]
+
+
+def test_the_layer_step_fits_the_profile_in_about_900_pixels():
+    assert views.layer_step(30) == 30  # SmolLM2: 900 / 30
+    assert views.layer_step(4) == 64  # capped: a few layers do not fill the page
+    assert views.layer_step(200) == 18
+
+
+def test_without_a_pair_the_page_has_no_two_checkpoint_data(tmp_path):
+    synthetic.write_atlas(tmp_path, pair=False)
+    data, _ = _embedded(page.render(gather(tmp_path, synthetic.MODEL)))
+    assert data["pairs"] == []
+    assert all(s["pair"] is None for s in data["sources"])
+
+
+def test_optional_tables_absent_leave_their_views_out(tmp_path):
+    synthetic.write_atlas(tmp_path, skip=("retention", "compression", "probes", "drift"))
+    data, _ = _embedded(page.render(gather(tmp_path, synthetic.MODEL, [synthetic.PAIR])))
+    assert set(data["tables"]) == {"profile", "edits"}
+    assert set(data["pairs"][0]["tables"]) == {"blend", "grafts", "lowrank"}
+
+
+def test_a_model_without_ple_or_post_norms(tmp_path):
+    synthetic.write_atlas(tmp_path, ple=False, volume_knob=False, pair=False)
+    data, _ = _embedded(page.render(gather(tmp_path, synthetic.MODEL)))
+    edits = _rows(data["tables"]["edits"])
+    assert "ple" not in set(edits["block"])
+    # rows→mean is still there, on the token embedding
+    assert set(edits.loc[edits["edit"] == "rows_mean", "block"]) == {"embedding"}
+    assert _rows(data["tables"]["profile"])["volume_knob"].isna().all()
+    panels = data["specs"]["profile"]["vconcat"]
+    assert len(panels) == 4  # no volume-knob panel
+    assert "volume knob" not in json.dumps(panels)
+
+
+def test_a_missing_column_is_refused_naming_file_and_column(tmp_path):
+    written = synthetic.write_atlas(tmp_path, pair=False)
+    path = tmp_path / synthetic.MODEL / "edits.parquet"
+    synthetic.write(path, "edits", written[("edits", None)].drop(columns=["delta_top1"]))
+    with pytest.raises(AtlasPageInputError, match=r"edits\.parquet: no column 'delta_top1'"):
+        gather(tmp_path, synthetic.MODEL)
+
+
+def test_a_missing_column_of_a_pair_table_is_refused(tmp_path):
+    written = synthetic.write_atlas(tmp_path)
+    path = tmp_path / "pairs" / synthetic.PAIR / "blend.parquet"
+    synthetic.write(path, "blend", written[("blend", synthetic.PAIR)].drop(columns=["kl_to_b"]))
+    with pytest.raises(AtlasPageInputError, match=r"blend\.parquet: no column 'kl_to_b'"):
+        gather(tmp_path, synthetic.MODEL, [synthetic.PAIR])
+
+
+def test_a_column_of_another_kind_is_refused(tmp_path):
+    written = synthetic.write_atlas(tmp_path, pair=False)
+    frame = written[("profile", None)].assign(write_size=lambda f: f["write_size"].map(str))
+    frame.to_parquet(tmp_path / synthetic.MODEL / "profile.parquet")  # text where numbers go
+    with pytest.raises(
+        AtlasPageInputError, match=r"profile\.parquet: column 'write_size' is .*expected numbers"
+    ):
+        gather(tmp_path, synthetic.MODEL)
+
+
+def test_rows_of_another_model_are_refused(tmp_path):
+    written = synthetic.write_atlas(tmp_path, pair=False)
+    frame = written[("profile", None)].copy()
+    frame.loc[0, "model"] = "other-model"
+    synthetic.write(tmp_path / synthetic.MODEL / "profile.parquet", "profile", frame)
+    with pytest.raises(AtlasPageInputError, match=r"rows of model \['other-model'\]"):
+        gather(tmp_path, synthetic.MODEL)
+
+
+def test_a_required_table_missing_is_refused(tmp_path):
+    synthetic.write_atlas(tmp_path, pair=False, skip=("profile",))
+    with pytest.raises(AtlasPageInputError, match=r"profile\.parquet: not found"):
+        gather(tmp_path, synthetic.MODEL)
+
+
+def test_a_named_pair_without_tables_is_refused(tmp_path):
+    synthetic.write_atlas(tmp_path, pair=False)
+    with pytest.raises(AtlasPageInputError, match=r"no table of pair 'base-vs-tuned'"):
+        gather(tmp_path, synthetic.MODEL, [synthetic.PAIR])
