@@ -25,13 +25,17 @@ def summation_floor(clean_logp: torch.Tensor, logq: torch.Tensor) -> torch.Tenso
     return (8 + math.log2(V)) * EPS64 * size
 
 
-def kl_of_logp(clean_logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
+def kl_of_logp(
+    clean_logp: torch.Tensor, logq: torch.Tensor, clean_p: torch.Tensor | None = None
+) -> torch.Tensor:
     """KL(P ‖ Q) (...) float64 = Σ_v p_v (log p_v − log q_v) over the last axis, from
-    float64 log-probabilities (any leading axes, broadcast). Both are normalised
+    float64 log-probabilities (any leading axes, broadcast); ``clean_p`` is exp(clean_logp)
+    where the caller keeps it (one exponential less per call). Both are normalised
     distributions, so the sum is ≥ 0 up to :func:`summation_floor`: values in [−floor, 0)
     are float64 summation noise and read 0; a value below −floor is a bug and raises (never
     silently changed)."""
-    kl = (clean_logp.exp() * (clean_logp - logq)).sum(-1)
+    p = clean_logp.exp() if clean_p is None else clean_p
+    kl = (p * (clean_logp - logq)).sum(-1)
     if (kl < 0).any():
         floor = summation_floor(clean_logp, logq).expand_as(kl)
         bad = kl < -floor

@@ -37,6 +37,23 @@ def test_kl_and_top1_by_hand():
         M.next_token_effects(base, edit[:1], targets, 1)
 
 
+def test_one_reference_for_many_edits():
+    """The original's distributions kept once: each edit's effects equal a KL written out
+    here, Σ_v p_v (log p_v − log q_v) per position."""
+    base, targets = torch.randn(4, 6, 13), torch.randint(0, 13, (4, 6))
+    ref = M.reference(base, targets)
+    logp = torch.log_softmax(base.double(), -1)
+    for seed in range(3):
+        edited = base + torch.randn(base.shape, generator=torch.Generator().manual_seed(seed))
+        logq = torch.log_softmax(edited.double(), -1)
+        hand = float((logp.exp() * (logp - logq)).sum())
+        assert M.effects(ref, edited, chunk=5).kl == pytest.approx(hand, rel=1e-12)
+    with pytest.raises(ValueError, match="reference's"):
+        M.effects(ref, base[:2], chunk=5)
+    with pytest.raises(ValueError, match="same positions"):
+        M.reference(base, targets[:2])
+
+
 def test_effects_of_identical_logits_are_zero():
     logits = torch.randn(3, 5, 11)
     sums = M.next_token_effects(logits, logits.clone(), torch.zeros(3, 5, dtype=torch.long), 4)

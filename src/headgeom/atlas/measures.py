@@ -65,29 +65,62 @@ class EffectSums:
         return 100.0 * (self.top1_edited - self.top1_base) / self.n if self.n else float("nan")
 
 
+@dataclass(frozen=True)
+class Reference:
+    """The original model's next-token distributions at N positions, kept once for every
+    edit scored against them: log p and p (N, V) float64 (16·N·V bytes), the next tokens
+    (N,) and the original's top-1 hits."""
+
+    logp: torch.Tensor
+    p: torch.Tensor
+    targets: torch.Tensor
+    top1: int
+
+
 @torch.no_grad()
+def reference(base_logits: torch.Tensor, targets: torch.Tensor) -> Reference:
+    """The :class:`Reference` of logits (..., V) and their next tokens (...)."""
+    if base_logits.shape[:-1] != targets.shape:
+        raise ValueError(
+            f"logits {tuple(base_logits.shape)} and targets {tuple(targets.shape)} do not "
+            "describe the same positions"
+        )
+    flat = base_logits.reshape(-1, base_logits.shape[-1])
+    logp = torch.log_softmax(flat.double(), -1)
+    t = targets.reshape(-1).to(flat.device)
+    return Reference(logp, logp.exp(), t, int((flat.argmax(-1) == t).sum()))
+
+
+@torch.no_grad()
+def effects(ref: Reference, edited_logits: torch.Tensor, chunk: int) -> EffectSums:
+    """KL(original ‖ edited) summed over the reference's positions and both models' top-1
+    hits, from the edited logits (..., V) of the same positions, ``chunk`` positions at a
+    time (a float64 log-softmax of chunk × V each)."""
+    edited = edited_logits.reshape(-1, edited_logits.shape[-1])
+    if edited.shape != ref.logp.shape:
+        raise ValueError(
+            f"edited logits {tuple(edited_logits.shape)} do not describe the reference's "
+            f"{tuple(ref.logp.shape)} positions"
+        )
+    out = EffectSums(top1_base=ref.top1, n=len(ref.targets))
+    for start in range(0, len(edited), chunk):
+        s = slice(start, start + chunk)
+        logq = torch.log_softmax(edited[s].double(), -1)
+        out.kl += float(kl_of_logp(ref.logp[s], logq, ref.p[s]).sum())
+        out.top1_edited += int((edited[s].argmax(-1) == ref.targets[s]).sum())
+    return out
+
+
 def next_token_effects(
     base_logits: torch.Tensor, edited_logits: torch.Tensor, targets: torch.Tensor, chunk: int
 ) -> EffectSums:
-    """KL(original ‖ edited) summed over positions and both models' top-1 hits, from logits
-    (..., V) of the same positions and their next tokens ``targets`` (...), ``chunk``
-    positions at a time (float64 log-softmaxes of chunk × V each)."""
-    if base_logits.shape != edited_logits.shape or base_logits.shape[:-1] != targets.shape:
+    """:func:`effects` of one edit, its :func:`reference` made here."""
+    if base_logits.shape != edited_logits.shape:
         raise ValueError(
-            f"logits {tuple(base_logits.shape)} and {tuple(edited_logits.shape)} and targets "
-            f"{tuple(targets.shape)} do not describe the same positions"
+            f"logits {tuple(base_logits.shape)} and {tuple(edited_logits.shape)} do not "
+            "describe the same positions"
         )
-    V = base_logits.shape[-1]
-    base, edited, t = base_logits.reshape(-1, V), edited_logits.reshape(-1, V), targets.reshape(-1)
-    out = EffectSums(n=len(t))
-    for start in range(0, len(t), chunk):
-        s = slice(start, start + chunk)
-        logp = torch.log_softmax(base[s].double(), -1)
-        logq = torch.log_softmax(edited[s].double(), -1)
-        out.kl += float(kl_of_logp(logp, logq).sum())
-        out.top1_base += int((base[s].argmax(-1) == t[s]).sum())
-        out.top1_edited += int((edited[s].argmax(-1) == t[s]).sum())
-    return out
+    return effects(reference(base_logits, targets), edited_logits, chunk)
 
 
 def corpus_summary(per_corpus: Mapping[str, EffectSums]) -> dict[str, float]:
