@@ -254,10 +254,11 @@ class AtlasModel:
     def device(self) -> torch.device:
         return next(self.hf.parameters()).device
 
+    @torch.no_grad()
     def logits(self, ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
-        """The model's own forward: logits (B, T, V), or (B, V) at the final position. The
-        final position is asked for by index (not ``logits_to_keep=1``), so every layer runs
-        on every position (Gemma 4 would cut its KV-shared layers to the final position)."""
+        """The model's own forward (no gradients): logits (B, T, V), or (B, V) at the final
+        position, asked for by index (not ``logits_to_keep=1``), so every layer runs on every
+        position (Gemma 4 would cut its KV-shared layers to the final position)."""
         keep = torch.tensor([ids.shape[1] - 1], device=ids.device) if last_only else 0
         out = self.hf(input_ids=ids, use_cache=False, logits_to_keep=keep).logits
         return out[:, -1] if last_only else out
