@@ -51,10 +51,10 @@ def run(tmp_path_factory):
         == 0
     )
     cfg = json.dumps(study.sweep_config())
-    assert (
-        profile.main(["--config-json", cfg, "--windows", out["windows"], "--out", out["profile"]])
-        == 0
-    )
+    profile_cfg = json.dumps(study.profile_config())
+    assert profile.main(
+        ["--config-json", profile_cfg, "--windows", out["windows"], "--out", out["profile"]]
+    ) == 0  # fmt: skip
     for shard in (0, 1):
         assert (
             sweep.main(

@@ -35,7 +35,7 @@ rule atlas_profile:
     benchmark:
         benchmark_of("atlas_profile")
     params:
-        cfg=as_json(STUDY.sweep_config()),
+        cfg=as_json(STUDY.profile_config()),
     threads: STUDY.threads("atlas_profile")
     resources:
         **STUDY.resources("atlas_profile", mem_mb=4000, runtime=30),

@@ -101,6 +101,12 @@ class AtlasStudy(ResourceRequests):
         return {"model": self.model_spec, "corpora": c["corpora"], "windows": c["windows"],
                 "skills": c["skills"]}  # fmt: skip
 
+    def profile_config(self) -> dict:
+        """What rule atlas_profile hashes: the model, and how its forwards run."""
+        run = self.config["sweep"]
+        return {"model": self.model_spec,
+                "sweep": {k: run[k] for k in ("batch_size", "device")}}  # fmt: skip
+
     def sweep_config(self) -> dict:
         """What every shard of rule atlas_sweep hashes."""
         c = self.config

@@ -23,7 +23,7 @@ from headgeom.runtime import pick_device, set_threads
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--config-json", required=True, help="AtlasStudy.sweep_config()")
+    p.add_argument("--config-json", required=True, help="AtlasStudy.profile_config()")
     p.add_argument("--windows", required=True, help="atlas_windows Parquet")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--out", required=True)
