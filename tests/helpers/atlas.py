@@ -21,15 +21,16 @@ PLE = dict(vocab_size_per_layer_input=V, hidden_size_per_layer_input=8)
 
 
 def _jitter(hf, seed: int):
-    """Every vector parameter and Gemma 4's layer scalars moved off their initial values."""
+    """Every vector parameter and Gemma 4's layer scalars (a saved buffer) moved off their
+    initial values; the other buffers (rotary frequencies, scales) are the model's own."""
     g = torch.Generator().manual_seed(seed + 1000)
     with torch.no_grad():
-        for name, p in [*hf.named_parameters(), *hf.named_buffers()]:
-            if p.ndim == 1 and p.is_floating_point() and "embed_scale" not in name:
-                if "layer_scalar" in name:
-                    p.copy_(0.5 + torch.rand(p.shape, generator=g))
-                elif p.numel() > 1:
-                    p.add_(0.3 * torch.randn(p.shape, generator=g))
+        for p in hf.parameters():
+            if p.ndim == 1 and p.numel() > 1:
+                p.add_(0.3 * torch.randn(p.shape, generator=g))
+        for name, b in hf.named_buffers():
+            if name.endswith("layer_scalar"):
+                b.copy_(0.5 + torch.rand(b.shape, generator=g))
     return hf.eval()
 
 

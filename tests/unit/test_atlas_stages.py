@@ -14,9 +14,14 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from headgeom.atlas import artifacts, corpora, edits  # noqa: E402
+from headgeom.atlas.blocks import AtlasModel  # noqa: E402
 from headgeom.atlas.stages import inputs, profile, report, sweep  # noqa: E402
 from headgeom.atlas.study import AtlasStudy  # noqa: E402
 from headgeom.io import read_parquet_metadata, read_table  # noqa: E402
+from headgeom.model.causal_import import source_of  # noqa: E402
+from headgeom.model.families import UnsupportedFamilyError  # noqa: E402
+from headgeom.model.sources import load_source  # noqa: E402
+from tests.helpers import atlas as tiny  # noqa: E402
 from tests.helpers.hf import save_tiny_llama  # noqa: E402
 
 CORPORA = [{"name": "demo", "source": "demo", "seed": 3},
@@ -130,3 +135,19 @@ def test_a_shard_outside_the_sweep_is_refused(run):
                     out["windows"], "--probes", out["probes"], "--shard", "2",
                     "--out-effects", str(root / "x.parquet"),
                     "--out-retention", str(root / "y.parquet")])  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["gemma4", "gemma3n"])
+def test_a_ple_model_loads_from_a_directory(tmp_path, name):
+    """Gemma 4 / 3n directories load as atlas models (the head-site families refuse them
+    before reading a weight) and give the saved model's logits."""
+    hf = tiny.BUILDERS[name]()
+    hf.save_pretrained(tmp_path / name, safe_serialization=True)
+    spec = {"format": "hf-causal-lm", "path": str(tmp_path / name)}
+    model, record = artifacts.load_model(spec, torch.device("cpu"))
+    assert model.ple is not None and record["family"] == name
+    assert record["files_sha256"]["config.json"]
+    ids = tiny.ids()
+    torch.testing.assert_close(model.logits(ids), AtlasModel(hf).logits(ids), rtol=0, atol=0)
+    with pytest.raises(UnsupportedFamilyError, match=f"{name}_text"):
+        load_source(source_of(spec))

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from headgeom.atlas import results as atlas_results
-from headgeom.atlas.blocks import AtlasModel
+from headgeom.atlas.blocks import AtlasModel, anatomy_of
 from headgeom.atlas.probes import Skill
 from headgeom.io import read_parquet_metadata, read_table
 from headgeom.model.causal_import import source_of
@@ -20,9 +20,11 @@ from headgeom.model.sources import load_source
 
 
 def load_model(spec: Mapping[str, Any], device: torch.device) -> tuple[AtlasModel, dict]:
-    """(the model of an import block in eval mode, float32, on ``device``; its source record)."""
-    wrapped, _, record = load_source(source_of(spec))
-    return AtlasModel(wrapped.to(device).eval()), record
+    """(the model of an import block in eval mode, float32, on ``device``; its source record).
+    Any family the atlas knows is read (Gemma 4 and Gemma 3n too); others are refused before
+    a weight is read."""
+    hf, _, record = load_source(source_of(spec), known=anatomy_of, wrap=False)
+    return AtlasModel(hf.to(device).eval()), record
 
 
 def read_windows(path: str | os.PathLike) -> tuple[dict, dict, dict]:
