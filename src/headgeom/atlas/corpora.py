@@ -4,9 +4,9 @@ corpora of both studies, and local text files.
 Sources (:data:`SOURCES`), each an endless or finite stream of documents:
 
 * ``stdlib`` — code: the Python standard library's own ``.py`` sources (its tests, IDLE's
-  tests and ``site-packages`` left out), in the SHA-256 order of their relative paths, so the
-  order does not favour a corner of the alphabet; it depends on the Python version, which
-  the record names;
+  tests, ``site-packages`` and ``pydoc_data``, the prose corpus's text, left out), in the
+  SHA-256 order of their relative paths, so the order does not favour a corner of the
+  alphabet; it depends on the Python version, which the record names;
 * ``pydoc`` — English prose: the documentation topics of ``pydoc_data.topics`` (the
   language reference's sections that ``help()`` shows), in key order;
 * ``demo`` — the head-geometry study's embedded corpus (``headgeom.data.corpus``), drawn
@@ -44,8 +44,9 @@ from headgeom.hashing import canonical_json
 SOURCES = ("stdlib", "pydoc", "demo", "domain", "file")
 #: The stream the embedded generators draw the atlas's documents from (no training run does).
 STREAM = "atlas"
-#: Standard-library folders that are not library code.
-_STDLIB_SKIP = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
+#: Standard-library folders that are not library code (pydoc_data holds the prose corpus).
+_STDLIB_SKIP = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__",
+                "pydoc_data"}  # fmt: skip
 
 
 @dataclass(frozen=True)
