@@ -3,11 +3,11 @@
 contract and the configs that ship with it.
 
 Each study is a wing over the shared core (docs/extending.md, "The shape"): its own package
-(``headgeom.heads``, ``headgeom.samoe``), rules folder, schema, stage scripts, paper outputs
-and docs. The core names a wing's modules here by string and loads them with importlib
-(:func:`study_class`, :func:`results_tables`), so no core module imports a wing and the
-layer contract (``.importlinter``) keeps every dependency pointing from a wing to the core;
-adding a study kind is one row here plus its own folders.
+(``headgeom.heads``, ``headgeom.samoe``, ``headgeom.atlas``), rules folder, schema, stage
+scripts, paper outputs and docs. The core names a wing's modules here by string and loads
+them with importlib (:func:`study_class`, :func:`results_tables`), so no core module imports
+a wing and the layer contract (``.importlinter``) keeps every dependency pointing from a
+wing to the core; adding a study kind is one row here plus its own folders.
 """
 
 from __future__ import annotations
@@ -84,6 +84,17 @@ KINDS: dict[str, StudyKind] = {
             results_doc="docs/samoe.md",
             selector="`kind: samoe`",
             configs=("config/samoe.yaml", "config/samoe-paper.yaml"),
+        ),
+        StudyKind(
+            name="atlas",
+            title="Edit atlas",
+            study="headgeom.atlas.study:AtlasStudy",
+            schema="atlas.schema.yaml",
+            rules="workflow/atlas/main.smk",
+            results="headgeom.atlas.results",
+            results_doc="docs/atlas.md",
+            selector="`kind: atlas`",
+            configs=("config/atlas-smollm2.yaml",),
         ),
     )
 }

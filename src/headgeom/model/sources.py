@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, packages_distributions, version
 from pathlib import Path
@@ -202,11 +202,19 @@ def load_source(
     source: ModelSource,
     expected_sha256: Mapping[str, str] | None = None,
     where: str = "the source record",
-) -> tuple[HFCausalLM, Any, dict[str, Any]]:
+    *,
+    known: Callable[[str], Any] = family_of,
+    wrap: bool = True,
+) -> tuple[Any, Any, dict[str, Any]]:
     """(model in eval mode, float32; tokenizer or None; source record) of ``source``.
 
     ``expected_sha256`` (a source record's ``files_sha256``) is checked before any weight is
-    read; ``where`` names that record in the error (e.g. the manifest's path)."""
+    read; ``where`` names that record in the error (e.g. the manifest's path). ``known``
+    takes the config's ``model_type`` before any weight is read and refuses one its caller
+    cannot read (default: the head-site families); its result's ``name`` is the record's
+    family. ``wrap``: the model with its named sites (:class:`HFCausalLM`), else the
+    ``transformers`` model itself (the edit atlas reads Gemma 4's and Gemma 3n's blocks,
+    which have no head-site family)."""
     transformers = require("transformers", f"a {source.kind} model source")
     record: dict[str, Any] = {"kind": source.kind, **source.provenance()}
     if source.kind == "gguf":
@@ -229,7 +237,7 @@ def load_source(
 
     # the config first: an unsupported family is refused before any weight is read
     config = transformers.AutoConfig.from_pretrained(root, local_files_only=True, **load)
-    family = family_of(config.model_type)
+    family = known(config.model_type)
     hf_model = transformers.AutoModelForCausalLM.from_pretrained(
         root, config=config, dtype=torch.float32, local_files_only=True, **load
     )
@@ -246,7 +254,7 @@ def load_source(
         dtype="float32",
         versions=versions,
     )
-    return HFCausalLM.wrap(hf_model.eval()), tokenizer, record
+    return (HFCausalLM.wrap(hf_model.eval()) if wrap else hf_model.eval()), tokenizer, record
 
 
 def _gguf(source: ModelSource, what: str) -> tuple[Path, Path, list[Path], dict[str, str]]:

@@ -40,14 +40,17 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from headgeom.data.task_files import TaskSplits, model_inputs
+from headgeom.divergence import kl_of_logp
 from headgeom.hashing import canonical_json, sha256_file
-from headgeom.heads.analysis.edges import kl_of_logp
 from headgeom.heads.analysis.evaluation import length_groups
 from headgeom.heads.analysis.patching import supports_fast
 from headgeom.io import IntegrityError, atomic_path
 from headgeom.model import registry
 from headgeom.model.gpt import site
 from headgeom.paths import rerun_hint
+from headgeom.writes import constant_from
+from headgeom.writes import constant_part as constant_part  # the atlas's descriptors
+from headgeom.writes import size_ratio as size_ratio
 
 #: Ablations of the atlas, in column order.
 ABLATIONS = ("zero", "mean")
@@ -197,25 +200,6 @@ def read_means(path: str | os.PathLike, checkpoint_sha256: str | None = None) ->
     return Means(tensors, record, sha256_file(path))
 
 
-# ----------------------------------------------------------------------------- descriptors
-def _constant_from(sum_w: torch.Tensor, sum_sq: float, n: int) -> float:
-    return float((sum_w / n).pow(2).sum()) / (sum_sq / n) if sum_sq > 0 else float("nan")
-
-
-def constant_part(writes: torch.Tensor) -> float:
-    """‖mean w‖² / mean ‖w‖² of writes (N, D) (float64): 1 for a constant write, 1/n for n
-    equally frequent orthogonal writes of equal norm; NaN for an all-zero write."""
-    w = writes.double().reshape(-1, writes.shape[-1])
-    return _constant_from(w.sum(dim=0), float(w.pow(2).sum()), len(w))
-
-
-def size_ratio(writes: torch.Tensor, resid: torch.Tensor) -> float:
-    """RMS of the writes ÷ RMS of the residual entering the layer, over the same positions."""
-    num = float(writes.double().pow(2).sum(-1).mean())
-    den = float(resid.double().pow(2).sum(-1).mean())
-    return float(np.sqrt(num / den)) if den > 0 else float("nan")
-
-
 # ----------------------------------------------------------------------------- edits
 @dataclass(frozen=True)
 class Edit:
@@ -315,7 +299,7 @@ class _Moments:
 
     def descriptors(self) -> tuple[float, float]:
         size = float(np.sqrt(self.sum_sq / self.resid_sq)) if self.resid_sq > 0 else float("nan")
-        return size, _constant_from(self.sum_w, self.sum_sq, self.n)
+        return size, constant_from(self.sum_w, self.sum_sq, self.n)
 
 
 def descriptor_hooks(model, moments: dict) -> dict[str, Callable]:
@@ -565,10 +549,11 @@ def block_atlas(
     write's size and constant part (over input positions t ≥ 1 of the same windows).
 
     The KL is Σ_v p_v (log p_v − log q_v) of float64 log-softmaxes of the two runs' logits
-    (``edges.kl_of_logp``): a rounding error ε of the logits (|ε| ≲ a few eps·|logit| per
-    layer) enters where the runs agree at second order, ½·Var_p(ε) (~1e-11 in float32 at
-    logits of ~10), elsewhere in proportion to the signal (~2|ε|·√(2·KL)); values within
-    the float64 summation floor (~1e-13) of 0 read 0, below it the atlas raises.
+    (``headgeom.divergence.kl_of_logp``): a rounding error ε of the logits (|ε| ≲ a few
+    eps·|logit| per layer) enters where the runs agree at second order, ½·Var_p(ε) (~1e-11
+    in float32 at logits of ~10), elsewhere in proportion to the signal (~2|ε|·√(2·KL));
+    values within the float64 summation floor (~1e-13) of 0 read 0, below it the atlas
+    raises.
 
     Memory is bounded by ``work_bytes`` (:func:`atlas_plan`, which states the formula),
     never by windows × positions × vocabulary: windows stream in batches; per batch one

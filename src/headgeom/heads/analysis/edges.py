@@ -53,7 +53,6 @@ TransformerLens way, or resumed at the reader's layer, the auto-circuit way).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -64,6 +63,8 @@ from torch.nn import functional as F
 
 from headgeom import results
 from headgeom.data.task_files import PatchInputs, first_per_condition, model_inputs, read_task
+from headgeom.divergence import EPS64 as EPS64  # the engine's float64 eps, read by its checks
+from headgeom.divergence import kl_of_logp, summation_floor
 from headgeom.heads.analysis import weightspace
 from headgeom.heads.analysis.batching import check_pairs, length_batches, model_device, stack_rows
 from headgeom.heads.analysis.patching import head_perturbations, supports_prefix_reuse
@@ -73,8 +74,6 @@ from headgeom.model import registry
 from headgeom.model.checkpoint import load_verified
 from headgeom.model.geometries import READ_TYPES
 from headgeom.model.gpt import site
-
-EPS64 = torch.finfo(torch.float64).eps
 
 Progress = Callable[[int], object] | None
 
@@ -152,34 +151,6 @@ def logit_rounding(model) -> float:
     the weight-only :func:`logit_scale`. Measured in float32 against float64: ≤ 3.1 ulps of
     that scale on 3–4-layer random models of every geometry, against 4·(L + 1) = 16–20."""
     return forward_tolerance(model, logit_scale(model))
-
-
-def summation_floor(clean_logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
-    """(R,) bound on the float64 rounding of Σ_v p_v (log p_v − log q_v): every log-prob is
-    exact to a few eps₆₄ of its size and the V-term sum adds log₂V·eps₆₄ of Σ|terms|, so
-    (8 + log₂V)·eps₆₄·(1 + max|log p| + max|log q|); about 1e-13 at V = 50,257."""
-    V = clean_logp.shape[-1]
-    size = 1.0 + clean_logp.abs().amax(-1) + logq.abs().amax(-1)
-    return (8 + math.log2(V)) * EPS64 * size
-
-
-def kl_of_logp(clean_logp: torch.Tensor, logq: torch.Tensor) -> torch.Tensor:
-    """KL(P ‖ Q) (...) float64 = Σ_v p_v (log p_v − log q_v) over the last axis, from
-    float64 log-probabilities (any leading axes, broadcast). Both are normalised
-    distributions, so the sum is ≥ 0 up to :func:`summation_floor`: values in [−floor, 0)
-    are float64 summation noise and read 0; a value below −floor is a bug and raises (never
-    silently changed)."""
-    kl = (clean_logp.exp() * (clean_logp - logq)).sum(-1)
-    if (kl < 0).any():
-        floor = summation_floor(clean_logp, logq).expand_as(kl)
-        bad = kl < -floor
-        if bad.any():
-            raise ArithmeticError(
-                f"KL {float(kl[bad][0]):.3e} is below −{float(floor[bad][0]):.1e}, its float64 "
-                "summation floor: the distributions are not normalised"
-            )
-        kl = kl.clamp_min(0.0)
-    return kl
 
 
 def kl_from_logits(clean_logp: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:

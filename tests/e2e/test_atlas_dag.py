@@ -1,0 +1,47 @@
+"""The edit atlas's DAG through Snakemake on a random tiny Llama with its own tokenizer
+(written locally; nothing is downloaded): every rule runs, the merged tables hold every edit
+the model has, a second run has nothing to do, and a changed sweep setting reruns the sweep
+but not the inputs."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from tests.e2e.conftest import REPO, make_workdir, planned_jobs, snakemake
+
+pytestmark = pytest.mark.e2e
+pytest.importorskip("transformers", reason="building the tiny Llama needs transformers [dev]")
+
+
+@pytest.fixture(scope="module")
+def atlas_run(tmp_path_factory):
+    from tests.helpers.hf import save_tiny_llama
+
+    cfg = yaml.safe_load((REPO / "tests" / "e2e" / "atlas-micro.yaml").read_text())
+    work = make_workdir(tmp_path_factory.mktemp("atlas") / "w", cfg)
+    save_tiny_llama(work / "llama-tiny", seed=0)
+    snakemake(work, "--cores", "2")
+    return work, work / "results" / cfg["study"] / "atlas", cfg
+
+
+def test_every_edit_is_in_the_merged_tables(atlas_run):
+    _, results, _ = atlas_run
+    summary = pq.read_table(results / "summary.parquet").to_pandas()
+    # 2 layers: zero and average of 2 blocks each + everywhere, rows_mean of the embedding,
+    # skip of each layer + everywhere; no key norm, no PLE
+    assert len(summary) == 2 * (4 + 2) + 1 + 3
+    effects = pq.read_table(results / "effects.parquet").to_pandas()
+    assert set(effects["corpus"]) == {"demo", "code"} and (effects["kl"] >= 0).all()
+    assert (results / "atlas.md").read_text().startswith("# Edit atlas")
+
+
+def test_nothing_to_do_then_a_sweep_setting_reruns_the_sweep(atlas_run, tmp_path):
+    work, _, cfg = atlas_run
+    assert planned_jobs(snakemake(work, "-n", "--cores", "2")) == {}
+    cfg = {**cfg, "sweep": {**cfg["sweep"], "kl_chunk": 8}}
+    (work / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    jobs = planned_jobs(snakemake(work, "-n", "--cores", "2"))
+    assert jobs.get("atlas_sweep") == 2 and jobs.get("atlas_report") == 1
+    assert "atlas_inputs" not in jobs and "atlas_profile" not in jobs
