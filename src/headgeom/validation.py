@@ -149,6 +149,17 @@ def load_schema(path: str | Path) -> dict:
     return yaml.safe_load(Path(path).read_text())
 
 
+def checked_config(config: Mapping, schema: str | Path | Mapping) -> dict:
+    """A copy of ``config`` valid under ``schema`` (a file, or the schema itself), its
+    defaults filled; :class:`StudyConfigError` listing every problem otherwise. A study's
+    ``from_config`` then runs its cross-key checks (:func:`run_checks`) on the copy."""
+    config = copy.deepcopy(dict(config))
+    problems = validate(config, schema if isinstance(schema, Mapping) else load_schema(schema))
+    if problems:
+        raise StudyConfigError(problems)
+    return config
+
+
 #: The keys naming an import's files: format hub names a Hub model, every other format a path.
 _IMPORT_KEYS = {"hub": ("repo_id", "revision")}
 

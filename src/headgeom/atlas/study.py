@@ -9,14 +9,13 @@ module: the workflow reads it at parse time.
 
 from __future__ import annotations
 
-import copy
 import re
 from collections.abc import Mapping
 from pathlib import Path
 
 from headgeom.resources import ResourceRequests
 from headgeom.studies import KINDS
-from headgeom.validation import StudyConfigError, load_schema, run_checks, validate
+from headgeom.validation import checked_config, run_checks
 
 KIND = "atlas"
 SCHEMA = KINDS[KIND].schema_path
@@ -39,12 +38,7 @@ class AtlasStudy(ResourceRequests):
 
     @classmethod
     def from_config(cls, config: Mapping, schema: str | Path | Mapping = SCHEMA) -> AtlasStudy:
-        config = copy.deepcopy(dict(config))
-        schema = schema if isinstance(schema, Mapping) else load_schema(schema)
-        problems = validate(config, schema)
-        if problems:
-            raise StudyConfigError(problems)
-        study = cls(config)
+        study = cls(checked_config(config, schema))
         run_checks(study._checks())
         return study
 

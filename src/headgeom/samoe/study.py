@@ -11,7 +11,6 @@ it cannot run raises ``StudyConfigError``, one short line per problem.
 
 from __future__ import annotations
 
-import copy
 import re
 from collections.abc import Mapping
 from functools import cached_property
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from headgeom.resources import ResourceRequests
 from headgeom.studies import KINDS
-from headgeom.validation import StudyConfigError, load_schema, run_checks, validate
+from headgeom.validation import checked_config, run_checks
 
 if TYPE_CHECKING:  # the workflow reads the study without importing torch (SA-MoE configs do)
     from headgeom.samoe.config import CPTConfig, DenseConfig, MoEConfig
@@ -52,12 +51,7 @@ class SAMoEStudy(ResourceRequests):
 
     @classmethod
     def from_config(cls, config: Mapping, schema: str | Path | Mapping = SCHEMA) -> SAMoEStudy:
-        config = copy.deepcopy(dict(config))
-        schema = schema if isinstance(schema, Mapping) else load_schema(schema)
-        problems = validate(config, schema)
-        if problems:
-            raise StudyConfigError(problems)
-        study = cls(config)
+        study = cls(checked_config(config, schema))
         run_checks(study._checks())
         return study
 
