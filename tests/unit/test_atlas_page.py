@@ -19,6 +19,7 @@ import pytest
 from headgeom.atlas.page import data as data_module
 from headgeom.atlas.page import page, views
 from headgeom.atlas.page.data import AtlasPageInputError, gather
+from headgeom.atlas.stages import page as page_stage
 from headgeom.hashing import sha256_file
 from tests.helpers import atlas_tables as synthetic
 
@@ -238,3 +239,25 @@ def test_the_page_reads_the_workflow_paths(tmp_path):
     paths = data_module.standard_paths(tmp_path)
     assert paths["effects"] == tmp_path / "atlas" / "effects.parquet"
     assert set(gather(paths, synthetic.MODEL).tables) == set(synthetic.MODEL_TABLES)
+
+
+def test_the_stage_writes_the_page_with_the_optional_tables_it_is_given(tmp_path):
+    synthetic.write_atlas(tmp_path)
+    paths = synthetic.model_paths(tmp_path)
+    out = tmp_path / "atlas.html"
+    argv = ["--model", "tiny", "--out", str(out)]
+    argv += [
+        a for t in ("profile", "effects", "retention", "summary") for a in (f"--{t}", str(paths[t]))
+    ]
+    assert page_stage.main(argv) == 0
+    data, _ = _embedded(out.read_text(encoding="utf-8"))
+    assert data["model"] == "tiny"
+    assert set(data["tables"]) == {"profile", "effects", "retention", "summary"}
+    assert data["pairs"] == []
+    pair = f"{synthetic.PAIR}={synthetic.pairs(tmp_path)[synthetic.PAIR]}"
+    assert page_stage.main([*argv, "--compression", str(paths["compression"]), "--pair", pair]) == 0
+    data, _ = _embedded(out.read_text(encoding="utf-8"))
+    assert "compression" in data["tables"]
+    assert [p["name"] for p in data["pairs"]] == [synthetic.PAIR]
+    with pytest.raises(SystemExit, match="no table of pair 'nothing'"):
+        page_stage.main([*argv, "--pair", f"nothing={tmp_path / 'nowhere'}"])
