@@ -1,9 +1,14 @@
 """The edit atlas's DAG through Snakemake on a random tiny Llama with its own tokenizer
 (written locally; nothing is downloaded): every rule runs, the merged tables hold every edit
-the model has, a second run has nothing to do, and a changed sweep setting reruns the sweep
-but not the inputs."""
+the model has, the DAG ends with the atlas page (which embeds those tables and opens in
+Chromium where there is one), a second run has nothing to do, and a changed sweep setting
+reruns the sweep but not the inputs."""
 
 from __future__ import annotations
+
+import json
+import re
+import shutil
 
 import pyarrow.parquet as pq
 import pytest
@@ -37,6 +42,43 @@ def test_every_edit_is_in_the_merged_tables(atlas_run):
     assert (results / "atlas.md").read_text().startswith("# Edit atlas")
 
 
+def test_the_dag_ends_with_the_page(atlas_run):
+    _, results, _ = atlas_run
+    html = (results / "atlas.html").read_text(encoding="utf-8")
+    block = re.search(r'<script type="application/json" id="atlas-data">(.*?)</script>', html, re.S)
+    data = json.loads(block.group(1).replace("<\\/", "</"))
+    assert data["model"] == "llama-tiny"  # the model folder's name (config model.path)
+    effects = pq.read_table(results / "effects.parquet")
+    assert set(data["tables"]) == {"profile", "effects", "retention", "summary"}
+    assert data["tables"]["effects"]["kl"] == effects.column("kl").to_pylist()
+    cited = {s["table"]: s["path"] for s in data["sources"]}
+    assert cited["effects"].endswith("atlas/effects.parquet")
+
+
+def test_the_page_opens_in_chromium(atlas_run):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed")
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is None:
+        pytest.skip("no Chromium on PATH (Debian: chromium)")
+    _, results, _ = atlas_run
+    flags = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=flags)
+        try:
+            tab = browser.new_context(offline=True).new_page()
+            problems = []
+            tab.on("pageerror", lambda e: problems.append(str(e)))
+            tab.goto((results / "atlas.html").as_uri())
+            tab.wait_for_selector("body[data-ready]", state="attached")
+            assert tab.get_attribute("body", "data-ready") == "true", problems
+            # the heat map of Zero: each block of each of the 2 layers, per corpus and the mean
+            cells = tab.locator('#heat path[aria-roledescription="rect mark"]')
+            assert cells.count() == 2 * 2 * 3
+            assert problems == []
+        finally:
+            browser.close()
+
+
 def test_nothing_to_do_then_a_sweep_setting_reruns_the_sweep(atlas_run, tmp_path):
     work, _, cfg = atlas_run
     assert planned_jobs(snakemake(work, "-n", "--cores", "2")) == {}
@@ -44,4 +86,5 @@ def test_nothing_to_do_then_a_sweep_setting_reruns_the_sweep(atlas_run, tmp_path
     (work / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     jobs = planned_jobs(snakemake(work, "-n", "--cores", "2"))
     assert jobs.get("atlas_sweep") == 2 and jobs.get("atlas_report") == 1
+    assert jobs.get("atlas_page") == 1
     assert "atlas_inputs" not in jobs and "atlas_profile" not in jobs

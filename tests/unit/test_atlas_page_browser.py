@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 
+import pandas as pd
 import pytest
 
 from headgeom.atlas.page import page
@@ -29,10 +30,13 @@ FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
 def pages(tmp_path_factory):
     """The full page (with a pair) and a page without the optional tables."""
     root = tmp_path_factory.mktemp("atlas-browser")
-    written = synthetic.write_atlas(root / "full")
-    page.write_page(root / "full", root / "full.html", synthetic.MODEL, [synthetic.PAIR])
-    synthetic.write_atlas(root / "bare", ple=False, pair=False, skip=("compression",))
-    page.write_page(root / "bare", root / "bare.html", synthetic.MODEL)
+    full, bare = root / "full", root / "bare"
+    written = synthetic.write_atlas(full)
+    page.write_page(
+        synthetic.model_paths(full), root / "full.html", synthetic.MODEL, synthetic.pairs(full)
+    )
+    synthetic.write_atlas(bare, ple=False, pair=False, skip=("compression",))
+    page.write_page(synthetic.model_paths(bare), root / "bare.html", synthetic.MODEL)
     return {"full": root / "full.html", "bare": root / "bare.html"}, written
 
 
@@ -79,9 +83,14 @@ def wait_text(tab, selector: str, text: str) -> None:
     )
 
 
+def one_layer(frame):
+    """An edit's rows of one layer or of the embedding's table, not every layer at once."""
+    return frame[~frame.apply(lambda r: synthetic.everywhere(r.layer, r.target), axis=1)]
+
+
 def test_clicking_a_profile_column_selects_that_layer(opened):
     tab, written, problems = opened
-    edits = written[("edits", None)]
+    effects, summary = written[("effects", None)], written[("summary", None)]
     layer = 1
     assert tab.text_content("#selected-layer") != str(layer)  # opens on another layer
     # the column behind the bars, beside the old state's bar (4th panel; it is narrower)
@@ -90,26 +99,33 @@ def test_clicking_a_profile_column_selects_that_layer(opened):
     column.nth(3).click(position={"x": 2, "y": 4})
     wait_text(tab, "#selected-layer", str(layer))
     wait_text(tab, "#layer-title", str(layer))
-    rows = edits[(edits.scope == "block") & (edits.layer == layer)]
-    # Zero and Average of attn, mlp, ple; rows→mean of ple; skip: 8 rows × 4 corpora
-    assert len(rows) == (3 + 3 + 1 + 1) * 4
-    for r in rows.itertuples():
+    rows = effects[effects.layer == layer]
+    # Zero and Average of attn, mlp, ple; rows→mean of ple; skip: 8 edits × 3 corpora
+    assert len(rows) == (3 + 3 + 1 + 1) * 3
+    # and each edit's mean over the corpora: its summary row
+    means = summary[summary.layer == layer].assign(corpus="mean")
+    for r in [*rows.itertuples(), *means.itertuples()]:
         cell = (
-            f"#layer-edits td[data-block='{r.block}'][data-edit='{r.edit}']"
+            f"#layer-edits td[data-target='{r.target}'][data-kind='{r.kind}']"
             f"[data-corpus='{r.corpus}']"
         )
         assert float(value_of(tab, f"{cell}[data-quantity='kl']")) == r.kl
         assert float(value_of(tab, f"{cell}[data-quantity='delta_top1']")) == r.delta_top1
     retention = written[("retention", None)]
-    mean = retention[(retention.layer == layer) & (retention.block == "mlp")
-                     & (retention.edit == "average") & (retention.skill == "mean")]  # fmt: skip
-    got = value_of(tab, "#layer-edits td[data-block='mlp'][data-edit='average']"
-                        "[data-skill='mean'][data-quantity='retention']")  # fmt: skip
-    assert float(got) == mean["retention"].iloc[0]
+    kept = retention[(retention.layer == layer) & (retention.target == "mlp")
+                     & (retention.kind == "average") & (retention.skill == "quote")]  # fmt: skip
+    cell = "#layer-edits td[data-target='mlp'][data-kind='average']"
+    got = value_of(tab, f"{cell}[data-skill='quote'][data-quantity='retention']")
+    assert float(got) == kept["retention"].iloc[0]
+    mean = summary[(summary.edit == f"average L{layer}.mlp")]["mean_retention"].iloc[0]
+    got = value_of(tab, f"{cell}[data-skill='mean'][data-quantity='retention']")
+    assert float(got) == mean
     profile = written[("profile", None)]
     ple = profile[(profile.layer == layer) & (profile.block == "ple")].iloc[0]
     got = value_of(tab, "#layer-profile td[data-block='ple'][data-quantity='write_size']")
     assert float(got) == ple["write_size"]
+    got = value_of(tab, "#layer-profile td[data-block='ple'][data-quantity='knob_rms']")
+    assert float(got) == ple["knob_rms"]
     # clicking a bar (not the column behind it) selects its layer too
     bar = tab.locator('#profile path[aria-roledescription="bar"][aria-label^="layer: 2;"]')
     bar.first.click()
@@ -132,20 +148,24 @@ def heat_cells(tab) -> dict[tuple[str, int, str], str]:
     return out
 
 
-def expected_cells(edits, edit: str) -> dict[tuple[str, int, str], str]:
-    rows = edits[(edits.scope == "block") & (edits.edit == edit)]
+def expected_cells(written, kind: str) -> dict[tuple[str, int, str], str]:
+    """The heat map's cells of edits ``kind``: each corpus's KL (effects) and the mean over
+    the corpora (summary), of one layer or the embedding's table."""
+    effects = one_layer(written[("effects", None)])
+    summary = one_layer(written[("summary", None)]).assign(corpus="mean")
+    rows = pd.concat([effects, summary])
+    rows = rows[rows.kind == kind]
     # the helper's KLs have four decimals, so the cell's ".4f" is the number itself
-    return {(r.block, r.layer, r.corpus): f"{r.kl:.4f}" for r in rows.itertuples()}
+    return {(r.target, r.layer, r.corpus): f"{r.kl:.4f}" for r in rows.itertuples()}
 
 
 def test_the_edit_switch_redraws_the_heat_map(opened):
     tab, written, problems = opened
-    edits = written[("edits", None)]
-    zero = expected_cells(edits, "zero")
+    zero = expected_cells(written, "zero")
     assert heat_cells(tab) == zero  # opens on Zero: every (block, layer, corpus) with a "mean"
     assert {c for _, _, c in zero} == {*synthetic.CORPORA, "mean"}
     tab.get_by_label("Average").check()
-    average = expected_cells(edits, "average")
+    average = expected_cells(written, "average")
     tab.wait_for_function(
         "n => document.querySelectorAll('#heat path[aria-roledescription=\"rect mark\"]').length"
         " === n",
@@ -160,8 +180,8 @@ def test_the_edit_switch_redraws_the_heat_map(opened):
     assert average != zero
     # rows→mean: the PLE slices and the token embedding's table (layer -1)
     tab.get_by_label("rows→mean").check()
-    rows_mean = expected_cells(edits, "rows_mean")
-    assert {(b, la) for b, la, _ in rows_mean} >= {("embedding", -1), ("ple", 0)}
+    rows_mean = expected_cells(written, "rows_mean")
+    assert {(b, la) for b, la, _ in rows_mean} >= {("embed", -1), ("ple", 0)}
     tab.wait_for_function(
         "n => document.querySelectorAll('#heat path[aria-roledescription=\"rect mark\"]').length"
         " === n",
@@ -170,7 +190,7 @@ def test_the_edit_switch_redraws_the_heat_map(opened):
     assert heat_cells(tab) == rows_mean
     # the selected layer's table marks the rows of the edit shown
     current = tab.locator("#layer-edits tr.current")
-    assert {current.nth(i).get_attribute("data-edit") for i in range(current.count())} == {
+    assert {current.nth(i).get_attribute("data-kind") for i in range(current.count())} == {
         "rows_mean"
     }
     # a cell of the heat map selects its layer too

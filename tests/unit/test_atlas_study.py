@@ -66,3 +66,11 @@ def test_refusals(change, message):
     with pytest.raises(StudyConfigError, match=message):
         study = studies.from_config(_with(change))
         study.check_rules(["atlas_inputs", "atlas_profile", "atlas_sweep", "atlas_report"])
+
+
+def test_the_page_names_the_model_by_its_file():
+    # the shipped GGUF file's name less .gguf; a Hub model by its repository
+    assert AtlasStudy.from_config(CONFIG).model_name == "SmolLM2-135M-Instruct.Q4_1"
+    hub = {**CONFIG, "model": {"format": "hub", "repo_id": "org/lm", "revision": "a" * 40}}
+    assert AtlasStudy.from_config(hub).model_name == "org/lm"
+    assert AtlasStudy.from_config(CONFIG).page_optional() == []  # no compression asked for

@@ -46,8 +46,8 @@ def per_shard(result):
 
 
 def study_outputs():
-    """The default target's inputs: the merged tables, the profile and the report."""
-    return [PATHS[k] for k in ("effects", "retention", "summary", "profile", "report")]
+    """The default target's inputs: the merged tables, the profile, the report, the page."""
+    return [PATHS[k] for k in ("effects", "retention", "summary", "profile", "report", "page")]
 
 
 def checked_rules(names):

@@ -17,4 +17,6 @@ TEMPLATES = {
     "retention": "atlas/retention.parquet",
     "summary": "atlas/summary.parquet",
     "report": "atlas/atlas.md",
+    # the atlas page: one offline HTML file of the tables above
+    "page": "atlas/atlas.html",
 }

@@ -82,6 +82,19 @@ class AtlasStudy(ResourceRequests):
         """The model's import block (``headgeom.model.causal_import.source_of``)."""
         return dict(self.config["model"])
 
+    @property
+    def model_name(self) -> str:
+        """The model's name on the atlas page: its file or folder name (no ``.gguf``), or
+        its Hub repository."""
+        spec = self.config["model"]
+        name = spec.get("repo_id") or Path(spec["path"]).name
+        return name.removesuffix(".gguf")
+
+    def page_optional(self) -> list[str]:
+        """The optional tables the atlas page shows that this study makes: the compression
+        table where config ``compression`` asks for it."""
+        return ["compression"] if self.config.get("compression") else []
+
     def model_files(self) -> list[str]:
         """The local files the model source reads (a GGUF file; a directory's config, weights
         and tokenizer files): inputs of every job that reads the model; none for the Hub."""

@@ -17,7 +17,7 @@
     Object.entries(tables).map(([name, columns]) => [name, toRows(columns)]));
   const TABLES = decode(DATA.tables);
   const PAIRS = DATA.pairs.map((p) => ({ name: p.name, tables: decode(p.tables) }));
-  const BLOCKS = ["attn", "mlp", "ple", "layer", "embedding"];
+  const BLOCKS = ["attn", "mlp", "ple", "layer", "keys", "embed"];
   const EDITS = Object.keys(DATA.edit_names);
   const MODES = ["top", "random", "fraction", "minus_top"];
   const state = {
@@ -98,23 +98,32 @@
   }
 
   // --- the single model -------------------------------------------------------------------
-  const EDIT_ROWS = TABLES.edits;
+  // An edit's rows (effects.parquet, headgeom.atlas.results): its kind and target, its layer
+  // (-1: every layer at once, or the token embedding, which has no layer); its scope on the
+  // page: "everywhere" or "block" (one layer, or the embedding's table). The mean over the
+  // corpora is summary.parquet's row of the edit, shown as corpus "mean"; the mean over the
+  // skills, its mean_retention, as skill "mean".
+  const scope = (r) => (r.layer < 0 && r.target !== "embed" ? "everywhere" : "block");
+  const EDIT_ROWS = [...TABLES.effects, ...TABLES.summary.map((r) => ({ ...r, corpus: "mean" }))]
+    .map((r) => ({ ...r, scope: scope(r) }));
   const BLOCK_ROWS = EDIT_ROWS.filter((r) => r.scope === "block");
   const CORPORA = corporaOf(EDIT_ROWS);
   // the profile's KL: the mean over the corpora, or the only corpus there is
   const PROFILE_CORPUS = CORPORA[0];
-  const SWITCH = unique(BLOCK_ROWS.map((r) => r.edit))
+  const SWITCH = unique(BLOCK_ROWS.map((r) => r.kind))
     .sort(byKeys((e) => rank(EDITS, e), (e) => e));
   const LAYERS = unique([...TABLES.profile.map((r) => r.layer), ...BLOCK_ROWS.map((r) => r.layer)]
     .filter((l) => l >= 0)).sort((a, b) => a - b);
   const KL_MAX = Math.max(1e-12, ...BLOCK_ROWS.map((r) => r.kl).filter(Number.isFinite));
-  const RETENTION = TABLES.retention || [];
+  const RETENTION = TABLES.retention ? [...TABLES.retention, ...TABLES.summary
+    .map((r) => ({ ...r, skill: "mean", retention: r.mean_retention }))]
+    .map((r) => ({ ...r, scope: scope(r) })) : [];
   const SKILLS = (() => {
     const all = unique(RETENTION.map((r) => r.skill));
     return all.includes("mean") ? ["mean", ...all.filter((s) => s !== "mean")] : all;
   })();
 
-  // The table of some edits' effects: one row per (block, edit), KL and Δ top-1 per corpus,
+  // The table of some edits' effects: one row per (target, kind), KL and Δ top-1 per corpus,
   // retention per skill; rows of the selected edit marked.
   function effectsTable(id, rows, retention) {
     const table = document.getElementById(id);
@@ -122,7 +131,7 @@
     const head = table.createTHead();
     const top = head.insertRow();
     const sub = head.insertRow();
-    headCell(top, "block", 1, 2);
+    headCell(top, "target", 1, 2);
     headCell(top, "edit", 1, 2);
     for (const c of CORPORA) {
       headCell(top, c, 2);
@@ -134,24 +143,24 @@
       for (const s of SKILLS) headCell(sub, s);
     }
     const body = table.createTBody();
-    const keys = unique(rows.map((r) => `${r.block}\u0000${r.edit}`)).map((k) => k.split("\u0000"))
+    const keys = unique(rows.map((r) => `${r.target}\u0000${r.kind}`)).map((k) => k.split("\u0000"))
       .sort(byKeys(([b]) => rank(BLOCKS, b), ([b]) => b, ([, e]) => rank(EDITS, e), ([, e]) => e));
-    for (const [block, edit] of keys) {
+    for (const [target, kind] of keys) {
       const tr = body.insertRow();
-      if (edit === state.edit) tr.className = "current";
-      tr.dataset.block = block;
-      tr.dataset.edit = edit;
-      textCell(tr, block);
-      textCell(tr, editName(edit));
+      if (kind === state.edit) tr.className = "current";
+      tr.dataset.target = target;
+      tr.dataset.kind = kind;
+      textCell(tr, target);
+      textCell(tr, editName(kind));
       for (const corpus of CORPORA) {
-        const r = rows.find((x) => x.block === block && x.edit === edit && x.corpus === corpus) || {};
-        const tags = { block, edit, corpus };
+        const r = rows.find((x) => x.target === target && x.kind === kind && x.corpus === corpus) || {};
+        const tags = { target, kind, corpus };
         tagged(tr, r.kl, { ...tags, quantity: "kl" });
         tagged(tr, r.delta_top1, { ...tags, quantity: "delta_top1" });
       }
       for (const skill of SKILLS) {
-        const r = retention.find((x) => x.block === block && x.edit === edit && x.skill === skill) || {};
-        tagged(tr, r.retention, { block, edit, skill, quantity: "retention" });
+        const r = retention.find((x) => x.target === target && x.kind === kind && x.skill === skill) || {};
+        tagged(tr, r.retention, { target, kind, skill, quantity: "retention" });
       }
     }
     return keys.length;
@@ -178,12 +187,12 @@
     const oldState = LAYERS.map((layer) => profile.find((r) => r.layer === layer))
       .filter((r) => r && Number.isFinite(r.old_state_carried))
       .map((r) => ({ layer: r.layer, old_state_carried: r.old_state_carried }));
-    const kl = BLOCK_ROWS.filter((r) => r.edit === state.edit && r.corpus === PROFILE_CORPUS
-      && r.layer >= 0);
+    const kl = BLOCK_ROWS.filter((r) => r.kind === state.edit && r.corpus === PROFILE_CORPUS
+      && r.layer >= 0).map((r) => ({ ...r, block: r.target }));
     await show("profile", { layers: LAYERS.map((layer) => ({ layer })), profile, old_state: oldState,
       profile_kl: kl }, { sel_layer: state.layer });
     note("profile-note", PROFILE_CORPUS === "mean" ? ""
-      : `edits.parquet has no "mean" rows: the KL panel shows corpus ${PROFILE_CORPUS}.`);
+      : `No mean over the corpora: the KL panel shows corpus ${PROFILE_CORPUS}.`);
     showSources("profile", null);
   }
 
@@ -193,7 +202,7 @@
     const rows = EDIT_ROWS.filter((r) => r.scope === "block" && r.layer === state.layer);
     const retention = RETENTION.filter((r) => r.scope === "block" && r.layer === state.layer);
     const n = effectsTable("layer-edits", rows, retention);
-    note("layer-note", n ? "" : `No edit of layer ${state.layer} in edits.parquet.`);
+    note("layer-note", n ? "" : `No edit of layer ${state.layer} in effects.parquet.`);
     const table = document.getElementById("layer-profile");
     table.replaceChildren();
     const head = table.createTHead().insertRow();
@@ -205,17 +214,18 @@
       .sort(byKeys((x) => rank(BLOCKS, x.block)))) {
       const tr = body.insertRow();
       textCell(tr, r.block);
-      for (const q of ["write_size", "constant_part", "volume_knob", "old_state_carried"]) {
+      for (const q of ["write_size", "constant_part", "knob_rms", "old_state_carried"]) {
         tagged(tr, r[q], { block: r.block, quantity: q });
       }
     }
-    showSources("edits", null);
+    showSources("effects", null);
+    showSources("summary", null);
     showSources("retention", null);
   }
 
   async function renderHeat() {
-    const rows = BLOCK_ROWS.filter((r) => r.edit === state.edit)
-      .map((r) => ({ ...r, corpus_order: CORPORA.indexOf(r.corpus) }));
+    const rows = BLOCK_ROWS.filter((r) => r.kind === state.edit)
+      .map((r) => ({ ...r, block: r.target, corpus_order: CORPORA.indexOf(r.corpus) }));
     await show("heat", { heat: rows }, { sel_layer: state.layer, kl_max: KL_MAX });
     note("heat-note", `${editName(state.edit)}: ${rows.length} (block, corpus) cells; `
       + "one colour scale for every edit. Click a cell to select its layer.");
@@ -424,7 +434,7 @@
 
   // --- wiring ---------------------------------------------------------------------------
   function defaultLayer() {
-    const rows = BLOCK_ROWS.filter((r) => r.edit === state.edit && r.corpus === PROFILE_CORPUS
+    const rows = BLOCK_ROWS.filter((r) => r.kind === state.edit && r.corpus === PROFILE_CORPUS
       && r.layer >= 0 && Number.isFinite(r.kl));
     if (!rows.length) return LAYERS[0] ?? 0;
     return rows.reduce((a, b) => (b.kl > a.kl ? b : a)).layer;

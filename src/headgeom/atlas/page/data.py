@@ -1,73 +1,93 @@
-"""What the atlas page shows, read from the atlas's Parquets (the contract: ATLAS_SCHEMA.md):
-one model's tables under ``<atlas>/<model>/`` and each pair's under ``<atlas>/pairs/<pair>/``,
-the rows exactly as the Parquet holds them and only the columns the contract names.
+"""What the atlas page shows, read from the atlas's Parquets: the rows exactly as the Parquet
+holds them and only the columns of the results contract (:mod:`headgeom.atlas.results`, whose
+``ResultTable`` schemas are the column lists checked here: there is no second copy).
 
-The per-layer profile and the edits are what the page is about, so they must be there; every
-other table is optional, and its view is left out when it is absent (a model without a PLE
-branch simply has no ``ple`` rows). A table that is there must have every column of the
-contract, of its kind, and only rows of the model or pair it is filed under: otherwise it is
-refused, naming the file and the column.
+The per-layer profile, the edits' effects and their summary (the mean over corpora) are what
+the page is about, so they must be there; every other table is optional, and its view is left
+out when it is absent (a model without a PLE branch simply has no ``ple`` rows). A table that
+is there must have every column of its contract: otherwise it is refused, naming the file and
+the column.
+
+The compression table and the two-checkpoint tables are not in the results contract yet: their
+columns are :data:`PROVISIONAL` (the provisional atlas schema of issue 54), the one place the
+page spells them out.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 
+from headgeom.atlas import results
+from headgeom.atlas.paths import TEMPLATES
 from headgeom.hashing import sha256_file
 from headgeom.io import read_table
 
 # Column kinds: "text", "int", "float" (null allowed), "bool".
-_MODEL = {"model": "text"}
-_PAIR = {"pair": "text"}
-_EDIT_KEY = {"edit": "text", "scope": "text", "layer": "int", "block": "text"}
 _VS_ENDS = {"kl_to_a": "float", "kl_to_b": "float", "retention": "float"}
 
-#: table -> {column: kind}, one model's (ATLAS_SCHEMA.md "Single model").
-MODEL_TABLES: dict[str, dict[str, str]] = {
-    "profile": {
-        **_MODEL, "layer": "int", "block": "text", "write_size": "float",
-        "constant_part": "float", "volume_knob": "float", "old_state_carried": "float",
-    },
-    "edits": {
-        **_MODEL, **_EDIT_KEY, "corpus": "text", "kl": "float", "delta_top1": "float",
-        "n_tokens": "int",
-    },
-    "retention": {
-        **_MODEL, **_EDIT_KEY, "skill": "text", "n_items": "int", "retained": "int",
-        "retention": "float",
-    },
+#: PROVISIONAL (issue 54's atlas schema, until headgeom.atlas.results has them): the compression
+#: table (one model's, beside the others; its file: :data:`PROVISIONAL_FILES`) and each
+#: pair's tables (``atlas/pairs/<pair>/<table>.parquet``, a ``pair`` column on every row).
+PROVISIONAL: dict[str, dict[str, str]] = {
     "compression": {
-        **_MODEL, "method": "text", "group": "text", "setting": "text", "bytes": "int",
+        "method": "text", "group": "text", "setting": "text", "bytes": "int",
         "bytes_original": "int", "corpus": "text", "kl": "float", "delta_top1": "float",
         "retention": "float",
     },
-}  # fmt: skip
-#: table -> {column: kind}, one pair's (ATLAS_SCHEMA.md "Two checkpoints").
-PAIR_TABLES: dict[str, dict[str, str]] = {
-    "blend": {**_PAIR, "alpha": "float", "corpus": "text", **_VS_ENDS},
+    "blend": {"pair": "text", "alpha": "float", "corpus": "text", **_VS_ENDS},
     "probes": {
-        **_PAIR, "alpha": "float", "probe": "text", "prompt": "text", "answer": "text",
+        "pair": "text", "alpha": "float", "probe": "text", "prompt": "text", "answer": "text",
         "expected": "text", "correct": "bool", "lead": "float",
     },
     "grafts": {
-        **_PAIR, "direction": "text", "group": "text", "layer": "int", "part": "text",
+        "pair": "text", "direction": "text", "group": "text", "layer": "int", "part": "text",
         "corpus": "text", **_VS_ENDS,
     },
-    "drift": {**_PAIR, "tensor": "text", "group": "text", "layer": "int", "drift": "float"},
-    "lowrank": {**_PAIR, "mode": "text", "k": "int", "corpus": "text", **_VS_ENDS},
+    "drift": {"pair": "text", "tensor": "text", "group": "text", "layer": "int",
+              "drift": "float"},
+    "lowrank": {"pair": "text", "mode": "text", "k": "int", "corpus": "text", **_VS_ENDS},
 }  # fmt: skip
+PROVISIONAL_FILES = {"compression": "atlas/compression.parquet"}
+PAIR_TABLES = ("blend", "probes", "grafts", "drift", "lowrank")
+
+
+def _kind(type_: pa.DataType) -> str:
+    if pa.types.is_string(type_) or pa.types.is_large_string(type_):
+        return "text"
+    if pa.types.is_integer(type_):
+        return "int"
+    if pa.types.is_floating(type_):
+        return "float"
+    if pa.types.is_boolean(type_):
+        return "bool"
+    raise TypeError(f"the atlas page shows no column of type {type_}")
+
+
+def _spec(table: results.ResultTable) -> dict[str, str]:
+    return {f.name: _kind(f.type) for f in table.schema}
+
+
+#: table -> {column: kind}, one model's: the results contract's, then the provisional.
+MODEL_TABLES: dict[str, dict[str, str]] = {
+    "profile": _spec(results.PROFILE),
+    "effects": _spec(results.EFFECTS),
+    "retention": _spec(results.RETENTION),
+    "summary": _spec(results.SUMMARY),
+    "compression": PROVISIONAL["compression"],
+}
 #: The model's tables the page cannot do without.
-REQUIRED = ("profile", "edits")
+REQUIRED = ("profile", "effects", "summary")
 
 
 class AtlasPageInputError(ValueError):
     """An atlas table the page cannot show (missing, a column missing or of another kind,
-    rows of another model or pair)."""
+    rows of another pair)."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +118,7 @@ class AtlasData:
 
 def _kind_ok(values: pd.Series, kind: str) -> bool:
     present = values.dropna()
-    if present.empty:  # an all-null column (volume_knob without post-norms) has any type
+    if present.empty:  # an all-null column (knob_rms without post-norms) has any type
         return True
     if kind == "text":
         return all(isinstance(v, str) for v in present)
@@ -114,9 +134,9 @@ def _kind_ok(values: pd.Series, kind: str) -> bool:
 _KIND_WORDS = {"text": "text", "int": "integers", "float": "numbers", "bool": "booleans"}
 
 
-def read(path: Path, spec: Mapping[str, str], owner: str, name: str) -> pd.DataFrame:
-    """The table at ``path`` with the contract's columns ``spec``, checked: every column
-    there and of its kind, every row's ``owner`` column (model or pair) equal to ``name``."""
+def read(path: Path, spec: Mapping[str, str], pair: str | None = None) -> pd.DataFrame:
+    """The table at ``path`` with the columns ``spec``, checked: every column there and of
+    its kind; a pair's table (``pair``) only rows of that pair, its ``pair`` column dropped."""
     table = read_table(path)
     missing = [c for c in spec if c not in table.column_names]
     if missing:
@@ -130,43 +150,65 @@ def read(path: Path, spec: Mapping[str, str], owner: str, name: str) -> pd.DataF
             raise AtlasPageInputError(
                 f"{path}: column {column!r} is {frame[column].dtype}, expected {_KIND_WORDS[kind]}"
             )
-    others = sorted(set(frame[owner].dropna()) - {name})
-    if others or frame[owner].isna().any():
+    if pair is None:
+        return frame
+    others = sorted(set(frame["pair"].dropna()) - {pair})
+    if others or frame["pair"].isna().any():
         raise AtlasPageInputError(
-            f"{path}: rows of {owner} {others or [None]}, expected only {owner} {name!r}"
+            f"{path}: rows of pair {others or [None]}, expected only pair {pair!r}"
         )
-    return frame.drop(columns=[owner])
+    return frame.drop(columns=["pair"])
 
 
-def gather(atlas_dir: str | os.PathLike, model: str, pairs: Sequence[str] = ()) -> AtlasData:
-    """Read ``model``'s tables from ``<atlas_dir>/<model>/`` and each pair's from
-    ``<atlas_dir>/pairs/<pair>/``. A named pair without any of its tables is refused (a
-    misspelt name would otherwise silently drop its views)."""
-    root = Path(atlas_dir)
+def standard_paths(results_dir: str | os.PathLike) -> dict[str, Path]:
+    """Where the atlas workflow writes one model's tables under ``results/<study>/``
+    (:data:`headgeom.atlas.paths.TEMPLATES`; the provisional compression table's file where
+    the templates do not name it yet)."""
+    files = {**PROVISIONAL_FILES, **TEMPLATES}
+    return {table: Path(results_dir) / files[table] for table in MODEL_TABLES}
+
+
+def pair_dir(results_dir: str | os.PathLike, pair: str) -> Path:
+    """Where a pair's (provisional) tables are: ``results/<study>/atlas/pairs/<pair>/``."""
+    return Path(results_dir) / "atlas" / "pairs" / pair
+
+
+def gather(
+    paths: Mapping[str, str | os.PathLike],
+    model: str,
+    pairs: Mapping[str, str | os.PathLike] | None = None,
+) -> AtlasData:
+    """Read ``model``'s tables from ``paths`` (table -> file; an optional table left out or
+    absent: its view is left out) and each pair's from its folder (``pairs``: name ->
+    folder). A named pair without any of its tables is refused (a misspelt name would
+    otherwise silently drop its views)."""
+    unknown = sorted(set(paths) - set(MODEL_TABLES))
+    if unknown:
+        raise AtlasPageInputError(f"tables {unknown}: the atlas page knows {list(MODEL_TABLES)}")
     sources: list[Source] = []
     tables: dict[str, pd.DataFrame] = {}
     for table, spec in MODEL_TABLES.items():
-        path = root / model / f"{table}.parquet"
-        if not path.is_file():
+        path = Path(paths[table]) if table in paths else None
+        if path is None or not path.is_file():
             if table in REQUIRED:
                 raise AtlasPageInputError(
-                    f"{path}: not found; the atlas page needs {model}'s {table} table "
-                    f"(tables {list(REQUIRED)} are required, the others optional)"
+                    f"{path or table}: not found; the atlas page needs {model}'s {table} "
+                    f"table (tables {list(REQUIRED)} are required, the others optional)"
                 )
             continue
-        tables[table] = read(path, spec, "model", model)
+        tables[table] = read(path, spec)
         sources.append(Source(table, str(path), sha256_file(path)))
     read_pairs = []
-    for name in pairs:
+    for name, folder in (pairs or {}).items():
         pair = Pair(name)
-        for table, spec in PAIR_TABLES.items():
-            path = root / "pairs" / name / f"{table}.parquet"
+        for table in PAIR_TABLES:
+            path = Path(folder) / f"{table}.parquet"
             if path.is_file():
-                pair.tables[table] = read(path, spec, "pair", name)
+                pair.tables[table] = read(path, PROVISIONAL[table], name)
                 sources.append(Source(table, str(path), sha256_file(path), name))
         if not pair.tables:
             raise AtlasPageInputError(
-                f"{root / 'pairs' / name}: no table of pair {name!r} "
+                f"{folder}: no table of pair {name!r} "
                 f"(expected some of {[f'{t}.parquet' for t in PAIR_TABLES]})"
             )
         read_pairs.append(pair)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping
 from string import Template
 
 import vl_convert
@@ -30,16 +30,16 @@ EDITS = {
 
 def payload(data: AtlasData) -> dict:
     """Everything the page's script reads: the tables, where they came from, the charts."""
-    profile, edits = data.tables["profile"], data.tables["edits"]
-    # the block kinds the profile draws: its own and those of per-layer edits (skip: "layer")
-    per_layer = edits[(edits["scope"] == "block") & (edits["layer"] >= 0)]
-    present = set(profile["block"]) | set(per_layer["block"])
+    profile, effects = data.tables["profile"], data.tables["effects"]
+    # the block kinds the profile draws: its own and the targets of one layer's edits
+    per_layer = effects[effects["layer"] >= 0]
+    present = set(profile["block"]) | set(per_layer["target"])
     blocks = [b for b in views.BLOCKS if b in present] + sorted(present - set(views.BLOCKS))
     layers = set(profile["layer"]) | set(per_layer["layer"])
     drift = [p.tables["drift"] for p in data.pairs if "drift" in p.tables]
     drift_layers = max((d.loc[d["layer"] >= 0, "layer"].nunique() for d in drift), default=0)
     drift_groups = list(dict.fromkeys(g for d in drift for g in d["group"]))
-    volume_knob = bool(profile["volume_knob"].notna().any())
+    volume_knob = bool(profile["knob_rms"].notna().any())
     return {
         "model": data.model,
         "tables": {name: columns(frame) for name, frame in data.tables.items()},
@@ -76,14 +76,15 @@ def render(data: AtlasData, title: str | None = None, lede: str | None = None) -
 
 
 def write_page(
-    atlas_dir: str | os.PathLike,
+    paths: Mapping[str, str | os.PathLike],
     out_html: str | os.PathLike,
     model: str,
-    pairs: Sequence[str] = (),
+    pairs: Mapping[str, str | os.PathLike] | None = None,
     title: str | None = None,
 ) -> int:
-    """Write ``model``'s atlas page (with the two-checkpoint views of ``pairs``) from the
-    Parquets under ``atlas_dir``, atomically; its size in bytes."""
-    text = render(gather(atlas_dir, model, pairs), title)
+    """Write ``model``'s atlas page from its tables (``paths``: table -> Parquet, as
+    :func:`headgeom.atlas.page.data.gather` takes them; with the two-checkpoint views of
+    ``pairs``: name -> folder), atomically; its size in bytes."""
+    text = render(gather(paths, model, pairs), title)
     write_text(out_html, text)
     return len(text.encode("utf-8"))

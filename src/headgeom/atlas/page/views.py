@@ -9,9 +9,10 @@ from __future__ import annotations
 import altair as alt
 
 #: The blocks in the order the charts list them, and their colours (one per block kind on
-#: every chart: attention blue, MLP orange, PLE green).
-BLOCKS = ("attn", "mlp", "ple", "layer", "embedding")
-BLOCK_COLOURS = ("#4c72b0", "#dd8452", "#55a868", "#8172b2", "#937860")
+#: every chart: attention blue, MLP orange, PLE green): the profile's blocks, then the other
+#: edit targets (headgeom.atlas.edits.EDIT_TARGETS: a layer, its keys, the token embedding).
+BLOCKS = ("attn", "mlp", "ple", "layer", "keys", "embed")
+BLOCK_COLOURS = ("#4c72b0", "#dd8452", "#55a868", "#8172b2", "#da8bc3", "#937860")
 #: Shown when the layer is selected / not selected (profile columns).
 SELECTED_FILL = "#ffe8a3"
 
@@ -85,7 +86,7 @@ PROFILE_ROWS = (
     ("profile", "write_size", "write size", "write size: RMS(write) / RMS(incoming stream)", True),
     ("profile", "constant_part", "constant part", "constant part: ‖mean write‖² / mean ‖write‖²",
      True),
-    ("profile", "volume_knob", "volume knob", "volume knob: RMS of the post-norm weight", True),
+    ("profile", "knob_rms", "volume knob", "volume knob: RMS of the post-norm gain", True),
     ("old_state", "old_state_carried", "old state carried",
      "old state carried: RMS(in) / RMS(in + the layer's writes)", False),
     ("profile_kl", "kl", "KL", "KL of the selected edit (nats, mean over corpora)", True),
@@ -106,7 +107,7 @@ def profile(blocks: list[str], n_layers: int, volume_knob: bool) -> dict:
     panels = [
         _panel(data, field, name, title, by_block, blocks, step)
         for data, field, name, title, by_block in PROFILE_ROWS
-        if volume_knob or field != "volume_knob"
+        if volume_knob or field != "knob_rms"
     ]
     chart = alt.vconcat(*panels, spacing=14).add_params(_param("sel_layer", -1))
     return chart.to_dict()
