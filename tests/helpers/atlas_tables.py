@@ -3,7 +3,7 @@ stages write them: the results contract's tables (profile, effects, retention, s
 through their :class:`headgeom.results.ResultTable` (headgeom.atlas.results), at the
 workflow's paths (headgeom.atlas.paths.TEMPLATES) under a study's results folder; the
 compression and two-checkpoint tables, not in the contract yet, with the provisional columns
-of issue 54's atlas schema spelt out here. One model of :data:`N_LAYER` layers over
+of the provisional schema spelt out here. One model of :data:`N_LAYER` layers over
 :data:`CORPORA` and, optionally, one pair of checkpoints whose probes switch answers at known α.
 
 Values are random but built so the tests can see them: every KL, and every mean over the
@@ -38,7 +38,7 @@ CONTRACT = {"profile": results.PROFILE, "effects": results.EFFECTS,
 
 _S, _I, _F, _B = pa.string(), pa.int64(), pa.float64(), pa.bool_()
 _ENDS = [("kl_to_a", _F), ("kl_to_b", _F), ("retention", _F)]
-#: the provisional tables' columns (issue 54's atlas schema)
+#: the provisional tables' columns (the provisional schema)
 PROVISIONAL = {
     "compression": [("method", _S), ("group", _S), ("setting", _S), ("bytes", _I),
                     ("bytes_original", _I), ("corpus", _S), ("kl", _F), ("delta_top1", _F),

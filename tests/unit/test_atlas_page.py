@@ -1,5 +1,5 @@
 """The atlas page: built from the atlas's Parquets (tests/helpers/atlas_tables.py: the results
-contract's tables written through their ResultTables, the provisional ones as ATLAS_SCHEMA.md
+contract's tables written through their ResultTables, the provisional ones as page.data.PROVISIONAL
 spells them), the data
 it embeds is the tables' rows exactly, it is one file that fetches nothing, an optional table
 that is absent (no pair, no compression, no PLE) leaves its view out, and a table it cannot

@@ -9,7 +9,7 @@ is there must have every column of its contract: otherwise it is refused, naming
 the column.
 
 The compression table and the two-checkpoint tables are not in the results contract yet: their
-columns are :data:`PROVISIONAL` (the provisional atlas schema of issue 54), the one place the
+columns are :data:`PROVISIONAL` (a provisional schema), the one place the
 page spells them out.
 """
 
@@ -31,7 +31,7 @@ from headgeom.io import read_table
 # Column kinds: "text", "int", "float" (null allowed), "bool".
 _VS_ENDS = {"kl_to_a": "float", "kl_to_b": "float", "retention": "float"}
 
-#: PROVISIONAL (issue 54's atlas schema, until headgeom.atlas.results has them): the compression
+#: PROVISIONAL (until headgeom.atlas.results has them): the compression
 #: table (one model's, beside the others; its file: :data:`PROVISIONAL_FILES`) and each
 #: pair's tables (``atlas/pairs/<pair>/<table>.parquet``, a ``pair`` column on every row).
 PROVISIONAL: dict[str, dict[str, str]] = {
