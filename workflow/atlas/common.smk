@@ -47,7 +47,10 @@ def per_shard(result):
 
 def study_outputs():
     """The default target's inputs: the merged tables, the profile and the report."""
-    return [PATHS[k] for k in ("effects", "retention", "summary", "profile", "report")]
+    names = ("effects", "retention", "summary", "profile", "report")
+    if STUDY.compression_enabled:  # the compression view (workflow/atlas/compression.smk)
+        names += ("compression", "compression_report")
+    return [PATHS[k] for k in names]
 
 
 def checked_rules(names):

@@ -17,4 +17,7 @@ TEMPLATES = {
     "retention": "atlas/retention.parquet",
     "summary": "atlas/summary.parquet",
     "report": "atlas/atlas.md",
+    # the compression view: compressed variants scored as the sweep's edits, and its report
+    "compression": "atlas/compression.parquet",
+    "compression_report": "atlas/compression.md",
 }

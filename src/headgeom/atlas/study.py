@@ -53,6 +53,7 @@ class AtlasStudy(ResourceRequests):
         yield self._check_model
         yield self._check_corpora
         yield self._check_resources
+        yield self._check_compression
 
     def _check_model(self) -> None:
         model = self.config["model"]
@@ -126,3 +127,50 @@ class AtlasStudy(ResourceRequests):
     def summary(self) -> dict:
         return {"model": self.model_spec, "corpora": [c["name"] for c in self.config["corpora"]],
                 "shards": len(self.shards)}  # fmt: skip
+
+    # ------------------------------------------------------------------ compression view
+    def _check_compression(self) -> None:
+        c = self.config.get("compression", {})
+        names = [x["name"] for x in self.config["corpora"]]
+        prune, mixed = c.get("prune", {}), c.get("mixed", {})
+        if prune.get("ns"):
+            counting = prune.get("counting_corpus")
+            if counting not in names:
+                raise ValueError(
+                    f"config compression.prune.counting_corpus: {counting!r} is not a corpus "
+                    f"of corpora ({', '.join(names)}); vocabulary pruning counts one of them"
+                )
+        if mixed.get("n_sensitive"):
+            chosen = mixed.get("sensitivity_corpus")
+            if chosen not in names:
+                raise ValueError(
+                    f"config compression.mixed.sensitivity_corpus: {chosen!r} is not a corpus "
+                    f"of corpora ({', '.join(names)})"
+                )
+            if names == [chosen]:
+                raise ValueError(
+                    f"config compression.mixed.sensitivity_corpus: {chosen!r} is the only "
+                    "scoring corpus, so the mixed-precision rows would be scored on the corpus "
+                    "their sensitive layers were chosen on; add another corpus"
+                )
+            if mixed.get("high_bits", 8) <= mixed.get("bits", 4):
+                raise ValueError(
+                    f"config compression.mixed: high_bits {mixed.get('high_bits', 8)} must "
+                    f"exceed bits {mixed.get('bits', 4)}"
+                )
+
+    @property
+    def compression_enabled(self) -> bool:
+        return bool(self.config.get("compression", {}).get("enabled", True))
+
+    def compression_config(self) -> dict:
+        """What rule atlas_compression hashes: the model, the corpora (pruning counts one),
+        the compression block, and how the forwards run."""
+        c, run = self.config, self.config["sweep"]
+        how = ("batch_size", "kl_chunk", "probe_rows", "device")
+        return {
+            "model": self.model_spec,
+            "corpora": c["corpora"],
+            "compression": c.get("compression", {}),
+            "sweep": {k: run[k] for k in how},
+        }
