@@ -20,6 +20,8 @@ try:
     STUDY = AtlasStudy.from_config(config)  # the study kind `atlas` (headgeom.studies)
 except StudyConfigError as err:
     sys.exit(f"Invalid study config:\n{err}")
+if STUDY.model_note():  # e.g. Hub weights that need network: say so before planning
+    print(f"Note: {STUDY.model_note()}", file=sys.stderr)
 
 R = f"results/{STUDY.name}"
 PATHS = {name: f"{R}/{template}" for name, template in TEMPLATES.items()}

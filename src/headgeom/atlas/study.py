@@ -174,3 +174,25 @@ class AtlasStudy(ResourceRequests):
             "compression": c.get("compression", {}),
             "sweep": {k: run[k] for k in how},
         }
+
+    # ------------------------------------------------------------------ the model's reach
+    def model_note(self) -> str | None:
+        """A line for the planner when the model cannot be read here: a Hub source whose
+        snapshot is not in the local Hub cache needs network for its weights (offline, rule
+        atlas_inputs stops reading it); None when the model is local or cached."""
+        model = self.config["model"]
+        if model["format"] != "hub":
+            return None
+        repo, revision = model["repo_id"], model["revision"]
+        # huggingface_hub: the cache lookup reads no network (comes with transformers)
+        from huggingface_hub import try_to_load_from_cache
+
+        if isinstance(try_to_load_from_cache(repo, "config.json", revision=revision), str):
+            return None
+        pin = " (the placeholder revision 000…: pin the commit you use)" if not int(
+            revision, 16) else ""  # fmt: skip
+        return (
+            f"model {repo}@{revision}{pin} is a Hub source that is not in the local Hub "
+            "cache: its weights need network access to the Hugging Face Hub. Offline, the "
+            "workflow plans but rule atlas_inputs stops when it reads the model."
+        )
