@@ -184,8 +184,7 @@ class AtlasStudy(ResourceRequests):
         if model["format"] != "hub":
             return None
         repo, revision = model["repo_id"], model["revision"]
-        # huggingface_hub: the cache lookup reads no network (comes with transformers)
-        from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub import try_to_load_from_cache  # optional ([hf]); Hub configs only
 
         if isinstance(try_to_load_from_cache(repo, "config.json", revision=revision), str):
             return None
