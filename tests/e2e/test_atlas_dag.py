@@ -40,6 +40,11 @@ def test_every_edit_is_in_the_merged_tables(atlas_run):
     effects = pq.read_table(results / "effects.parquet").to_pandas()
     assert set(effects["corpus"]) == {"demo", "code"} and (effects["kl"] >= 0).all()
     assert (results / "atlas.md").read_text().startswith("# Edit atlas")
+    # the compression view is in the default target: its original row scores nothing
+    compressed = pq.read_table(results / "compression.parquet").to_pandas()
+    original = compressed[compressed["method"] == "original"]
+    assert len(original) == 3 and (original["kl"] == 0).all()
+    assert {"int8", "int4", "int2", "low_rank"} <= set(compressed["method"])
 
 
 def test_the_dag_ends_with_the_page(atlas_run):

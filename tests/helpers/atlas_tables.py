@@ -1,10 +1,10 @@
 """Small synthetic edit-atlas result tables for the atlas page's tests, written as the atlas
-stages write them: the results contract's tables (profile, effects, retention, summary)
-through their :class:`headgeom.results.ResultTable` (headgeom.atlas.results), at the
-workflow's paths (headgeom.atlas.paths.TEMPLATES) under a study's results folder; the
-compression and two-checkpoint tables, not in the contract yet, with the provisional columns
-of the provisional schema spelt out here. One model of :data:`N_LAYER` layers over
-:data:`CORPORA` and, optionally, one pair of checkpoints whose probes switch answers at known α.
+stages write them: the results contract's tables (profile, effects, retention, summary,
+compression) through their :class:`headgeom.results.ResultTable` (headgeom.atlas.results), at
+the workflow's paths (headgeom.atlas.paths.TEMPLATES) under a study's results folder; the
+two-checkpoint tables, not in the contract yet, with the provisional columns spelt out here.
+One model of :data:`N_LAYER` layers over :data:`CORPORA` and, optionally, one pair of
+checkpoints whose probes switch answers at known α.
 
 Values are random but built so the tests can see them: every KL, and every mean over the
 corpora in the summary, has four decimals in [0.1, 1) (what a chart's tooltip shows is then
@@ -34,15 +34,13 @@ ALPHAS = (-0.25, 0.0, 0.25, 0.4, 0.5, 0.75, 1.0, 1.25, 1.5)
 SWITCH_AT = {"chat-1": ("<turn|>", 0.4, "the"), "chat-2": ("Paris", 0.75, "London")}
 #: the results contract's tables
 CONTRACT = {"profile": results.PROFILE, "effects": results.EFFECTS,
-            "retention": results.RETENTION, "summary": results.SUMMARY}  # fmt: skip
+            "retention": results.RETENTION, "summary": results.SUMMARY,
+            "compression": results.COMPRESSION}  # fmt: skip
 
 _S, _I, _F, _B = pa.string(), pa.int64(), pa.float64(), pa.bool_()
 _ENDS = [("kl_to_a", _F), ("kl_to_b", _F), ("retention", _F)]
 #: the provisional tables' columns (the provisional schema)
 PROVISIONAL = {
-    "compression": [("method", _S), ("group", _S), ("setting", _S), ("bytes", _I),
-                    ("bytes_original", _I), ("corpus", _S), ("kl", _F), ("delta_top1", _F),
-                    ("retention", _F)],
     "blend": [("pair", _S), ("alpha", _F), ("corpus", _S), *_ENDS],
     "probes": [("pair", _S), ("alpha", _F), ("probe", _S), ("prompt", _S), ("answer", _S),
                ("expected", _S), ("correct", _B), ("lead", _F)],
@@ -55,8 +53,7 @@ SCHEMAS = {**{t: c.schema for t, c in CONTRACT.items()},
            **{t: pa.schema(f) for t, f in PROVISIONAL.items()}}  # fmt: skip
 MODEL_TABLES = ("profile", "effects", "retention", "summary", "compression")
 PAIR_TABLES = ("blend", "probes", "grafts", "drift", "lowrank")
-#: the compression table's provisional file (not in paths.TEMPLATES yet)
-FILES = {**{t: TEMPLATES[t] for t in CONTRACT}, "compression": "atlas/compression.parquet"}
+FILES = {t: TEMPLATES[t] for t in CONTRACT}
 
 
 def model_paths(root: Path) -> dict[str, Path]:

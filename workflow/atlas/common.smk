@@ -20,6 +20,8 @@ try:
     STUDY = AtlasStudy.from_config(config)  # the study kind `atlas` (headgeom.studies)
 except StudyConfigError as err:
     sys.exit(f"Invalid study config:\n{err}")
+if STUDY.model_note():  # e.g. Hub weights that need network: say so before planning
+    print(f"Note: {STUDY.model_note()}", file=sys.stderr)
 
 R = f"results/{STUDY.name}"
 PATHS = {name: f"{R}/{template}" for name, template in TEMPLATES.items()}
@@ -46,8 +48,12 @@ def per_shard(result):
 
 
 def study_outputs():
-    """The default target's inputs: the merged tables, the profile, the report, the page."""
-    return [PATHS[k] for k in ("effects", "retention", "summary", "profile", "report", "page")]
+    """The default target's inputs: the merged tables, the profile, the report, the
+    compression view where enabled, the page."""
+    names = ("effects", "retention", "summary", "profile", "report")
+    if STUDY.compression_enabled:  # the compression view (workflow/atlas/compression.smk)
+        names += ("compression", "compression_report")
+    return [PATHS[k] for k in (*names, "page")]
 
 
 def checked_rules(names):

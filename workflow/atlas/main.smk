@@ -4,6 +4,7 @@
 
 include: "common.smk"
 include: "atlas.smk"
+include: "compression.smk"
 include: "page.smk"
 
 

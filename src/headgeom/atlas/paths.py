@@ -17,6 +17,9 @@ TEMPLATES = {
     "retention": "atlas/retention.parquet",
     "summary": "atlas/summary.parquet",
     "report": "atlas/atlas.md",
+    # the compression view: compressed variants scored as the sweep's edits, and its report
+    "compression": "atlas/compression.parquet",
+    "compression_report": "atlas/compression.md",
     # the atlas page: one offline HTML file of the tables above
     "page": "atlas/atlas.html",
 }

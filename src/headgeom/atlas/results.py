@@ -98,3 +98,27 @@ SUMMARY = _table(
 )  # fmt: skip
 
 TABLES = {t.name: t for t in (WINDOWS, PROBES, PROFILE, EFFECTS, RETENTION, SUMMARY)}
+
+COMPRESSION = _table(
+    "atlas_compression",
+    [("method", pa.string()), ("group", pa.string()), ("setting", pa.string()),
+     ("bytes", pa.int64()), ("bytes_original", pa.int64()), ("corpus", pa.string()),
+     ("kl", pa.float64()), ("delta_top1", pa.float64()), ("retention", pa.float64())],
+    {"method": "original, int8, int4, int2 (round to nearest, per-group min-max scales), "
+               "low_rank (best rank-k approximation), prune (vocabulary pruning) or mixed "
+               "(int-b with the most sensitive layers at higher bits)",
+     "group": "the compressed tensor group: embedding, ple_table, attention, mlp, or all "
+              "(every one of them the model has)",
+     "setting": "the method's setting in words (bits, rank, tokens kept, layers kept)",
+     "bytes": "the group's size compressed: codes packed plus fp16 scale and minimum per "
+              "group of 64 values; rank-k factors at 16 bits; kept rows plus the fallback row",
+     "bytes_original": "the group's tables and matrices at 16 bits (the article's bf16 count)",
+     "corpus": "the scoring corpus, or mean (each corpus weighs the same)",
+     "kl": "KL(original ‖ compressed) of next-token distributions, mean over the corpus's "
+           "scored positions (nats; float64 log-softmaxes)",
+     "delta_top1": "compressed − original next-token accuracy, in points",
+     "retention": "mean over skills of each skill's retention capped at 1 (the same on every "
+                  "corpus row of the variant)"},
+    "(method, group, setting, corpus)",
+)  # fmt: skip
+TABLES[COMPRESSION.name] = COMPRESSION

@@ -47,6 +47,7 @@ class AtlasStudy(ResourceRequests):
         yield self._check_model
         yield self._check_corpora
         yield self._check_resources
+        yield self._check_compression
 
     def _check_model(self) -> None:
         model = self.config["model"]
@@ -133,3 +134,71 @@ class AtlasStudy(ResourceRequests):
     def summary(self) -> dict:
         return {"model": self.model_spec, "corpora": [c["name"] for c in self.config["corpora"]],
                 "shards": len(self.shards)}  # fmt: skip
+
+    # ------------------------------------------------------------------ compression view
+    def _check_compression(self) -> None:
+        c = self.config.get("compression", {})
+        names = [x["name"] for x in self.config["corpora"]]
+        prune, mixed = c.get("prune", {}), c.get("mixed", {})
+        if prune.get("ns"):
+            counting = prune.get("counting_corpus")
+            if counting not in names:
+                raise ValueError(
+                    f"config compression.prune.counting_corpus: {counting!r} is not a corpus "
+                    f"of corpora ({', '.join(names)}); vocabulary pruning counts one of them"
+                )
+        if mixed.get("n_sensitive"):
+            chosen = mixed.get("sensitivity_corpus")
+            if chosen not in names:
+                raise ValueError(
+                    f"config compression.mixed.sensitivity_corpus: {chosen!r} is not a corpus "
+                    f"of corpora ({', '.join(names)})"
+                )
+            if names == [chosen]:
+                raise ValueError(
+                    f"config compression.mixed.sensitivity_corpus: {chosen!r} is the only "
+                    "scoring corpus, so the mixed-precision rows would be scored on the corpus "
+                    "their sensitive layers were chosen on; add another corpus"
+                )
+            if mixed.get("high_bits", 8) <= mixed.get("bits", 4):
+                raise ValueError(
+                    f"config compression.mixed: high_bits {mixed.get('high_bits', 8)} must "
+                    f"exceed bits {mixed.get('bits', 4)}"
+                )
+
+    @property
+    def compression_enabled(self) -> bool:
+        return bool(self.config.get("compression", {}).get("enabled", True))
+
+    def compression_config(self) -> dict:
+        """What rule atlas_compression hashes: the model, the corpora (pruning counts one),
+        the compression block, and how the forwards run."""
+        c, run = self.config, self.config["sweep"]
+        how = ("batch_size", "kl_chunk", "probe_rows", "device")
+        return {
+            "model": self.model_spec,
+            "corpora": c["corpora"],
+            "compression": c.get("compression", {}),
+            "sweep": {k: run[k] for k in how},
+        }
+
+    # ------------------------------------------------------------------ the model's reach
+    def model_note(self) -> str | None:
+        """A line for the planner when the model cannot be read here: a Hub source whose
+        snapshot is not in the local Hub cache needs network for its weights (offline, rule
+        atlas_inputs stops reading it); None when the model is local or cached."""
+        model = self.config["model"]
+        if model["format"] != "hub":
+            return None
+        repo, revision = model["repo_id"], model["revision"]
+        from huggingface_hub import try_to_load_from_cache  # optional ([hf]); Hub configs only
+
+        if isinstance(try_to_load_from_cache(repo, "config.json", revision=revision), str):
+            return None
+        pin = " (the placeholder revision 000…: pin the commit you use)" if not int(
+            revision, 16) else ""  # fmt: skip
+        return (
+            f"model {repo}@{revision}{pin} is a Hub source that is not in the local Hub "
+            "cache: its weights need network access to the Hugging Face Hub. Offline, the "
+            "workflow plans but rule atlas_inputs stops when it reads the model."
+        )

@@ -8,9 +8,8 @@ out when it is absent (a model without a PLE branch simply has no ``ple`` rows).
 is there must have every column of its contract: otherwise it is refused, naming the file and
 the column.
 
-The compression table and the two-checkpoint tables are not in the results contract yet: their
-columns are :data:`PROVISIONAL` (a provisional schema), the one place the
-page spells them out.
+The two-checkpoint tables are not in the results contract yet: their columns are
+:data:`PROVISIONAL` (a provisional schema), the one place the page spells them out.
 """
 
 from __future__ import annotations
@@ -31,15 +30,9 @@ from headgeom.io import read_table
 # Column kinds: "text", "int", "float" (null allowed), "bool".
 _VS_ENDS = {"kl_to_a": "float", "kl_to_b": "float", "retention": "float"}
 
-#: PROVISIONAL (until headgeom.atlas.results has them): the compression
-#: table (one model's, beside the others; its file: :data:`PROVISIONAL_FILES`) and each
-#: pair's tables (``atlas/pairs/<pair>/<table>.parquet``, a ``pair`` column on every row).
+#: PROVISIONAL (until headgeom.atlas.results has them): each pair's tables
+#: (``atlas/pairs/<pair>/<table>.parquet``, a ``pair`` column on every row).
 PROVISIONAL: dict[str, dict[str, str]] = {
-    "compression": {
-        "method": "text", "group": "text", "setting": "text", "bytes": "int",
-        "bytes_original": "int", "corpus": "text", "kl": "float", "delta_top1": "float",
-        "retention": "float",
-    },
     "blend": {"pair": "text", "alpha": "float", "corpus": "text", **_VS_ENDS},
     "probes": {
         "pair": "text", "alpha": "float", "probe": "text", "prompt": "text", "answer": "text",
@@ -53,7 +46,6 @@ PROVISIONAL: dict[str, dict[str, str]] = {
               "drift": "float"},
     "lowrank": {"pair": "text", "mode": "text", "k": "int", "corpus": "text", **_VS_ENDS},
 }  # fmt: skip
-PROVISIONAL_FILES = {"compression": "atlas/compression.parquet"}
 PAIR_TABLES = ("blend", "probes", "grafts", "drift", "lowrank")
 
 
@@ -73,13 +65,13 @@ def _spec(table: results.ResultTable) -> dict[str, str]:
     return {f.name: _kind(f.type) for f in table.schema}
 
 
-#: table -> {column: kind}, one model's: the results contract's, then the provisional.
+#: table -> {column: kind}, one model's: the results contract's.
 MODEL_TABLES: dict[str, dict[str, str]] = {
     "profile": _spec(results.PROFILE),
     "effects": _spec(results.EFFECTS),
     "retention": _spec(results.RETENTION),
     "summary": _spec(results.SUMMARY),
-    "compression": PROVISIONAL["compression"],
+    "compression": _spec(results.COMPRESSION),
 }
 #: The model's tables the page cannot do without.
 REQUIRED = ("profile", "effects", "summary")
@@ -162,10 +154,8 @@ def read(path: Path, spec: Mapping[str, str], pair: str | None = None) -> pd.Dat
 
 def standard_paths(results_dir: str | os.PathLike) -> dict[str, Path]:
     """Where the atlas workflow writes one model's tables under ``results/<study>/``
-    (:data:`headgeom.atlas.paths.TEMPLATES`; the provisional compression table's file where
-    the templates do not name it yet)."""
-    files = {**PROVISIONAL_FILES, **TEMPLATES}
-    return {table: Path(results_dir) / files[table] for table in MODEL_TABLES}
+    (:data:`headgeom.atlas.paths.TEMPLATES`)."""
+    return {table: Path(results_dir) / TEMPLATES[table] for table in MODEL_TABLES}
 
 
 def pair_dir(results_dir: str | os.PathLike, pair: str) -> Path:
