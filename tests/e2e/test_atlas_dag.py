@@ -54,7 +54,7 @@ def test_the_dag_ends_with_the_page(atlas_run):
     data = json.loads(block.group(1).replace("<\\/", "</"))
     assert data["model"] == "llama-tiny"  # the model folder's name (config model.path)
     effects = pq.read_table(results / "effects.parquet")
-    assert set(data["tables"]) == {"profile", "effects", "retention", "summary"}
+    assert set(data["tables"]) == {"profile", "effects", "retention", "summary", "compression"}
     assert data["tables"]["effects"]["kl"] == effects.column("kl").to_pylist()
     cited = {s["table"]: s["path"] for s in data["sources"]}
     assert cited["effects"].endswith("atlas/effects.parquet")

@@ -73,4 +73,6 @@ def test_the_page_names_the_model_by_its_file():
     assert AtlasStudy.from_config(CONFIG).model_name == "SmolLM2-135M-Instruct.Q4_1"
     hub = {**CONFIG, "model": {"format": "hub", "repo_id": "org/lm", "revision": "a" * 40}}
     assert AtlasStudy.from_config(hub).model_name == "org/lm"
-    assert AtlasStudy.from_config(CONFIG).page_optional() == []  # no compression asked for
+    assert AtlasStudy.from_config(CONFIG).page_optional() == ["compression"]
+    off = {**CONFIG, "compression": {**CONFIG.get("compression", {}), "enabled": False}}
+    assert AtlasStudy.from_config(off).page_optional() == []

@@ -93,8 +93,8 @@ class AtlasStudy(ResourceRequests):
 
     def page_optional(self) -> list[str]:
         """The optional tables the atlas page shows that this study makes: the compression
-        table where config ``compression`` asks for it."""
-        return ["compression"] if self.config.get("compression") else []
+        table where the compression view is enabled (config ``compression.enabled``)."""
+        return ["compression"] if self.compression_enabled else []
 
     def model_files(self) -> list[str]:
         """The local files the model source reads (a GGUF file; a directory's config, weights
