@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-from html.parser import HTMLParser
 
 import numpy as np
 import pandas as pd
@@ -22,33 +21,11 @@ from headgeom.atlas.page.data import AtlasPageInputError, gather
 from headgeom.atlas.stages import page as page_stage
 from headgeom.hashing import sha256_file
 from tests.helpers import atlas_tables as synthetic
+from tests.helpers.webpage import Scripts
 
 
-class _Scripts(HTMLParser):
-    """Every <script> block's id and text, and every src/href attribute of the page."""
-
-    def __init__(self):
-        super().__init__()
-        self.blocks, self.links, self._id = {}, [], None
-
-    def handle_starttag(self, tag, attrs):
-        attrs = dict(attrs)
-        self.links += [attrs[k] for k in ("src", "href") if k in attrs]
-        if tag == "script":
-            self._id = attrs.get("id", f"anonymous-{len(self.blocks)}")
-            self.blocks[self._id] = ""
-
-    def handle_data(self, data):
-        if self._id is not None:
-            self.blocks[self._id] += data
-
-    def handle_endtag(self, tag):
-        if tag == "script":
-            self._id = None
-
-
-def _embedded(html: str) -> tuple[dict, _Scripts]:
-    parser = _Scripts()
+def _embedded(html: str) -> tuple[dict, Scripts]:
+    parser = Scripts()
     parser.feed(html)
     return json.loads(parser.blocks["atlas-data"].replace("<\\/", "</")), parser
 

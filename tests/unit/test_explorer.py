@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from html.parser import HTMLParser
 
 import numpy as np
 import pandas as pd
@@ -23,29 +22,7 @@ from headgeom.heads.explorer.data import (
 )
 from headgeom.io import read_table
 from tests.helpers import explorer as synthetic
-
-
-class _Scripts(HTMLParser):
-    """Every <script> block's id and text, and every src/href attribute of the page."""
-
-    def __init__(self):
-        super().__init__()
-        self.blocks, self.links, self._id = {}, [], None
-
-    def handle_starttag(self, tag, attrs):
-        attrs = dict(attrs)
-        self.links += [attrs[k] for k in ("src", "href") if k in attrs]
-        if tag == "script":
-            self._id = attrs.get("id", f"anonymous-{len(self.blocks)}")
-            self.blocks[self._id] = ""
-
-    def handle_data(self, data):
-        if self._id is not None:
-            self.blocks[self._id] += data
-
-    def handle_endtag(self, tag):
-        if tag == "script":
-            self._id = None
+from tests.helpers.webpage import Scripts
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +31,7 @@ def study(tmp_path_factory):
     inputs, catalog = synthetic.write_study(root)
     data = gather(inputs, catalog)
     html = page.render(data, "headgeom explorer: test", "a synthetic study")
-    parser = _Scripts()
+    parser = Scripts()
     parser.feed(html)
     return inputs, catalog, data, html, parser
 

@@ -7,7 +7,6 @@ JavaScript error. Skips, saying why, without Playwright or Chromium."""
 from __future__ import annotations
 
 import math
-import shutil
 
 import pandas as pd
 import pytest
@@ -16,15 +15,10 @@ from headgeom.heads.explorer import page
 from headgeom.heads.explorer.data import gather
 from headgeom.io import read_table
 from tests.helpers import explorer as synthetic
+from tests.helpers.webpage import CHROMIUM, FLAGS
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed")
-CHROMIUM = next(
-    (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None
-)
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium on PATH (Debian: chromium)")
-#: the flags a closed network needs (no background connections), as root in a container
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")

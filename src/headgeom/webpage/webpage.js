@@ -50,6 +50,21 @@ function fillTable(id, entries, format = fmt) {
   }
 }
 
+// The view's "Drawn from" line: each source's path and SHA-256 (data-path, data-sha256),
+// or `empty` when there is none.
+function listSources(el, rows, empty) {
+  el.replaceChildren(document.createTextNode("Drawn from: "));
+  if (!rows.length) el.appendChild(document.createTextNode(empty));
+  for (const s of rows) {
+    const item = document.createElement("code");
+    item.className = "source";
+    item.textContent = `${s.path}  sha256:${s.sha256}`;
+    item.dataset.path = s.path;
+    item.dataset.sha256 = s.sha256;
+    el.appendChild(item);
+  }
+}
+
 // Put rows into every {"name": dataset} data of a spec (a chart is first drawn with its
 // data, so no scale is ever computed from an empty table).
 function withData(spec, datasets) {

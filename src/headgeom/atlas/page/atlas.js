@@ -53,16 +53,7 @@
   function showSources(table, pair) {
     const el = document.querySelector(`.sources[data-view="${table}"]`);
     const rows = DATA.sources.filter((s) => s.table === table && s.pair === pair);
-    el.replaceChildren(document.createTextNode("Drawn from: "));
-    if (!rows.length) el.appendChild(document.createTextNode("(no Parquet)"));
-    for (const s of rows) {
-      const item = document.createElement("code");
-      item.className = "source";
-      item.textContent = `${s.path}  sha256:${s.sha256}`;
-      item.dataset.path = s.path;
-      item.dataset.sha256 = s.sha256;
-      el.appendChild(item);
-    }
+    listSources(el, rows, "(no Parquet)");
   }
 
   // A header cell spanning `span` columns (and `rows` rows).

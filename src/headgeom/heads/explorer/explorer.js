@@ -29,16 +29,7 @@ function showSources(view, run, task) {
   const el = document.querySelector(`.sources[data-view="${view}"]`);
   const rows = META.sources.filter((s) => s.view === view && (run === null || s.run === run)
     && (task === null || s.task === null || s.task === task));
-  el.replaceChildren(document.createTextNode("Drawn from: "));
-  if (!rows.length) el.appendChild(document.createTextNode("(no Parquet for this selection)"));
-  for (const s of rows) {
-    const item = document.createElement("code");
-    item.className = "source";
-    item.textContent = `${s.path}  sha256:${s.sha256}`;
-    item.dataset.path = s.path;
-    item.dataset.sha256 = s.sha256;
-    el.appendChild(item);
-  }
+  listSources(el, rows, "(no Parquet for this selection)");
 }
 
 // The rows of the selected task in the selected split, or, for an analysis run on one
