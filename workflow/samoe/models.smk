@@ -62,6 +62,8 @@ rule samoe_dense:
 rule samoe_hub_corpus:
     wildcard_constraints:
         family=STUDY.pattern(STUDY.hub_families),
+    input:
+        source=source_files,
     output:
         cpt_train=PATHS["hub_cpt_train"],
         cpt_train_meta=PATHS["hub_cpt_train_meta"],
@@ -89,6 +91,8 @@ rule samoe_hub_corpus:
 rule samoe_import_dense:
     wildcard_constraints:
         family=STUDY.pattern(STUDY.hub_families),
+    input:
+        source=source_files,
     output:
         checkpoint=PATHS["dense"],
         log=PATHS["dense_log"],
