@@ -107,6 +107,7 @@ rule samoe_capture:
         state_geometry=PATHS["state_geometry"],
         local_suppression=PATHS["local_suppression"],
         history=PATHS["history"],
+        history_pool=PATHS["history_pool"],
     log:
         log_of("samoe_capture", "{family}-{variant}-s{seed}"),
     benchmark:
@@ -129,6 +130,7 @@ rule samoe_capture:
         "--targets {input.targets} --corpus-manifest {input.corpus_manifest} "
         "--state-geometry {output.state_geometry} "
         "--local-suppression {output.local_suppression} --history {output.history} "
+        "--history-pool {output.history_pool} "
         "--threads {threads} --device {params.device} {params.batch} 2> {log}"
 
 
