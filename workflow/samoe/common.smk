@@ -166,6 +166,8 @@ def paper_config():
 SAMOE_TABLES = [
     *(f"table{n}" for n in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 16, 17, 18, 22)),
     "table_history",
+    "table_history_pool",
+    "table_quality_dense",
     "table_rankings_seeds",
     "table_state_geometry",
 ]

@@ -97,6 +97,10 @@ def _pool(study: SAMoEStudy, *roles: str) -> int:
 
 
 def _downstream(study: SAMoEStudy) -> int:
+    """Downstream examples a quality job scores: the toy suite's; an imported family's suite
+    is samoe_harness's job (or left out), not samoe_quality's."""
+    if not study.toy_families:
+        return 0
     ds = study.config["downstream"]
     return len(ds["tasks"]) * ds["n_per_task"] + ds["arith"]["n"]
 

@@ -345,7 +345,8 @@ AUDIT_COST = _table(
      ("n_targets", pa.int64()), ("n_objects", pa.int64()), ("retained_bytes", pa.int64())],
     {"phase": "capture (one clean forward keeping the audit objects), attribution (ledger, "
               "structural or Li scores from the captured data), gradient (one autograd call "
-              "per target)",
+              "per target), plain_forward (the same batch through the model with no hook: "
+              "the reference of the audit's overhead)",
      "wall_s": "median wall time of the phase over the repeats (seconds, this machine)",
      "passes": "forward or backward passes the phase runs",
      "n_targets": "audited targets of the pilot",
