@@ -168,6 +168,7 @@ SAMOE_TABLES = [
     "table_history",
     "table_history_pool",
     "table_quality_dense",
+    "table_step0",
     "table_rankings_seeds",
     "table_state_geometry",
 ]

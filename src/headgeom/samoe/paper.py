@@ -59,6 +59,8 @@ class Inputs:
     history_pool: pd.DataFrame | None = None
     # per run: the pool records' clamped and write coordinates and the dense perplexity
     pool_records: pd.DataFrame | None = None
+    # per (family, seed): the seed registry's checks (samoe/seeds.json: K1, K3, K5)
+    seed_checks: pd.DataFrame | None = None
 
     def mean(self, family, variant, quantity, key="") -> pd.Series | None:
         m = self.seed_means
@@ -265,6 +267,31 @@ def table_history_pool(x: Inputs) -> Table:
                   "beside the audited targets (sequence means first): the targets are not "
                   "typical decisions. Clamped coordinates: write coordinates of the final pool "
                   "where the persistent clip acted (|s_l + u_l| > c).")  # fmt: skip
+
+
+#: The step-0 identity (K1) in the seed registry: key, what it counts.
+STEP0 = (
+    ("check_K1.writes_mismatches", "nonzero step-0 writes (P and LWO)"),
+    ("check_K1.logits_mismatches", "router logits differing, P vs LWO"),
+    ("check_K1.ordinary_logits_mismatches", "router logits differing, Ordinary vs P"),
+    ("check_K1.ordinary_outputs_max_abs_residual", "output logits, largest Ordinary − P gap"),
+)
+
+
+def table_step0(x: Inputs) -> Table:
+    """K1 of every (family, seed) from the seed registry: at step 0 the persistent and
+    latest variants compute what the Ordinary MoE computes (SAMOE §5.4)."""
+    sc = x.seed_checks if x.seed_checks is not None else pd.DataFrame()
+    rows = [{"family": r["family"], "seed": int(r["seed"]), "check": label, "key": key,
+             "value": r[key]} for _, r in sc.iterrows() for key, label in STEP0
+            if key in r and not pd.isna(r[key])]  # fmt: skip
+    frame = pd.DataFrame(rows, columns=["family", "seed", "check", "key", "value"])
+    cells = pd.DataFrame({"Family": frame.family, "Seed": frame.seed.astype(str),
+                          "Step-0 comparison": frame.check,
+                          "Value": frame.value.map(lambda v: f"{v:g}")})  # fmt: skip
+    return _table("table_step0", frame, cells, "Step-0 identity (K1, SAMOE §5.4): every write "
+                  "exactly 0, and the three variants' router logits and outputs bitwise equal "
+                  "(0 is the only value that passes).")  # fmt: skip
 
 
 def table_quality_dense(x: Inputs) -> Table:
@@ -631,6 +658,7 @@ TABLES: dict[str, Callable[[Inputs], Table]] = {
     "table_history": table_history,
     "table_history_pool": table_history_pool,
     "table_quality_dense": table_quality_dense,
+    "table_step0": table_step0,
     "table_rankings_seeds": table12_samoe,
     "table_state_geometry": table_state_geometry,
 }

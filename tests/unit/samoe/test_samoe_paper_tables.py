@@ -117,3 +117,14 @@ def test_one_seed_gets_its_differences_without_an_interval():
     assert math.isnan(ppl.low) and math.isnan(ppl.high) and ppl.decision == "inconclusive"
     nr = frame.loc[("non_recent", "persistent", "latest")]
     assert nr["mean"] == pytest.approx(0.8) and nr.n_seeds == 1 and nr.all_positive
+
+
+def test_the_step0_identity_from_the_seed_registry():
+    checks = pd.DataFrame([{"family": "f", "seed": 42, "check_K1.writes_mismatches": 0,
+                            "check_K1.logits_mismatches": 0,
+                            "check_K1.ordinary_logits_mismatches": 0,
+                            "check_K1.ordinary_outputs_max_abs_residual": 0.0,
+                            "check_K3.variants_mismatches": 0}])  # fmt: skip
+    table = paper.table_step0(inputs(seed_checks=checks))
+    assert table.frame.key.tolist() == [key for key, _ in paper.STEP0]  # K1 only, in order
+    assert (table.frame.value == 0).all() and set(table.frame.seed) == {42}

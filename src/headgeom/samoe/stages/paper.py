@@ -22,7 +22,7 @@ import pandas as pd
 import yaml
 
 from headgeom.hashing import content_hash
-from headgeom.io import read_parquet_metadata, read_table, write_text
+from headgeom.io import read_json, read_parquet_metadata, read_table, write_text
 from headgeom.plotting import save_figure
 from headgeom.samoe import paper, results
 
@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--history", nargs="*", type=Path, default=[])
     parser.add_argument("--history-pool", nargs="*", type=Path, default=[])
     parser.add_argument("--quality", nargs="*", type=Path, default=[])
+    parser.add_argument("--seeds", type=Path, help="samoe/seeds.json (the step-0 checks)")
     parser.add_argument("--probes", nargs="*", type=Path, default=[])
     parser.add_argument("--rankings", nargs="*", type=Path, default=[])
     parser.add_argument("--li", nargs="*", type=Path, default=[], help="Ordinary runs' li.parquet")
@@ -105,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         rankings=results.read_runs(args.rankings, results.RANKINGS),
         history_pool=results.read_runs(args.history_pool, results.HISTORY_POOL),
         pool_records=pool_records(args.history_pool, args.quality),
+        seed_checks=(pd.DataFrame(read_json(args.seeds)["checks"]) if args.seeds else None),
     )  # fmt: skip
     for name, build in paper.TABLES.items():
         table = build(x)
