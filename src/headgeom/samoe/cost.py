@@ -22,8 +22,10 @@ is measured, and a job's work moved to the GPU takes no longer than on one core 
 (the argument of ``headgeom.heads.cost`` for the head-geometry GPU rules). Their host memory
 keeps the CPU projection too (weights are loaded on the host before they move), an upper bound.
 
+    python -m headgeom.samoe.cost report benchmarks/samoe_smollm2_cpu.tsv \\
+        --configfile config/samoe-smollm2.yaml --target config/samoe-paper.yaml   # the requests'
     python -m headgeom.samoe.cost report benchmarks/samoe_demo_cpu.tsv \\
-        --configfile config/samoe.yaml --target config/samoe-paper.yaml
+        --configfile config/samoe.yaml --target config/samoe-paper.yaml           # the toy's
     python -m headgeom.samoe.cost summary results/samoe-demo --configfile config/samoe.yaml \\
         --out benchmarks/samoe_demo_cpu.tsv --note "2-core ..., fresh clone"
 """
