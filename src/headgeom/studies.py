@@ -83,7 +83,7 @@ KINDS: dict[str, StudyKind] = {
             results="headgeom.samoe.results",
             results_doc="docs/samoe.md",
             selector="`kind: samoe`",
-            configs=("config/samoe.yaml", "config/samoe-paper.yaml"),
+            configs=("config/samoe.yaml", "config/samoe-paper.yaml", "config/samoe-smollm2.yaml"),
         ),
         StudyKind(
             name="atlas",

@@ -35,6 +35,7 @@ rule samoe_quality:
         pools=corpus_file("pools"),
         downstream=downstream_file,
         corpus_manifest=corpus_file("corpus_manifest"),
+        dense=dense_files,
     output:
         quality=PATHS["quality"],
     log:
@@ -46,6 +47,7 @@ rule samoe_quality:
         device=STUDY.analysis_device,
         batch=STUDY.batch_flag,
         suite=downstream_flag,
+        dense=dense_flag,
     priority: chain_priority("samoe_quality")
     threads: STUDY.threads("samoe_quality")
     resources:
@@ -56,7 +58,7 @@ rule samoe_quality:
         "python -m headgeom.samoe.stages.quality "
         "--run-json {params.run:q} --checkpoint {input.checkpoint} "
         "--manifest {input.manifest} --pools {input.pools} {params.suite} {input.downstream} "
-        "--corpus-manifest {input.corpus_manifest} --out {output.quality} "
+        "{params.dense} --corpus-manifest {input.corpus_manifest} --out {output.quality} "
         "--threads {threads} --device {params.device} {params.batch} 2> {log}"
 
 
@@ -64,7 +66,7 @@ rule samoe_quality:
 # in the harness's own environment (envs/lm-eval.yaml); samoe_quality reads its accuracies.
 rule samoe_harness:
     wildcard_constraints:
-        family=STUDY.pattern(STUDY.hub_families),
+        family=STUDY.pattern(STUDY.harness_families),
     input:
         checkpoint=PATHS["checkpoint"],
         manifest=PATHS["manifest"],
@@ -105,6 +107,7 @@ rule samoe_capture:
         state_geometry=PATHS["state_geometry"],
         local_suppression=PATHS["local_suppression"],
         history=PATHS["history"],
+        history_pool=PATHS["history_pool"],
     log:
         log_of("samoe_capture", "{family}-{variant}-s{seed}"),
     benchmark:
@@ -127,6 +130,7 @@ rule samoe_capture:
         "--targets {input.targets} --corpus-manifest {input.corpus_manifest} "
         "--state-geometry {output.state_geometry} "
         "--local-suppression {output.local_suppression} --history {output.history} "
+        "--history-pool {output.history_pool} "
         "--threads {threads} --device {params.device} {params.batch} 2> {log}"
 
 

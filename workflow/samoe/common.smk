@@ -87,15 +87,40 @@ def corpus_file(name):
 
 def downstream_file(wildcards):
     """samoe_quality's downstream suite: the study's toy suite (samoe_corpus) for a toy
-    family, the run's lm-evaluation-harness results (samoe_harness) for a Hub family."""
+    family, the run's lm-evaluation-harness results (samoe_harness) for a Hub family, none
+    where the harness is left out (downstream.run_harness: false)."""
     if STUDY.is_toy(wildcards["family"]):
         return PATHS["downstream"]
+    if wildcards["family"] not in STUDY.harness_families:
+        return []
     return PATHS["harness"].format(**{k: wildcards[k] for k in ("family", "variant", "seed")})
 
 
 def downstream_flag(wildcards):
     """samoe_quality's option for that file."""
-    return "--downstream" if STUDY.is_toy(wildcards["family"]) else "--harness"
+    if STUDY.is_toy(wildcards["family"]):
+        return "--downstream"
+    return "--harness" if wildcards["family"] in STUDY.harness_families else "--no-suite"
+
+
+def dense_files(wildcards):
+    """samoe_quality's dense source of an imported family (its perplexity beside the run's);
+    none for a toy family."""
+    if STUDY.is_toy(wildcards["family"]):
+        return []
+    return [PATHS[k].format(family=wildcards["family"]) for k in ("dense", "dense_manifest")]
+
+
+def dense_flag(wildcards, input):
+    """samoe_quality's options for those files."""
+    if not input.dense:
+        return ""
+    return f"--dense {input.dense[0]} --dense-manifest {input.dense[1]}"
+
+
+def source_files(wildcards):
+    """The local files a source family's import and corpus read (tracked by the workflow)."""
+    return STUDY.source_files(wildcards["family"])
 
 
 def corpus_files_of(name, families):
@@ -141,6 +166,9 @@ def paper_config():
 SAMOE_TABLES = [
     *(f"table{n}" for n in (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 16, 17, 18, 22)),
     "table_history",
+    "table_history_pool",
+    "table_quality_dense",
+    "table_step0",
     "table_rankings_seeds",
     "table_state_geometry",
 ]

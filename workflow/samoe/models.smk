@@ -62,6 +62,8 @@ rule samoe_dense:
 rule samoe_hub_corpus:
     wildcard_constraints:
         family=STUDY.pattern(STUDY.hub_families),
+    input:
+        source=source_files,
     output:
         cpt_train=PATHS["hub_cpt_train"],
         cpt_train_meta=PATHS["hub_cpt_train_meta"],
@@ -89,6 +91,8 @@ rule samoe_hub_corpus:
 rule samoe_import_dense:
     wildcard_constraints:
         family=STUDY.pattern(STUDY.hub_families),
+    input:
+        source=source_files,
     output:
         checkpoint=PATHS["dense"],
         log=PATHS["dense_log"],
@@ -165,8 +169,10 @@ rule samoe_train:
         **STUDY.resources("samoe_train", mem_mb=3000, runtime=120),
     conda:
         "../../envs/headgeom.yaml"
+    # several threads on a shared CPU: a waiting thread sleeps instead of spinning on the core
+    # its siblings need (the arithmetic is the same; one thread never waits)
     shell:
-        "exec {params.launch} -m headgeom.samoe.stages.train "
+        "OMP_WAIT_POLICY=PASSIVE exec {params.launch} -m headgeom.samoe.stages.train "
         "--config-json {params.cfg:q} --step0 {input.step0} "
         "--init-manifest {input.init} --corpus-dir {params.corpus_dir} "
         "--checkpoint {output.checkpoint} --train-log {output.log} --manifest {output.manifest} "

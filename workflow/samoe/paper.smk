@@ -45,6 +45,9 @@ rule samoe_paper:
         seed_means=PATHS["seed_means"],
         contrasts=PATHS["contrasts"],
         history=per_run("history", STUDY.state_runs),
+        history_pool=per_run("history_pool", STUDY.state_runs),
+        quality=per_run("quality", STUDY.runs),
+        seeds=PATHS["seeds"],
         probes=per_run("probes", STUDY.state_runs),
         rankings=all_rankings(),
         li=per_run("li", STUDY.ordinary_runs),
@@ -72,7 +75,9 @@ rule samoe_paper:
         "python -m headgeom.samoe.stages.paper "
         "--config-json {params.cfg:q} --counts {input.counts} "
         "--seed-means {input.seed_means} --contrasts {input.contrasts} "
-        "--history {input.history} --probes {input.probes} --rankings {input.rankings} "
+        "--history {input.history} --history-pool {input.history_pool} "
+        "--quality {input.quality} --seeds {input.seeds} "
+        "--probes {input.probes} --rankings {input.rankings} "
         "--li {input.li} --audit-cost {input.audit_cost} --runtime {input.runtime} "
         "--tables-dir {params.tables_dir} "
         "--figures-dir {params.figures_dir} --comparison {output.comparison} 2> {log}"

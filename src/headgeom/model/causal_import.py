@@ -123,14 +123,18 @@ def import_files(spec: Mapping[str, Any]) -> list[str]:
 
 def import_causal_lm(
     spec: Mapping[str, Any],
+    expected_sha256: Mapping[str, str] | None = None,
+    where: str = "the source record",
 ) -> tuple[HFCausalLM, np.ndarray, dict[str, Any], Any]:
-    """(model, identity vocabulary, import record, tokenizer or None) of an import block.
+    """(model, identity vocabulary, import record, tokenizer or None) of an import block;
+    with ``expected_sha256`` (file name -> SHA-256) every file is refused before it is read
+    unless its bytes hash so (``where`` names the record in the error).
 
     The record holds ``format``, ``conversion_version``, ``files_sha256`` and ``pickle`` (as
     the GPT-2 imports' do) and ``source``: the full source record of
     :func:`headgeom.model.sources.load_source` (kind, path or id + revision, hashes, family,
     model_type, conversion, versions)."""
-    model, tokenizer, source = load_source(source_of(spec))
+    model, tokenizer, source = load_source(source_of(spec), expected_sha256, where)
     model.cfg = HFModelConfig.from_dict(_portable(model.cfg.to_dict()))
     record = {
         "format": spec["format"],

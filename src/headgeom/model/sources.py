@@ -266,10 +266,15 @@ def _gguf(source: ModelSource, what: str) -> tuple[Path, Path, list[Path], dict[
     return path, path.parent, [path], {"gguf_file": path.name}
 
 
-def load_tokenizer(source: ModelSource) -> tuple[Any, dict[str, Any]]:
+def load_tokenizer(
+    source: ModelSource,
+    expected_sha256: Mapping[str, str] | None = None,
+    where: str = "the source record",
+) -> tuple[Any, dict[str, Any]]:
     """(tokenizer, record) of ``source`` without reading its weights: the GGUF file's own
     vocabulary, or a directory's tokenizer files (``config.json`` too when present, since
-    ``transformers`` reads it to pick the tokenizer class), each hashed before it is read.
+    ``transformers`` reads it to pick the tokenizer class), each hashed before it is read
+    (and, given ``expected_sha256``, refused unless it hashes so, as in :func:`load_source`).
     The record: kind, path or id + revision, ``files_sha256``, versions."""
     transformers = require("transformers", f"the tokenizer of a {source.kind} model source")
     record: dict[str, Any] = {"kind": source.kind, **source.provenance()}
@@ -286,7 +291,7 @@ def load_tokenizer(source: ModelSource) -> tuple[Any, dict[str, Any]]:
             )
         files, load = [root / n for n in names], {}
         versions = _versions("tokenizers")
-    record["files_sha256"] = _hashes(files, root, None, "")
+    record["files_sha256"] = _hashes(files, root, expected_sha256, where)
     tokenizer = transformers.AutoTokenizer.from_pretrained(root, local_files_only=True, **load)
     record["versions"] = versions
     return tokenizer, record

@@ -22,8 +22,10 @@ is measured, and a job's work moved to the GPU takes no longer than on one core 
 (the argument of ``headgeom.heads.cost`` for the head-geometry GPU rules). Their host memory
 keeps the CPU projection too (weights are loaded on the host before they move), an upper bound.
 
+    python -m headgeom.samoe.cost report benchmarks/samoe_smollm2_cpu.tsv \\
+        --configfile config/samoe-smollm2.yaml --target config/samoe-paper.yaml   # the requests'
     python -m headgeom.samoe.cost report benchmarks/samoe_demo_cpu.tsv \\
-        --configfile config/samoe.yaml --target config/samoe-paper.yaml
+        --configfile config/samoe.yaml --target config/samoe-paper.yaml           # the toy's
     python -m headgeom.samoe.cost summary results/samoe-demo --configfile config/samoe.yaml \\
         --out benchmarks/samoe_demo_cpu.tsv --note "2-core ..., fresh clone"
 """
@@ -97,6 +99,10 @@ def _pool(study: SAMoEStudy, *roles: str) -> int:
 
 
 def _downstream(study: SAMoEStudy) -> int:
+    """Downstream examples a quality job scores: the toy suite's; an imported family's suite
+    is samoe_harness's job (or left out), not samoe_quality's."""
+    if not study.toy_families:
+        return 0
     ds = study.config["downstream"]
     return len(ds["tasks"]) * ds["n_per_task"] + ds["arith"]["n"]
 

@@ -226,6 +226,30 @@ def dense_state(lm: nn.Module) -> dict[str, torch.Tensor]:
     return state
 
 
+class DenseLM(nn.Module):
+    """A dense Hub source rebuilt from its checkpoint (the upcycler's state dict, tied head
+    re-tied): logits (B, T, V) of ids (B, T), as the SA-MoE's forward gives them."""
+
+    def __init__(self, source: HubSource, state: dict[str, torch.Tensor]):
+        AutoModelForCausalLM = require("transformers", "a dense Hub model").AutoModelForCausalLM
+
+        super().__init__()
+        config = source.hf_config()
+        self.lm = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        tied = bool(getattr(config, "tie_word_embeddings", False))
+        result = self.lm.load_state_dict(state, strict=False)
+        missing = [k for k in result.missing_keys if not (tied and k == "lm_head.weight")]
+        if missing or result.unexpected_keys:
+            raise RuntimeError(f"dense {source.repo_id}: missing {missing}, unexpected "
+                               f"{result.unexpected_keys}")  # fmt: skip
+        if tied:
+            self.lm.tie_weights()
+        self.lm.eval()
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.lm(input_ids=ids, use_cache=False).logits
+
+
 def empty_model(source, moe: MoEConfig, variant: str) -> MoEModel:
     """An SA-MoE of ``variant`` with the shapes of ``source`` (a workspace ``ModelConfig`` or a
     ``HubSource``) and no trained values, drawing nothing from the caller's RNG: a Hub

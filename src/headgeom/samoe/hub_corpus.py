@@ -2,7 +2,10 @@
 continued-pretraining stream packed into a flat token file, and the held-out pools, in the
 family's own tokenizer.
 
-Sources (``data.sources``): per domain (prose, code, math) a Hugging Face Hub dataset read
+Sources (``data.sources``): per domain (prose, code, math) the workspace's embedded generator
+(``generator: embedded``: :class:`headgeom.samoe.domains.DomainText`, the toy study's
+documents, no network; its held-out and training streams are separate seeded streams), a
+Hugging Face Hub dataset read
 through ``datasets`` streaming (``repo_id``, ``config``, ``data_dir``, ``split``,
 ``revision``; the Hub is asked once with a short timeout before anything is read, as
 ``headgeom.data.corpus_sources.check_hub`` does for the head-geometry corpora) or local files
@@ -45,11 +48,12 @@ import numpy as np
 import pandas as pd
 
 from headgeom.data import corpus_sources as cs
-from headgeom.hashing import content_hash, sha256_file, verify_file
+from headgeom.hashing import ManifestMismatchError, content_hash, sha256_file, verify_file
 from headgeom.io import atomic_path, read_json, write_json, write_manifest
+from headgeom.model.import_errors import ModelImportError
 from headgeom.optional import require
-from headgeom.samoe import results
-from headgeom.samoe.domains import DOMAINS, balanced, intervention_subset
+from headgeom.samoe import model_source, results
+from headgeom.samoe.domains import DOMAINS, DomainText, balanced, intervention_subset
 from headgeom.samoe.domains import ROLES as POOL_ROLES
 from headgeom.samoe.manifest import verified_inputs
 
@@ -79,12 +83,36 @@ class HubCorpusError(cs.CorpusSourceError):
 # --- sources ---------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class EmbeddedSource:
+    """One domain of the workspace's embedded generator (``generator: embedded``): endless
+    seeded documents, held-out and training from separate streams."""
+
+    domain: str
+    seed: int
+
+    @property
+    def provenance(self) -> dict:
+        return {"generator": "headgeom.samoe.domains.DomainText", "domain": self.domain,
+                "seed": self.seed, "streams": {"heldout": "heldout", "train": STREAM}}  # fmt: skip
+
+    def documents(self, role: str) -> Iterator[str]:
+        source = DomainText(self.seed, "heldout" if role == "heldout" else STREAM)
+        while True:
+            yield source.document(self.domain)
+
+
 def open_domain(domain: str, spec: Mapping[str, Any], *, batch_docs: int = BATCH_DOCS,
-                hub_timeout_s: float = HUB_TIMEOUT_S) -> cs.Source:  # fmt: skip
+                hub_timeout_s: float = HUB_TIMEOUT_S,
+                seed: int = 0) -> cs.Source | EmbeddedSource:  # fmt: skip
     """Open ``data.sources.<domain>`` for streaming (nothing is read yet). A Hub source is
     checked first: offline, unreachable, missing or an unknown revision stop here with a
-    message naming the repository and what to set."""
+    message naming the repository and what to set. ``seed``: the embedded generator's."""
     key = f"data.sources.{domain}"
+    if "generator" in spec:
+        if spec["generator"] != "embedded":
+            raise HubCorpusError(f"{key}.generator = {spec['generator']!r}: only 'embedded'")
+        return EmbeddedSource(domain, seed)
     column = spec.get("text_column", "text")
     if "files" in spec:
         kind = LOCAL_FORMATS.get(spec.get("format"))
@@ -121,9 +149,12 @@ def open_domain(domain: str, spec: Mapping[str, Any], *, batch_docs: int = BATCH
     return cs.Source(cfg, provenance, ds)
 
 
-def documents(source: cs.Source, role: str) -> Iterator[str]:
+def documents(source: cs.Source | EmbeddedSource, role: str) -> Iterator[str]:
     """Document texts of ``source``: role "heldout" the last shard first (stored order),
-    "train" every shard in stored order."""
+    "train" every shard in stored order (the embedded generator: its two streams)."""
+    if isinstance(source, EmbeddedSource):
+        yield from source.documents(role)
+        return
     for batch in cs.text_batches(source, "val" if role == "heldout" else "train", "stored"):
         yield from batch
 
@@ -182,6 +213,28 @@ def load_tokenizer(repo_id: str, revision: str, family: str = "") -> FamilyToken
                   "resolved_commit": getattr(tok, "_commit_hash", None) or None,
                   "class": type(tok).__name__, "tokenizer_json_sha256": sha}  # fmt: skip
     return FamilyTokenizer(backend, int(tok.eos_token_id), len(tok), provenance)
+
+
+def family_tokenizer(spec: Mapping[str, Any], family: str = "") -> FamilyTokenizer:
+    """The tokenizer ``SAMoEStudy.hub_corpus_config`` names: a Hub family's
+    (``{repo_id, revision}``) or a source family's (``{source, eos_token?}``: the local model
+    source's own, hash-gated; ``eos_token`` the token between documents, default its EOS)."""
+    if "source" not in spec:
+        return load_tokenizer(spec["repo_id"], spec["revision"], family)
+    try:
+        tok, record = model_source.load_tokenizer(spec["source"], family)
+    except (ModelImportError, ManifestMismatchError) as err:  # missing, unreadable, changed
+        raise HubCorpusError(f"the tokenizer of families.{family}.source: {err}") from None
+    if not getattr(tok, "is_fast", False):
+        raise HubCorpusError(f"families.{family}.source: its tokenizer is not a fast tokenizer")
+    eos = spec.get("eos_token", tok.eos_token)
+    eos_id = tok.convert_tokens_to_ids(eos) if eos is not None else None
+    if eos_id is None or tok.convert_ids_to_tokens(eos_id) != eos:  # an unknown token maps to unk
+        raise HubCorpusError(f"families.{family}.eos_token = {eos!r}: not a token of the "
+                             "source's tokenizer")  # fmt: skip
+    provenance = {"source": record, "class": type(tok).__name__, "eos_token": eos,
+                  "tokenizer_json_sha256": tokenizer_sha256(tok)}  # fmt: skip
+    return FamilyTokenizer(tok.backend_tokenizer, int(eos_id), len(tok), provenance)
 
 
 # --- pools -----------------------------------------------------------------------------------
@@ -390,8 +443,9 @@ def build(cfg: Mapping[str, Any], out: Mapping[str, str | os.PathLike],
     batch_docs = int(data.get("batch_docs", BATCH_DOCS))
     timeout = float(data.get("hub_timeout_s", HUB_TIMEOUT_S))
     sources = {d: open_domain(d, data["sources"][d], batch_docs=batch_docs,
-                              hub_timeout_s=timeout) for d in DOMAINS}  # fmt: skip
-    tok = load_tokenizer(cfg["tokenizer"]["repo_id"], cfg["tokenizer"]["revision"], family)
+                              hub_timeout_s=timeout, seed=int(data["seed"]))
+               for d in DOMAINS}  # fmt: skip
+    tok = family_tokenizer(cfg["tokenizer"], family)
     common = {"config": dict(cfg), "config_hash": content_hash(dict(cfg)), "family": family,
               "eot_id": tok.eos_id}  # fmt: skip
     with cs.all_or_nothing(*out.values(), manifest_path):

@@ -55,6 +55,12 @@ class Inputs:
     audit_cost: pd.DataFrame  # the pilot of each family
     runtime: pd.DataFrame  # the runtime medians of each family
     checks: pd.DataFrame  # per run: check, residual, tolerance
+    # per run and layer ≥ 1: the history metrics over every final-pool decision (SAMOE §10.3)
+    history_pool: pd.DataFrame | None = None
+    # per run: the pool records' clamped and write coordinates and the dense perplexity
+    pool_records: pd.DataFrame | None = None
+    # per (family, seed): the seed registry's checks (samoe/seeds.json: K1, K3, K5)
+    seed_checks: pd.DataFrame | None = None
 
     def mean(self, family, variant, quantity, key="") -> pd.Series | None:
         m = self.seed_means
@@ -194,6 +200,117 @@ def table_history(x: Inputs) -> Table:
     })  # fmt: skip
     return _table("table_history", frame, cells, "Distributed history of the audited targets "
                   "(paper §5.3, App. C.2): shares in %, sequence means first.")  # fmt: skip
+
+
+def table_history_pool(x: Inputs) -> Table:
+    """SAMOE §10.3's supplement: the history metrics over every decision at layer ≥ 1 of the
+    final pool (per run: kept-weighted means over the layers; then the mean over seeds),
+    beside the audited targets' (their seed means), and the clamped coordinates."""
+    hp = x.history_pool if x.history_pool is not None else pd.DataFrame()
+    rows = []
+    for (f, v), g in hp.groupby(["family", "variant"], sort=False) if len(hp) else ():
+        per_seed = []
+        for _, r in g.groupby("seed", sort=False):
+            kept, n = r.n_kept.to_numpy(), r.n_decisions.to_numpy()
+            w = kept / kept.sum() if kept.sum() else kept * 0.0
+            per_seed.append({m: float((r[m].fillna(0).to_numpy() * w).sum())
+                             for m in ("non_recent", "ess", "max_share")}
+                            | {"signed_state_term": float((r.signed_state_term.to_numpy() * n)
+                                                          .sum() / n.sum()),
+                               "n_decisions": int(n.sum()), "n_kept": int(kept.sum())})  # fmt: skip
+        every = pd.DataFrame(per_seed).mean()
+        clamped = None
+        if x.pool_records is not None and len(x.pool_records):
+            pr = x.pool_records[(x.pool_records.family == f) & (x.pool_records.variant == v)]
+            if len(pr):
+                clamped = (int(pr.clamped_final.sum()), int(pr.coordinates_final.sum()))
+        for quantity in ("non_recent", "ess", "max_share", "signed_state_term"):
+            target = x.mean(f, v, quantity)
+            rows.append({"family": f, "variant": v, "quantity": quantity,
+                         "every_decision": every[quantity],
+                         "targets": None if target is None else target["mean"],
+                         "n_decisions": int(every["n_decisions"]),
+                         "n_kept": int(every["n_kept"]),
+                         "clamped_coordinates": None if clamped is None else clamped[0],
+                         "write_coordinates": None if clamped is None else clamped[1]})  # fmt: skip
+    columns = [
+        "family",
+        "variant",
+        "quantity",
+        "every_decision",
+        "targets",
+        "n_decisions",
+        "n_kept",
+        "clamped_coordinates",
+        "write_coordinates",
+    ]
+    frame = pd.DataFrame(rows, columns=columns)
+    label = {"non_recent": ("Non-recent share (%)", 100), "ess": ("ESS (writes)", 1),
+             "max_share": ("Largest-source share (%)", 100),
+             "signed_state_term": ("Signed state term", 1)}  # fmt: skip
+    cells = pd.DataFrame({
+        "Family": frame.family, "Variant": frame.variant.map(VARIANT_LABEL),
+        "Quantity": frame.quantity.map(lambda q: label[q][0]),
+        "Every decision (L ≥ 1)": [fmt(label[r.quantity][1] * r.every_decision)
+                                   for r in frame.itertuples()],
+        "Audited targets": [fmt(None if r.targets is None or pd.isna(r.targets)
+                                else label[r.quantity][1] * r.targets)
+                            for r in frame.itertuples()],
+        "Decisions (kept)": [f"{r.n_decisions:,} ({r.n_kept:,})" for r in frame.itertuples()],
+        "Clamped coordinates": ["—" if pd.isna(r.clamped_coordinates) else
+                                f"{int(r.clamped_coordinates):,} of "
+                                f"{int(r.write_coordinates):,}" for r in frame.itertuples()],
+    })  # fmt: skip
+    return _table("table_history_pool", frame, cells, "Distributed history over every routing "
+                  "decision at layer ≥ 1 of the final pool (SAMOE §10.3's supplement; per seed "
+                  "the decisions with mass A > 0 weighted equally, then the mean over seeds) "
+                  "beside the audited targets (sequence means first): the targets are not "
+                  "typical decisions. Clamped coordinates: write coordinates of the final pool "
+                  "where the persistent clip acted (|s_l + u_l| > c).")  # fmt: skip
+
+
+#: The step-0 identity (K1) in the seed registry: key, what it counts.
+STEP0 = (
+    ("check_K1.writes_mismatches", "nonzero step-0 writes (P and LWO)"),
+    ("check_K1.logits_mismatches", "router logits differing, P vs LWO"),
+    ("check_K1.ordinary_logits_mismatches", "router logits differing, Ordinary vs P"),
+    ("check_K1.ordinary_outputs_max_abs_residual", "output logits, largest Ordinary − P gap"),
+)
+
+
+def table_step0(x: Inputs) -> Table:
+    """K1 of every (family, seed) from the seed registry: at step 0 the persistent and
+    latest variants compute what the Ordinary MoE computes (SAMOE §5.4)."""
+    sc = x.seed_checks if x.seed_checks is not None else pd.DataFrame()
+    rows = [{"family": r["family"], "seed": int(r["seed"]), "check": label, "key": key,
+             "value": r[key]} for _, r in sc.iterrows() for key, label in STEP0
+            if key in r and not pd.isna(r[key])]  # fmt: skip
+    frame = pd.DataFrame(rows, columns=["family", "seed", "check", "key", "value"])
+    cells = pd.DataFrame({"Family": frame.family, "Seed": frame.seed.astype(str),
+                          "Step-0 comparison": frame.check,
+                          "Value": frame.value.map(lambda v: f"{v:g}")})  # fmt: skip
+    return _table("table_step0", frame, cells, "Step-0 identity (K1, SAMOE §5.4): every write "
+                  "exactly 0, and the three variants' router logits and outputs bitwise equal "
+                  "(0 is the only value that passes).")  # fmt: skip
+
+
+def table_quality_dense(x: Inputs) -> Table:
+    """Each run's final-pool perplexity beside its dense source's on the same sequences
+    (imported families: the model it was upcycled from)."""
+    pr = x.pool_records if x.pool_records is not None else pd.DataFrame()
+    columns = ["family", "variant", "seed", "ppl", "ppl_dense", "ppl_rel_dense"]
+    frame = (pr[[c for c in columns if c in pr]].copy() if len(pr) and "ppl_dense" in pr
+             else pd.DataFrame(columns=columns))  # fmt: skip
+    cells = pd.DataFrame({
+        "Family": frame.family, "Variant": frame.variant.map(VARIANT_LABEL),
+        "Seed": frame.seed.astype(str), "PPL": frame.ppl.map(lambda v: fmt(v, "{:.3f}")),
+        "Dense PPL": frame.ppl_dense.map(lambda v: fmt(v, "{:.3f}")),
+        "Δ vs dense": frame.ppl_rel_dense.map(
+            lambda v: fmt(None if pd.isna(v) else 100 * v, "{:+.2f}%")),
+    })  # fmt: skip
+    return _table("table_quality_dense", frame, cells, "Final-pool perplexity of each run "
+                  "beside its dense source's on the same sequences (imported families; a toy "
+                  "family's dense source is not measured here).")  # fmt: skip
 
 
 def table_state_geometry(x: Inputs) -> Table:
@@ -441,15 +558,22 @@ def table5(x: Inputs) -> Table:
 
 
 def table13(x: Inputs) -> Table:
-    a = x.audit_cost
+    a = x.audit_cost.copy()
+    plain = a[a.phase == "plain_forward"].set_index(["family", "variant", "seed"]).wall_s
+    keys = pd.MultiIndex.from_frame(a[["family", "variant", "seed"]])
+    a["plain_ratio"] = a.wall_s.to_numpy() / plain.reindex(keys).to_numpy()
     cells = pd.DataFrame({"Family": a.family, "Variant": a.variant.map(VARIANT_LABEL),
                           "Phase": a.phase, "Passes": a.passes.astype(str),
                           "Objects": a.n_objects.astype(str), "Targets": a.n_targets.astype(str),
                           "Retained (KiB)": a.retained_bytes.map(lambda b: f"{b / 1024:.1f}"),
-                          "Wall (ms)": a.wall_s.map(lambda v: f"{1000 * v:.2f}")})  # fmt: skip
+                          "Wall (ms)": a.wall_s.map(lambda v: f"{1000 * v:.2f}"),
+                          "× plain forward": a.plain_ratio.map(
+                              lambda v: fmt(v, "{:.2f}"))})  # fmt: skip
     return _table("table13", a, cells, "Table 13. Audit-cost pilot: one batch of 8 frozen "
                   "sequences, the 4 targets of the first; objects are source interventions "
-                  "(state variants) or residual components (Ordinary).")  # fmt: skip
+                  "(state variants) or residual components (Ordinary); each phase's wall time "
+                  "also as a multiple of the same batch's plain forward (no hook), timed in "
+                  "the same job.")  # fmt: skip
 
 
 #: Paper Table 22: the replication scope of each quantity (SAMOE §17).
@@ -499,13 +623,15 @@ def table6(x: Inputs) -> Table:
                      "choices": choices, "scoring": scoring})  # fmt: skip
     frame = pd.DataFrame(rows)
     cells = frame.rename(columns=str.capitalize).astype(str)
-    return _table(
-        "table6",
-        frame,
-        cells,
+    caption = (
         "Table 6. Downstream protocol: zero-shot multiple "
-        "choice, ties to the lowest index; macro = the mean of the primary metrics.",
+        "choice, ties to the lowest index; macro = the mean of the primary metrics."
     )
+    if ds.get("run_harness", True) is False:  # offline: the suite is named, not run
+        caption += (" Not run in this study (downstream.run_harness: false; lm-evaluation-"
+                    "harness reads its datasets from the Hub): quality is perplexity only, "
+                    "and Table 7 and Table 1's Δmacro are empty.")  # fmt: skip
+    return _table("table6", frame, cells, caption)
 
 
 TABLES: dict[str, Callable[[Inputs], Table]] = {
@@ -530,6 +656,9 @@ TABLES: dict[str, Callable[[Inputs], Table]] = {
     "table18": table18,
     "table22": table22,
     "table_history": table_history,
+    "table_history_pool": table_history_pool,
+    "table_quality_dense": table_quality_dense,
+    "table_step0": table_step0,
     "table_rankings_seeds": table12_samoe,
     "table_state_geometry": table_state_geometry,
 }

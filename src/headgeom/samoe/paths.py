@@ -37,6 +37,7 @@ TEMPLATES = {
     "state_geometry": f"{RUN}/state_geometry.parquet",
     "local_suppression": f"{RUN}/local_suppression.parquet",
     "history": f"{RUN}/history.parquet",
+    "history_pool": f"{RUN}/history_pool.parquet",  # every decision (SAMOE §10.3 supplement)
     "probes": f"{RUN}/probes.parquet",
     "interventions": f"{RUN}/interventions.parquet",
     "rankings": f"{RUN}/rankings.parquet",

@@ -185,9 +185,25 @@ HISTORY = _table(
     "audited target of one state run (its routing ledger)",
 )  # fmt: skip
 
+HISTORY_POOL = _table(
+    "samoe_history_pool",
+    [*_RUN, ("layer", pa.int64()), ("n_decisions", pa.int64()), ("n_kept", pa.int64()),
+     ("non_recent", pa.float64()), ("ess", pa.float64()), ("max_share", pa.float64()),
+     ("signed_state_term", pa.float64())],
+    {"layer": "target router layer L ≥ 1 (every decision of the final pool at L)",
+     "n_decisions": "routing decisions at L (final-pool sequences × positions)",
+     "n_kept": "decisions with attribution mass A > 0 (the history metrics' denominator)",
+     "non_recent": "mean over the kept decisions of 1 − |c_{L−1→L}| / A (LWO: 0 by "
+                   "construction)",
+     "ess": "mean effective source support 1 / Σ_l p_l² over the kept decisions",
+     "max_share": "mean largest source share max_l p_l over the kept decisions",
+     "signed_state_term": "mean signed state term ωᵀ s_L = Σ_l c_{l→L} over every decision"},
+    "target layer of one state run: SAMOE §10.3's supplement over every decision",
+)  # fmt: skip
+
 TABLES = {t.name: t for t in (POOLS, DOWNSTREAM, DENSE_LOG, CPT_LOG, COUNTS,
                               QUALITY, HARNESS, TARGETS, STATE_GEOMETRY, LOCAL_SUPPRESSION,
-                              HISTORY)}  # fmt: skip
+                              HISTORY, HISTORY_POOL)}  # fmt: skip
 
 # --------------------------------------------------------------------------- statistics
 _STAT = [("mean", pa.float64()), ("low", pa.float64()), ("high", pa.float64()),
@@ -329,7 +345,8 @@ AUDIT_COST = _table(
      ("n_targets", pa.int64()), ("n_objects", pa.int64()), ("retained_bytes", pa.int64())],
     {"phase": "capture (one clean forward keeping the audit objects), attribution (ledger, "
               "structural or Li scores from the captured data), gradient (one autograd call "
-              "per target)",
+              "per target), plain_forward (the same batch through the model with no hook: "
+              "the reference of the audit's overhead)",
      "wall_s": "median wall time of the phase over the repeats (seconds, this machine)",
      "passes": "forward or backward passes the phase runs",
      "n_targets": "audited targets of the pilot",

@@ -11,6 +11,7 @@ it cannot run raises ``StudyConfigError``, one short line per problem.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from functools import cached_property
@@ -139,7 +140,7 @@ class SAMoEStudy(ResourceRequests):
                                  f"families {self.hub_families} run lm-eval tasks (hellaswag, "
                                  "arc_easy, piqa, winogrande)")  # fmt: skip
             missing = [k for k in ("harness_commit", "max_len") if k not in ds]
-            if missing:
+            if missing and self.harness_families:
                 raise ValueError(f"config downstream: {missing} missing; the Hub families "
                                  f"{self.hub_families} run lm-evaluation-harness at a pinned "
                                  "commit with a maximum length (SAMOE §11)")  # fmt: skip
@@ -169,23 +170,50 @@ class SAMoEStudy(ResourceRequests):
     def is_toy(self, family: str) -> bool:
         return "dense" in self.families[family]
 
+    def is_source(self, family: str) -> bool:
+        """A family whose dense model is a local model source (GGUF file or directory)."""
+        return "source" in self.families[family]
+
     @cached_property
     def toy_families(self) -> list[str]:
         return [f for f in self.families if self.is_toy(f)]
 
     @cached_property
     def hub_families(self) -> list[str]:
+        """The imported families (a pinned Hub model or a local model source): their own
+        tokenizer's corpus (samoe_hub_corpus) and the Hub wrap."""
         return [f for f in self.families if not self.is_toy(f)]
 
+    @cached_property
+    def harness_families(self) -> list[str]:
+        """The imported families whose downstream suite runs (samoe_harness): all of them
+        unless ``downstream.run_harness`` is false (offline)."""
+        run = self.config["downstream"].get("run_harness", True)
+        return self.hub_families if run else []
+
     def import_config(self, family: str) -> dict:
-        """What rule samoe_import_dense hashes: the pinned Hub source of a family."""
+        """What rule samoe_import_dense hashes: the pinned Hub source of a family, or its
+        local model source with the paper shape it must have."""
+        if self.is_source(family):
+            fam = self.families[family]
+            return {"family": family, "source": dict(fam["source"]),
+                    "paper_shape": fam["paper_shape"]}  # fmt: skip
         return {"family": family, "hf": self.hf(family)}
+
+    def source_files(self, family: str) -> list[str]:
+        """The local files a source family's import and corpus read (the workflow tracks
+        them); none for a Hub or toy family."""
+        if not self.is_source(family):
+            return []
+        from headgeom.model.causal_import import import_files  # torch: the workflow reads this
+
+        return import_files(self.families[family]["source"])
 
     def dense_config(self, family: str) -> DenseConfig:
         from headgeom.samoe.config import DenseConfig  # torch: the workflow reads the study
 
         if not self.is_toy(family):
-            raise ValueError(f"family {family} is imported from the Hub ({self.hf(family)}), "
+            raise ValueError(f"family {family} is imported ({self.import_config(family)}), "
                              "not trained")  # fmt: skip
         try:
             return DenseConfig.from_dict(self.families[family]["dense"])
@@ -201,14 +229,21 @@ class SAMoEStudy(ResourceRequests):
         return self.paper_shape(family).n_layer
 
     def paper_shape(self, family: str):
-        """The shapes of a Hub family (``headgeom.samoe.counts.PAPER_SHAPES``)."""
+        """The shapes of a Hub or source family (``headgeom.samoe.counts.PAPER_SHAPES``: the
+        paper's dense model it is, or has the shapes of), at its sequence length
+        (``seq_len``, default the paper's T)."""
         from headgeom.samoe.counts import PAPER_SHAPES  # torch: the workflow reads the study
 
-        repo = self.hf(family)["repo_id"]
+        fam = self.families[family]
+        key, repo = (("paper_shape", fam["paper_shape"]) if self.is_source(family)
+                     else ("hf.repo_id", self.hf(family)["repo_id"]))  # fmt: skip
         if repo not in PAPER_SHAPES:
-            raise ValueError(f"config families.{family}.hf.repo_id: {repo!r} has no known "
+            raise ValueError(f"config families.{family}.{key}: {repo!r} has no known "
                              f"shape; known: {sorted(PAPER_SHAPES)}")  # fmt: skip
-        return PAPER_SHAPES[repo]
+        shape = PAPER_SHAPES[repo]
+        if "seq_len" in fam:
+            shape = dataclasses.replace(shape, seq_len=int(fam["seq_len"]))
+        return shape
 
     def n_ctx(self, family: str) -> int:
         if self.is_toy(family):
@@ -308,7 +343,13 @@ class SAMoEStudy(ResourceRequests):
         if self.is_toy(family):
             raise ValueError(f"family {family} reads the study's toy corpus (samoe_corpus)")
         data = {k: v for k, v in self.config["data"].items() if k not in _TOY_DATA_KEYS}
-        return {"family": family, "tokenizer": dict(self.hf(family)),
+        fam = self.families[family]
+        if self.is_source(family):  # the tokenizer of the local model source
+            eos = {"eos_token": fam["eos_token"]} if "eos_token" in fam else {}
+            tokenizer = {"source": dict(fam["source"]), **eos}
+        else:
+            tokenizer = dict(self.hf(family))
+        return {"family": family, "tokenizer": tokenizer,
                 "seq_len": self.n_ctx(family), "data": data}  # fmt: skip
 
     def dense_run_config(self, family: str) -> dict:

@@ -4,6 +4,7 @@ SA-MoE demo's benchmark files."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -63,13 +64,44 @@ def test_the_summary_is_the_demo_and_names_every_rule_it_ran():
     assert measured["samoe_train"].jobs == 9 and measured["samoe_li"].jobs == 3
 
 
+def test_the_real_model_summary_names_every_rule_of_its_dag():
+    measured = sc.measured_of(ROOT / "benchmarks" / "samoe_smollm2_cpu.tsv")
+    imported = {"samoe_hub_corpus", "samoe_import_dense"}  # no toy corpus or dense training
+    assert set(measured) == set(sc.UNITS) | set(sc.FIXED) | imported
+    assert measured["samoe_train"].jobs == 3 and measured["samoe_interventions"].jobs == 2
+
+
+def test_projection_from_the_real_model_by_hand():
+    real, paper = study("samoe-smollm2.yaml"), study("samoe-paper.yaml")
+    measured = {"samoe_li": shared.Measured("samoe_li", 1, 300.0, 2500.0)}
+    (li,) = sc.fit(measured, real, paper)
+    # T = 64, E = 4: forward FLOPs per token of the persistent variant at SmolLM2's widths
+    flops = C.counts(dataclasses.replace(C.SMOLLM2, seq_len=64), real.moe_config(),
+                     "persistent").flops_per_token  # fmt: skip
+    assert li.units == 3 * sum(3 * L + 3 for L in [12, 16, 21, 25]) * 64 * flops
+    assert li.seconds == pytest.approx(300.0 / li.units * li.target_units)
+    # 2 copies of the parameters the paper's 16 experts add over the rehearsal's 4
+    added = (C.counts(C.SMOLLM2, paper.moe_config(), "persistent").total
+             - C.counts(C.SMOLLM2, real.moe_config(), "persistent").total)  # fmt: skip
+    # 12 more experts (3 matrices of 576 × 1536) and their router rows (W^x and W^s: 576 + 128)
+    assert added == 30 * 12 * 3 * 576 * 1536 + 30 * 12 * (576 + 128)
+    assert li.memory_mb == pytest.approx(2500.0 + 2 * added * 4 / 2**20)
+
+
 def test_paper_requests_cover_the_projected_cost():
-    measured = sc.measured_of(ROOT / "benchmarks" / "samoe_demo_cpu.tsv")
-    projections = sc.fit(measured, study("samoe.yaml"), study("samoe-paper.yaml"))
+    # projected from the real-model rehearsal (SmolLM2's widths and depth, reduced counts)
+    measured = sc.measured_of(ROOT / "benchmarks" / "samoe_smollm2_cpu.tsv")
+    projections = sc.fit(measured, study("samoe-smollm2.yaml"), study("samoe-paper.yaml"))
     planned = shared.planned_requests(ROOT / "config" / "samoe-paper.yaml", cwd=ROOT)
     assert sc.uncovered(projections, planned, margin=shared.MARGIN) == []
     # and the check can fail: at twice the margin the suppression grids are not covered
     assert "samoe_li" in sc.uncovered(projections, planned, margin=2 * shared.MARGIN)
+    # memory never below the toy demo's projection
+    toy = sc.fit(sc.measured_of(ROOT / "benchmarks" / "samoe_demo_cpu.tsv"), study("samoe.yaml"),
+                 study("samoe-paper.yaml"))  # fmt: skip
+    for p in toy:
+        if p.rule in planned and p.rule not in sc.NOT_PROJECTED:
+            assert shared.request(planned, p.rule)[0] >= shared.MARGIN * p.memory_mb, p.rule
     assert planned["samoe_train"]["gpu"] == 8
     # the analyses ask one GPU each; their time is still held to the CPU projection
     # (and the harness, not projected: the toy has no harness job to measure)

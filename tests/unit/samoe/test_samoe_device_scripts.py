@@ -101,7 +101,8 @@ def argv(script: str, inp: dict, variant: str, out: Path) -> list[str]:
         return [*common, "--out", str(out / "probes.parquet")]
     common += ["--targets", str(inp["targets"])]
     if script == "capture":
-        return [*common, *(x for name in ("state-geometry", "local-suppression", "history")
+        return [*common, *(x for name in ("state-geometry", "local-suppression", "history",
+                                          "history-pool")
                            for x in (f"--{name}", str(out / f"{name}.parquet")))]  # fmt: skip
     return [*common, "--out", str(out / f"{script}.parquet"),
             "--rankings", str(out / "rankings.parquet")]  # fmt: skip

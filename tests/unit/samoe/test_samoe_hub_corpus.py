@@ -256,3 +256,89 @@ def test_an_unloadable_tokenizer_is_named(world, tmp_path):
     with pytest.raises(SystemExit, match=r"tokenizer of .*no-such-model@bbbb.*families.smollm2"):
         _run(world, tmp_path / "a", cfg)
     assert not (tmp_path / "a").exists()
+
+
+# --- the embedded domains in a local model source's tokenizer --------------------------------
+
+
+@pytest.fixture(scope="module")
+def gpt2_source(tmp_path_factory):
+    """GPT-2's tokenizer saved as a local model source (a transformers directory), its files'
+    SHA-256 by hashlib."""
+    from transformers import PreTrainedTokenizerFast
+
+    from headgeom.data.tokenizer import load_gpt2_tokenizer
+
+    root = tmp_path_factory.mktemp("gpt2src") / "tok"
+    PreTrainedTokenizerFast(tokenizer_object=load_gpt2_tokenizer(),
+                            eos_token="<|endoftext|>").save_pretrained(root)  # fmt: skip
+    sha = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.iterdir())}
+    return {"format": "hf-causal-lm", "path": str(root), "sha256": sha}
+
+
+def _embedded_cfg(source: dict, n_tokens: int = 32 * T, eos_token: str | None = None) -> dict:
+    tokenizer = {"source": source, **({"eos_token": eos_token} if eos_token else {})}
+    embedded = {d: {"generator": "embedded"} for d in DOMAINS}
+    return {"family": "smollm2", "seq_len": T, "tokenizer": tokenizer,
+            "data": {"seed": 1729, "sampling": SAMPLING, "sources": embedded,
+                     "cpt_train_tokens": n_tokens, "pools": POOLS}}  # fmt: skip
+
+
+def test_the_embedded_domains_in_the_sources_tokenizer_equal_a_naive_build(gpt2_source, tmp_path):
+    from headgeom.data.tokenizer import load_gpt2_tokenizer
+    from headgeom.samoe.domains import DomainText
+
+    cfg = _embedded_cfg(gpt2_source)
+    argv = ["--config-json", json.dumps(cfg), "--out-dir", str(tmp_path), "--no-progress"]
+    assert samoe_hub_corpus.main(argv) == 0
+    tok, eos = load_gpt2_tokenizer(), 50256
+
+    def encode(text):
+        return tok.encode(text, add_special_tokens=False).ids
+
+    # held-out: one seeded stream per domain, consumed role by role; a repeated text once
+    heldout = DomainText(1729, "heldout")
+    read, rows = set(), []
+    for role in ("construction", "calibration", "final"):
+        for i, domain in enumerate(DOMAINS):
+            n = POOLS[role] // 3 + (i < POOLS[role] % 3)
+            ids: list[int] = []
+            while len(ids) < n * T:
+                text = heldout.document(domain)
+                if text in read:
+                    continue
+                read.add(text)
+                ids += [*encode(text), eos]
+            rows += [(role, domain, ids[k * T : (k + 1) * T]) for k in range(n)]
+    pools = pd.read_parquet(tmp_path / "pools.parquet")
+    assert [(r.role, r.domain, list(r.tokens)) for r in pools.itertuples()] == rows
+    # training: the per-document draw over the cpt-train stream, held-out texts skipped
+    train, draw = DomainText(1729, "cpt-train"), random.Random(
+        "headgeom.samoe.hub_sampling:1729:cpt-train")  # fmt: skip
+    stream: list[int] = []
+    while len(stream) < 32 * T:
+        domain = draw.choices(DOMAINS, [SAMPLING[d] for d in DOMAINS])[0]
+        text = train.document(domain)
+        while text in read:
+            text = train.document(domain)
+        stream += [*encode(text), eos]
+    assert (tmp_path / "cpt_train.bin").read_bytes() == np.asarray(stream[: 32 * T],
+                                                                   "<u4").tobytes()  # fmt: skip
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["eot_id"] == eos and manifest["tokenizer"]["eos_token"] == "<|endoftext|>"
+    assert manifest["tokenizer"]["source"]["files_sha256"] == gpt2_source["sha256"]
+    assert manifest["sources"]["math"]["generator"] == "headgeom.samoe.domains.DomainText"
+
+
+def test_the_sources_tokenizer_is_hash_gated_and_its_eos_a_token(gpt2_source, tmp_path):
+    source = {**gpt2_source, "sha256": {**gpt2_source["sha256"], "tokenizer.json": "f" * 64}}
+    argv = ["--config-json", json.dumps(_embedded_cfg(source)), "--out-dir", str(tmp_path / "a"),
+            "--no-progress"]  # fmt: skip
+    refused = r"tokenizer.json: SHA-256 is [0-9a-f]{64} but config families.smollm2.source"
+    with pytest.raises(SystemExit, match=refused + r".sha256 records f{64}"):
+        samoe_hub_corpus.main(argv)
+    assert not (tmp_path / "a").exists() or not list((tmp_path / "a").iterdir())
+    argv = ["--config-json", json.dumps(_embedded_cfg(gpt2_source, eos_token="<|nosuch|>")),
+            "--out-dir", str(tmp_path / "b"), "--no-progress"]  # fmt: skip
+    with pytest.raises(SystemExit, match=r"eos_token = '<\|nosuch\|>': not a token"):
+        samoe_hub_corpus.main(argv)

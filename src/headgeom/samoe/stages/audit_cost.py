@@ -8,7 +8,9 @@
 Pilot: the first 8 intervention sequences as one batch and the targets of the first, in
 separate phases: capture (one clean forward keeping each audit object's minimal form),
 attribution from the captured data (ledger, LWO's structural attribution or Li's scores:
-zero extra passes), gradient extraction (one autograd call per target). Runtime: medians of
+zero extra passes), gradient extraction (one autograd call per target), and the same batch's
+plain forward (no hook, nothing kept; timed in the same job, so the capture's overhead over a
+forward is one ratio of two medians of this machine). Runtime: medians of
 full-length forwards at batch 1 and 16 and one forward + backward at batch 4. Times are this
 machine's (one thread per job, or the ``--device`` GPU: each timed call waits for the device's
 queued kernels before the clock is read); pass counts, object counts and bytes are exact.
@@ -88,6 +90,8 @@ def pilot(model, ids, targets: Targets) -> list[dict]:
         gradient = lambda: li.gradient_x_component(model, ids, targets, e2, e3)  # noqa: E731
     a_wall, _ = timed(attribution, device=device)
     g_wall, _ = timed(gradient, repeats=1, device=device)
+    with torch.no_grad():  # the reference: the same batch, no hook, nothing kept
+        p_wall, _ = timed(lambda: model(ids), device=device)
     return [
         {"phase": "capture", "wall_s": wall, "passes": 1, "n_targets": n, "n_objects": objects,
          "retained_bytes": kept},
@@ -95,6 +99,8 @@ def pilot(model, ids, targets: Targets) -> list[dict]:
          "n_objects": objects, "retained_bytes": 0},
         {"phase": "gradient", "wall_s": g_wall, "passes": 2 * n, "n_targets": n,
          "n_objects": objects, "retained_bytes": 0},
+        {"phase": "plain_forward", "wall_s": p_wall, "passes": 1, "n_targets": 0,
+         "n_objects": 0, "retained_bytes": 0},
     ]  # fmt: skip
 
 

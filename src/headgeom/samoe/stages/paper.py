@@ -22,7 +22,7 @@ import pandas as pd
 import yaml
 
 from headgeom.hashing import content_hash
-from headgeom.io import read_parquet_metadata, read_table, write_text
+from headgeom.io import read_json, read_parquet_metadata, read_table, write_text
 from headgeom.plotting import save_figure
 from headgeom.samoe import paper, results
 
@@ -52,12 +52,39 @@ def run_checks(paths: list[Path], checks: tuple[str, ...] = CHECKS) -> pd.DataFr
                                        "tolerance"])  # fmt: skip
 
 
+def pool_records(history_pool: list[Path], quality: list[Path]) -> pd.DataFrame:
+    """Per run, from the files' metadata: the clamped and write coordinates of the final pool
+    (history_pool.parquet) and the run's perplexity beside its dense source's
+    (quality.parquet; imported families only)."""
+    runs: dict[tuple, dict] = {}
+    for path in history_pool:
+        meta = read_parquet_metadata(path)
+        run = json.loads(meta["run"])
+        runs.setdefault(tuple(run.values()), dict(run)).update(
+            clamped_final=json.loads(meta["clamped_coordinates_final_pool"]),
+            coordinates_final=json.loads(meta["write_coordinates_final_pool"]))  # fmt: skip
+    for path in quality:
+        meta = read_parquet_metadata(path)
+        if "ppl_dense" not in meta:
+            continue
+        run = json.loads(meta["run"])
+        ppl = read_table(path, results.QUALITY.names).to_pandas()
+        value = float(ppl[(ppl.metric == "ppl") & (ppl.subset == "all")].value.iloc[0])
+        dense = float(json.loads(meta["ppl_dense"])["all"])
+        runs.setdefault(tuple(run.values()), dict(run)).update(
+            ppl=value, ppl_dense=dense, ppl_rel_dense=value / dense - 1)  # fmt: skip
+    return pd.DataFrame(list(runs.values()))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config-json", required=True)
     for name in ("counts", "seed-means", "contrasts", "tables-dir", "figures-dir", "comparison"):
         parser.add_argument(f"--{name}", required=True, type=Path)
     parser.add_argument("--history", nargs="*", type=Path, default=[])
+    parser.add_argument("--history-pool", nargs="*", type=Path, default=[])
+    parser.add_argument("--quality", nargs="*", type=Path, default=[])
+    parser.add_argument("--seeds", type=Path, help="samoe/seeds.json (the step-0 checks)")
     parser.add_argument("--probes", nargs="*", type=Path, default=[])
     parser.add_argument("--rankings", nargs="*", type=Path, default=[])
     parser.add_argument("--li", nargs="*", type=Path, default=[], help="Ordinary runs' li.parquet")
@@ -77,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
                          ignore_index=True),
         probes=results.read_runs(args.probes, results.PROBES),
         rankings=results.read_runs(args.rankings, results.RANKINGS),
+        history_pool=results.read_runs(args.history_pool, results.HISTORY_POOL),
+        pool_records=pool_records(args.history_pool, args.quality),
+        seed_checks=(pd.DataFrame(read_json(args.seeds)["checks"]) if args.seeds else None),
     )  # fmt: skip
     for name, build in paper.TABLES.items():
         table = build(x)

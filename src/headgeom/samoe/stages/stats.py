@@ -18,6 +18,7 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from headgeom.hashing import content_hash
@@ -26,7 +27,8 @@ from headgeom.model.config import ModelConfig
 from headgeom.samoe import counts, results
 from headgeom.samoe.checkpoint import checkpoint_header
 from headgeom.samoe.config import MoEConfig
-from headgeom.samoe.quality import decide, paired_contrast, relative
+from headgeom.samoe.hub import HubSource
+from headgeom.samoe.quality import Contrast, decide, paired_contrast, relative
 from headgeom.samoe.stats import sequence_mean, t_interval
 
 #: Quantities whose P − LWO contrast the paper reports (SAMOE §12, App. C.2).
@@ -145,8 +147,18 @@ def seed_means(values: pd.DataFrame, seeds: list[int]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def paired(a, b, log: bool) -> Contrast:
+    """The paired seed contrast; with one seed its difference and no interval (a decision
+    against a bound is then inconclusive)."""
+    if len(a) >= 2:
+        return paired_contrast(a, b, log=log)
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    d = np.log(a) - np.log(b) if log else a - b
+    return Contrast(tuple(d.tolist()), float(d.mean()), math.nan, math.nan)
+
+
 def contrast_row(f, q, k, v, ref, scale, a, b, bound=math.nan, worse_is_higher=None) -> dict:
-    c = paired_contrast(a, b, log=scale == "log_ratio")
+    c = paired(a, b, log=scale == "log_ratio")
     if scale == "log_ratio":
         c = relative(c)
     elif scale == "percentage_points":
@@ -159,8 +171,6 @@ def contrast_row(f, q, k, v, ref, scale, a, b, bound=math.nan, worse_is_higher=N
 
 
 def contrasts(values: pd.DataFrame, seeds: list[int], bounds: dict) -> pd.DataFrame:
-    if len(seeds) < 2:
-        return pd.DataFrame(columns=results.CONTRASTS.names)
     table = values.pivot_table(index=["family", "quantity", "key", "seed"], columns="variant",
                                values="value", aggfunc="first")  # fmt: skip
     rows = []
@@ -188,12 +198,24 @@ def contrasts(values: pd.DataFrame, seeds: list[int], bounds: dict) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
-def counts_frame(dense: dict[str, Path], moe: dict, variants: list[str]) -> pd.DataFrame:
+def family_shape(family: str, path: Path, fam: dict) -> counts.FamilyShape:
+    """The shapes of a family's dense checkpoint: the workspace GPT's, or an imported model's
+    (its config from the header; T the family's ``seq_len``, else the paper's)."""
+    header = checkpoint_header(path)
+    if "hub" not in header:
+        return counts.toy_shape(ModelConfig.from_dict(header["model_config"]), family)
+    paper = counts.PAPER_SHAPES.get(fam.get("paper_shape") or fam.get("hf", {}).get("repo_id"))
+    seq_len = fam.get("seq_len") or (paper.seq_len if paper is not None else None)
+    return counts.hub_shape(HubSource.from_dict(header["hub"]).hf_config(), family, seq_len)
+
+
+def counts_frame(dense: dict[str, Path], moe: dict, variants: list[str],
+                 families: dict | None = None) -> pd.DataFrame:  # fmt: skip
     """SAMOE §8 counts of every (family, variant) from the dense source's shapes."""
     rows = []
     for family, path in dense.items():
-        cfg = ModelConfig.from_dict(checkpoint_header(path)["model_config"])
-        shape, moe_cfg = counts.toy_shape(cfg, family), MoEConfig.from_dict(moe)
+        shape = family_shape(family, path, (families or {}).get(family, {}))
+        moe_cfg = MoEConfig.from_dict(moe)
         ordinary = counts.counts(shape, moe_cfg, "ordinary")
         trace = counts.trace_sizes(shape, moe_cfg)
         for variant in variants:
@@ -234,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"config": cfg, "config_hash": content_hash(cfg),
             "seed_registry_hash": registry["content_hash"]}  # fmt: skip
     dense = {f: Path(p) for f, p in json.loads(args.dense_json).items()}
-    results.COUNTS.write(args.counts, counts_frame(dense, cfg["moe"], cfg["variants"]), meta)
+    results.COUNTS.write(args.counts, counts_frame(dense, cfg["moe"], cfg["variants"],
+                                                   cfg.get("families")), meta)  # fmt: skip
     results.SEED_MEANS.write(args.seed_means, means, meta)
     results.CONTRASTS.write(args.contrasts, paired, meta)
     quality = paired[paired["decision"].notna()] if len(paired) else paired
