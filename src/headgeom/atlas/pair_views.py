@@ -205,11 +205,9 @@ class PairScorer:
             out = Answers(np.zeros(n, np.int64), np.zeros(n, bool), np.zeros(n))
             for items, ids, cand, right in batches:
                 got = answers(self.model.logits(ids.to(self.model.device), True), cand, right)
-                out.answer[items], out.correct[items], out.lead[items] = (
-                    got.answer,
-                    got.correct,
-                    got.lead,
-                )
+                out.answer[items] = got.answer
+                out.correct[items] = got.correct
+                out.lead[items] = got.lead
             per_skill[skill.name] = out
         return Scores(per_corpus, per_skill)
 
