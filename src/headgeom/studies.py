@@ -94,7 +94,7 @@ KINDS: dict[str, StudyKind] = {
             results="headgeom.atlas.results",
             results_doc="docs/atlas.md",
             selector="`kind: atlas`",
-            configs=("config/atlas-smollm2.yaml",),
+            configs=("config/atlas-smollm2.yaml", "config/atlas-demo.yaml"),
         ),
     )
 }

@@ -1,8 +1,9 @@
 """The edit atlas's DAG through Snakemake on a random tiny Llama with its own tokenizer
 (written locally; nothing is downloaded): every rule runs, the merged tables hold every edit
-the model has, the DAG ends with the atlas page (which embeds those tables and opens in
-Chromium where there is one), a second run has nothing to do, and a changed sweep setting
-reruns the sweep but not the inputs."""
+the model has, a pair of two tiny Llamas of one shape gets its two-checkpoint views, the DAG
+ends with the atlas page (which embeds those tables and opens in Chromium where there is one),
+a second run has nothing to do, and a changed sweep setting reruns the sweep but not the
+inputs."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ def atlas_run(tmp_path_factory):
     cfg = yaml.safe_load((REPO / "tests" / "e2e" / "atlas-micro.yaml").read_text())
     work = make_workdir(tmp_path_factory.mktemp("atlas") / "w", cfg)
     save_tiny_llama(work / "llama-tiny", seed=0)
+    save_tiny_llama(work / "llama-tiny-b", seed=1)  # the pair's B: same shape and tokenizer
     snakemake(work, "--cores", "2")
     return work, work / "results" / cfg["study"] / "atlas", cfg
 
@@ -47,6 +49,25 @@ def test_every_edit_is_in_the_merged_tables(atlas_run):
     assert {"int8", "int4", "int2", "low_rank"} <= set(compressed["method"])
 
 
+def test_the_pair_has_its_views(atlas_run):
+    _, results, _ = atlas_run
+    folder = results / "pairs" / "two-seeds"
+    blend = pq.read_table(folder / "blend.parquet").to_pandas().set_index(["alpha", "corpus"])
+    assert blend.loc[(0.0, "mean"), "kl_to_a"] == 0.0 and blend.loc[(1.0, "mean"), "kl_to_b"] == 0.0
+    assert blend.loc[(0.5, "demo"), "kl_to_a"] > 0
+    probes = pq.read_table(folder / "probes.parquet").to_pandas()
+    assert len(probes) == 3 * 8  # α × the sva items
+    grafts = pq.read_table(folder / "grafts.parquet").to_pandas()
+    assert set(grafts["part"]) == {"group"} and set(grafts["direction"]) == {"b_into_a", "a_into_b"}
+    assert set(pq.read_table(folder / "lowrank.parquet").column("mode").to_pylist()) == {
+        "top", "random", "fraction"}  # fmt: skip
+    drift = pq.read_table(folder / "drift.parquet").to_pandas()
+    # two seeds: every matrix differs; both models' norm weights are their initial ones
+    assert (drift.loc[drift["kind"] != "norm", "drift"] > 0).all()
+    assert (drift.loc[drift["kind"] == "norm", "drift"] == 0).all()
+    assert "## Where the probes switch" in (folder / "pair.md").read_text()
+
+
 def test_the_dag_ends_with_the_page(atlas_run):
     _, results, _ = atlas_run
     html = (results / "atlas.html").read_text(encoding="utf-8")
@@ -58,6 +79,9 @@ def test_the_dag_ends_with_the_page(atlas_run):
     assert data["tables"]["effects"]["kl"] == effects.column("kl").to_pylist()
     cited = {s["table"]: s["path"] for s in data["sources"]}
     assert cited["effects"].endswith("atlas/effects.parquet")
+    (pair,) = data["pairs"]
+    assert pair["name"] == "two-seeds"
+    assert set(pair["tables"]) == {"blend", "probes", "grafts", "drift", "lowrank"}
 
 
 def test_the_page_opens_in_chromium(atlas_run):
@@ -79,6 +103,8 @@ def test_the_page_opens_in_chromium(atlas_run):
             # the heat map of Zero: each block of each of the 2 layers, per corpus and the mean
             cells = tab.locator('#heat path[aria-roledescription="rect mark"]')
             assert cells.count() == 2 * 2 * 3
+            assert tab.locator("#pairs-section").is_visible()
+            assert tab.locator("#probes tbody tr").count() == 8  # one row per probe item
             assert problems == []
         finally:
             browser.close()

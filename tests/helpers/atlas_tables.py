@@ -1,10 +1,10 @@
 """Small synthetic edit-atlas result tables for the atlas page's tests, written as the atlas
 stages write them: the results contract's tables (profile, effects, retention, summary,
-compression) through their :class:`headgeom.results.ResultTable` (headgeom.atlas.results), at
-the workflow's paths (headgeom.atlas.paths.TEMPLATES) under a study's results folder; the
-two-checkpoint tables, not in the contract yet, with the provisional columns spelt out here.
-One model of :data:`N_LAYER` layers over :data:`CORPORA` and, optionally, one pair of
-checkpoints whose probes switch answers at known α.
+compression, and a pair's blend, probes, grafts, drift and low-rank tables) through their
+:class:`headgeom.results.ResultTable` (headgeom.atlas.results), at the workflow's paths
+(headgeom.atlas.paths.TEMPLATES) under a study's results folder. One model of
+:data:`N_LAYER` layers over :data:`CORPORA` and, optionally, one pair of checkpoints whose
+probes switch answers at known α.
 
 Values are random but built so the tests can see them: every KL, and every mean over the
 corpora in the summary, has four decimals in [0.1, 1) (what a chart's tooltip shows is then
@@ -32,28 +32,14 @@ SKILLS = ("sva", "quote")
 ALPHAS = (-0.25, 0.0, 0.25, 0.4, 0.5, 0.75, 1.0, 1.25, 1.5)
 #: probe -> (expected, the α from which the model answers it, the answer before)
 SWITCH_AT = {"chat-1": ("<turn|>", 0.4, "the"), "chat-2": ("Paris", 0.75, "London")}
-#: the results contract's tables
+MODEL_TABLES = ("profile", "effects", "retention", "summary", "compression")
+PAIR_TABLES = tuple(results.PAIR_TABLES)
+#: the results contract's tables: the model's, then a pair's
 CONTRACT = {"profile": results.PROFILE, "effects": results.EFFECTS,
             "retention": results.RETENTION, "summary": results.SUMMARY,
-            "compression": results.COMPRESSION}  # fmt: skip
-
-_S, _I, _F, _B = pa.string(), pa.int64(), pa.float64(), pa.bool_()
-_ENDS = [("kl_to_a", _F), ("kl_to_b", _F), ("retention", _F)]
-#: the provisional tables' columns (the provisional schema)
-PROVISIONAL = {
-    "blend": [("pair", _S), ("alpha", _F), ("corpus", _S), *_ENDS],
-    "probes": [("pair", _S), ("alpha", _F), ("probe", _S), ("prompt", _S), ("answer", _S),
-               ("expected", _S), ("correct", _B), ("lead", _F)],
-    "grafts": [("pair", _S), ("direction", _S), ("group", _S), ("layer", _I), ("part", _S),
-               ("corpus", _S), *_ENDS],
-    "drift": [("pair", _S), ("tensor", _S), ("group", _S), ("layer", _I), ("drift", _F)],
-    "lowrank": [("pair", _S), ("mode", _S), ("k", _I), ("corpus", _S), *_ENDS],
-}  # fmt: skip
-SCHEMAS = {**{t: c.schema for t, c in CONTRACT.items()},
-           **{t: pa.schema(f) for t, f in PROVISIONAL.items()}}  # fmt: skip
-MODEL_TABLES = ("profile", "effects", "retention", "summary", "compression")
-PAIR_TABLES = ("blend", "probes", "grafts", "drift", "lowrank")
-FILES = {t: TEMPLATES[t] for t in CONTRACT}
+            "compression": results.COMPRESSION, **results.PAIR_TABLES}  # fmt: skip
+SCHEMAS = {t: c.schema for t, c in CONTRACT.items()}
+FILES = {t: TEMPLATES[t] for t in MODEL_TABLES}
 
 
 def model_paths(root: Path) -> dict[str, Path]:
@@ -86,7 +72,8 @@ def _per_corpus(keys: pd.DataFrame, rng, columns) -> pd.DataFrame:
 def _with_mean(keys: pd.DataFrame, rng, columns) -> pd.DataFrame:
     """:func:`_per_corpus` and a "mean" corpus: the mean of the corpora's values."""
     parts = _per_corpus(keys, rng, columns)
-    mean = parts.groupby(list(keys.columns), sort=False)[list(columns)].mean().reset_index()
+    mean = parts.groupby(list(keys.columns), sort=False, dropna=False)[list(columns)].mean()
+    mean = mean.reset_index()
     return pd.concat([parts, mean.assign(corpus="mean").round(4)], ignore_index=True)
 
 
@@ -162,16 +149,19 @@ def model_tables(rng: np.random.Generator, ple: bool, volume_knob: bool) -> dict
 
 def pair_tables(rng: np.random.Generator) -> dict:
     ends = {"kl_to_a": lambda n: _kl(rng, n), "kl_to_b": lambda n: _kl(rng, n),
-            "retention": lambda n: rng.uniform(0.5, 1.0, n)}  # fmt: skip
+            "top1": lambda n: rng.uniform(0.3, 0.6, n),
+            "retention": lambda n: rng.uniform(0.5, 1.0, n),
+            "accuracy": lambda n: rng.uniform(0.5, 1.0, n)}  # fmt: skip
     blend = _with_mean(pd.DataFrame({"pair": PAIR, "alpha": ALPHAS}), rng, ends)
     probes = pd.DataFrame(
         [
-            (PAIR, a, probe, f"prompt of {probe}", expected if a >= at else before, expected)
-            for probe, (expected, at, before) in SWITCH_AT.items()
+            (PAIR, a, "chat", item, probe, f"prompt of {probe}",
+             expected if a >= at else before, expected)
+            for item, (probe, (expected, at, before)) in enumerate(SWITCH_AT.items())
             for a in ALPHAS
         ],
-        columns=["pair", "alpha", "probe", "prompt", "answer", "expected"],
-    )
+        columns=["pair", "alpha", "skill", "item", "probe", "prompt", "answer", "expected"],
+    )  # fmt: skip
     probes["correct"] = probes["answer"] == probes["expected"]
     probes["lead"] = rng.normal(0, 2, len(probes))
     grafts = [
@@ -180,18 +170,25 @@ def pair_tables(rng: np.random.Generator) -> dict:
         for g in ("embedding", "attention", "mlp")
     ]
     grafts += [("b_into_a", "norms", la, p) for la in range(N_LAYER) for p in ("norms", "linear")]
-    grafts = pd.DataFrame(grafts, columns=["direction", "group", "layer", "part"]).assign(pair=PAIR)
+    grafts = pd.DataFrame(grafts, columns=["direction", "group", "layer", "part"])
+    grafts = grafts.assign(pair=PAIR, n_tensors=3)
     grafts = _with_mean(grafts, rng, ends)
-    tensors = [(f"model.layers.{la}.{t}", g, la) for la in range(N_LAYER) for t, g in
-               (("self_attn.q_proj.weight", "attention"), ("self_attn.o_proj.weight", "attention"),
-                ("mlp.down_proj.weight", "mlp"), ("input_layernorm.weight", "norms"))]  # fmt: skip
-    tensors += [("model.embed_tokens.weight", "embedding", -1), ("model.norm.weight", "norms", -1)]
-    drift = pd.DataFrame(tensors, columns=["tensor", "group", "layer"]).assign(pair=PAIR)
+    tensors = [(f"model.layers.{la}.{t}", g, k, la) for la in range(N_LAYER) for t, g, k in
+               (("self_attn.q_proj.weight", "attention", "linear"),
+                ("self_attn.o_proj.weight", "attention", "linear"),
+                ("mlp.down_proj.weight", "mlp", "linear"),
+                ("input_layernorm.weight", "norms", "norm"))]  # fmt: skip
+    tensors += [("model.embed_tokens.weight", "embedding", "table", -1),
+                ("model.norm.weight", "norms", "norm", -1)]  # fmt: skip
+    drift = pd.DataFrame(tensors, columns=["tensor", "group", "kind", "layer"]).assign(pair=PAIR)
+    drift["norm_a"] = rng.uniform(1.0, 5.0, len(drift))
     drift["drift"] = rng.uniform(0.0, 0.4, len(drift))
-    lowrank = pd.DataFrame(
-        [(m, k) for m in ("top", "random", "fraction", "minus_top") for k in (1, 4, 16)],
-        columns=["mode", "k"],
-    ).assign(pair=PAIR)
+    drift["norm_delta"] = drift["drift"] * drift["norm_a"]
+    modes = [(m, k, None) for m in ("top", "random", "minus_top") for k in (1, 4, 16)]
+    modes += [("fraction", None, f) for f in (0.25, 0.5)]
+    lowrank = pd.DataFrame(modes, columns=["mode", "k", "fraction"]).assign(pair=PAIR)
+    lowrank["k"] = lowrank["k"].astype("Int64")  # null for the fractions
+    lowrank["delta_share"] = rng.uniform(0.0, 1.0, len(lowrank))
     lowrank = _with_mean(lowrank, rng, ends)
     return {"blend": blend, "probes": probes, "grafts": grafts, "drift": drift, "lowrank": lowrank}
 
@@ -199,10 +196,7 @@ def pair_tables(rng: np.random.Generator) -> dict:
 def write(path: Path, table: str, frame: pd.DataFrame) -> None:
     """Write ``frame`` as the atlas does: a contract table through its ResultTable."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    if table in CONTRACT:
-        CONTRACT[table].write(path, frame)
-    else:
-        write_parquet(path, frame, SCHEMAS[table])
+    CONTRACT[table].write(path, frame)
 
 
 def write_malformed(path: Path, table: str, frame: pd.DataFrame) -> None:

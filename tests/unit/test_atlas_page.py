@@ -1,7 +1,6 @@
 """The atlas page: built from the atlas's Parquets (tests/helpers/atlas_tables.py: the results
-contract's tables written through their ResultTables, the provisional ones as page.data.PROVISIONAL
-spells them), the data
-it embeds is the tables' rows exactly, it is one file that fetches nothing, an optional table
+contract's tables written through their ResultTables), the data it embeds is the tables' rows
+exactly, it is one file that fetches nothing, an optional table
 that is absent (no pair, no compression, no PLE) leaves its view out, and a table it cannot
 show is refused naming the file and the column. The clicks are in
 tests/unit/test_atlas_page_browser.py."""
@@ -31,9 +30,12 @@ def _embedded(html: str) -> tuple[dict, Scripts]:
 
 
 def _rows(columns: dict) -> pd.DataFrame:
+    # object columns: a null stays None (a numeric column would turn it into NaN)
     return pd.DataFrame(
         {
-            name: c if isinstance(c, list) else [c["levels"][i] for i in c["codes"]]
+            name: pd.Series(
+                c if isinstance(c, list) else [c["levels"][i] for i in c["codes"]], dtype=object
+            )
             for name, c in columns.items()
         }
     )
@@ -41,7 +43,7 @@ def _rows(columns: dict) -> pd.DataFrame:
 
 def _same(a, b) -> bool:
     """Parquet value ``a`` and the page's JSON value ``b`` (null for a missing number)."""
-    if a is None or (isinstance(a, float) and math.isnan(a)):
+    if a is None or a is pd.NA or (isinstance(a, float) and math.isnan(a)):
         return b is None
     return a == b and isinstance(a, bool) == isinstance(b, bool)
 

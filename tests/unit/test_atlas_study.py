@@ -76,3 +76,69 @@ def test_the_page_names_the_model_by_its_file():
     assert AtlasStudy.from_config(CONFIG).page_optional() == ["compression"]
     off = {**CONFIG, "compression": {**CONFIG.get("compression", {}), "enabled": False}}
     assert AtlasStudy.from_config(off).page_optional() == []
+
+
+# ------------------------------------------------------------------ two checkpoints
+DEMO = yaml.safe_load((studies.ROOT / "config" / "atlas-demo.yaml").read_text())
+RUN = {"format": "checkpoint", "path": "results/demo/models/learned/s42"}
+
+
+def test_the_demo_config_reads_our_checkpoints():
+    study = studies.from_config(DEMO)
+    assert study.model_spec["format"] == "checkpoint" and study.model_name == "learned/s42"
+    assert study.model_files() == ["results/demo/models/learned/s42/model.safetensors",
+                                   "results/demo/models/learned/s42/manifest.json"]  # fmt: skip
+    assert study.pairs == ["timeline", "flip-sva"] and study.fine_tuned_pairs == ["flip-sva"]
+    # the timeline's A is a step checkpoint, its manifest beside it
+    assert study.pair_files("timeline", "a")[1].endswith("checkpoints/step000128.manifest.json")
+    # the fine-tuned B is the run folder rule atlas_pair_fine_tune writes
+    assert study.pair_files("flip-sva", "b") == [
+        "results/atlas-demo/atlas/pairs/flip-sva/tuned/model.safetensors",
+        "results/atlas-demo/atlas/pairs/flip-sva/tuned/manifest.json"]  # fmt: skip
+    # flip-sva's A is the study's model: it scores on the study's windows and probes
+    assert study.pair_shares_inputs("flip-sva") and not study.pair_shares_inputs("timeline")
+    cfg = study.pair_config("flip-sva")
+    assert cfg["alphas"][0] == -0.25 and cfg["alphas"][-1] == 1.5 and {0, 1} <= set(cfg["alphas"])
+    assert study.pair_fine_tune_config("flip-sva")["task_seed"] == 101  # sva: skills.seed + 0
+    assert study.pair_inputs_config("timeline")["model"] == DEMO["pairs"][0]["a"] | {
+        "allow_pickle": False}  # fmt: skip
+
+
+def test_missing_demo_checkpoints_say_run_the_demo_first(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no results/demo here
+    study = studies.from_config(DEMO)
+    missing = study.missing_checkpoints()
+    assert "results/demo/models/learned/s42/model.safetensors" in missing
+    assert not any("atlas-demo" in f for f in missing)  # B made here is not missing
+    assert "run the default demo first: snakemake --cores all" in study.missing_note()
+    for f in missing:
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_text("x")
+    assert study.missing_checkpoints() == [] and study.missing_note() is None
+
+
+def _pair(**pair) -> dict:
+    return {**copy.deepcopy(DEMO), "pairs": [{"name": "p", "a": dict(RUN), **pair}]}
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        (_pair(), "give checkpoint B as b .* or have it made here"),
+        (_pair(b=RUN, fine_tune={}), "exactly one of them"),
+        (_pair(b=RUN, alphas=[0.0, 0.5]), "alphas: must include 0 \\(A\\) and 1 \\(B\\)"),
+        (_pair(b={"format": "checkpoint", "path": "m.bin"}), "pairs\\[0\\] \\(p\\).b.path"),
+        (_pair(b={"format": "gguf"}), "pairs\\[0\\] \\(p\\).b: format gguf needs path"),
+        ({**_pair(), "pairs": [{"name": "p", "a": {"format": "hf-causal-lm", "path": "d"},
+                                "fine_tune": {}}]}, "fine-tunes one of our own checkpoints"),
+        (_pair(fine_tune={"task": "sva"}) | {"skills": {"tasks": ["quote"]}},
+         "fine_tune.task: 'sva' is not among skills.tasks"),
+        ({**_pair(b=RUN), "pairs": [{"name": "p", "a": RUN, "b": RUN}] * 2},
+         "names \\['p'\\] occur more than once"),
+        (_pair(b=RUN, alphas=[0, 1, 1]), "alphas"),
+        (_pair(b=RUN, lowrank={"fractions": [1.5]}), "fractions"),
+    ],
+)  # fmt: skip
+def test_pair_refusals(config, message):
+    with pytest.raises(StudyConfigError, match=message):
+        studies.from_config(config)

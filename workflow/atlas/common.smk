@@ -23,7 +23,7 @@ except StudyConfigError as err:
 if STUDY.model_note():  # e.g. Hub weights that need network: say so before planning
     print(f"Note: {STUDY.model_note()}", file=sys.stderr)
 
-R = f"results/{STUDY.name}"
+R = STUDY.results_dir
 PATHS = {name: f"{R}/{template}" for name, template in TEMPLATES.items()}
 
 
@@ -49,11 +49,46 @@ def per_shard(result):
 
 def study_outputs():
     """The default target's inputs: the merged tables, the profile, the report, the
-    compression view where enabled, the page."""
+    compression view where enabled, each pair's report, the page."""
     names = ("effects", "retention", "summary", "profile", "report")
     if STUDY.compression_enabled:  # the compression view (workflow/atlas/compression.smk)
         names += ("compression", "compression_report")
-    return [PATHS[k] for k in (*names, "page")]
+    reports = [PATHS["pair_report"].format(pair=p) for p in STUDY.pairs]
+    return [PATHS[k] for k in names] + reports + [PATHS["page"]]
+
+
+#: The pair views' tables the page shows (workflow/atlas/pairs.smk), by page table name.
+PAIR_VIEWS = {"blend": "pair_blend", "probes": "pair_probes", "grafts": "pair_grafts",
+              "drift": "pair_drift", "lowrank": "pair_lowrank"}  # fmt: skip
+
+
+def pair_tables():
+    """Every pair's tables, as the page rule's named inputs."""
+    return {f"pair{i}_{view}": PATHS[path].format(pair=pair)
+            for i, pair in enumerate(STUDY.pairs) for view, path in PAIR_VIEWS.items()}  # fmt: skip
+
+
+def pair_folders():
+    """The page's --pair NAME=FOLDER arguments."""
+    return " ".join(f"--pair {pair}={R}/atlas/pairs/{pair}" for pair in STUDY.pairs)
+
+
+def pair_inputs(wildcards):
+    """A view's inputs: the pair's windows and probe items (the study's own where A is the
+    study's model), and both checkpoints' files."""
+    pair = wildcards.pair
+    shared = STUDY.pair_shares_inputs(pair)
+    windows, probes = ("windows", "probes") if shared else ("pair_windows", "pair_items")
+    return {
+        "windows": PATHS[windows].format(pair=pair),
+        "probes": PATHS[probes].format(pair=pair),
+        "a": STUDY.pair_files(pair, "a"),
+        "b": STUDY.pair_files(pair, "b"),
+    }
+
+
+def pair_cfg(wildcards):
+    return as_json(STUDY.pair_config(wildcards.pair))
 
 
 def checked_rules(names):

@@ -5,6 +5,8 @@
 include: "common.smk"
 include: "atlas.smk"
 include: "compression.smk"
+include: "pairs.smk"
+include: "checkpoints.smk"
 include: "page.smk"
 
 

@@ -13,18 +13,18 @@ import torch
 
 from headgeom.atlas import results as atlas_results
 from headgeom.atlas.blocks import AtlasModel, anatomy_of
+from headgeom.atlas.model_source import load_module
 from headgeom.atlas.probes import Skill
 from headgeom.io import read_parquet_metadata, read_table
-from headgeom.model.causal_import import source_of
-from headgeom.model.sources import load_source
 
 
 def load_model(spec: Mapping[str, Any], device: torch.device) -> tuple[AtlasModel, dict]:
-    """(the model of an import block in eval mode, float32, on ``device``; its source record).
+    """(the model of a source in eval mode, float32, on ``device``; its source record).
     Any family the atlas knows is read (Gemma 4 and Gemma 3n too); others are refused before
-    a weight is read."""
-    hf, _, record = load_source(source_of(spec), known=anatomy_of, wrap=False)
-    return AtlasModel(hf.to(device).eval()), record
+    a weight is read. One of our checkpoints is verified and converted to GPT-2
+    (:mod:`headgeom.atlas.model_source`)."""
+    hf, record = load_module(spec, device, convert=True, known=anatomy_of)
+    return AtlasModel(hf), record
 
 
 def read_windows(path: str | os.PathLike) -> tuple[dict, dict, dict]:

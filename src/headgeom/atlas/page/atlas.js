@@ -391,9 +391,12 @@
 
   function renderLowrank() {
     const rows = pairTable("lowrank").filter((r) => r.corpus === state.pairCorpus)
-      .sort(byKeys((r) => rank(MODES, r.mode), (r) => r.mode, (r) => r.k));
+      .sort(byKeys((r) => rank(MODES, r.mode), (r) => r.mode, (r) => r.k ?? 0,
+        (r) => r.fraction ?? 0));
     hide("lowrank-section", !pairTable("lowrank").length);
-    endsTable("lowrank", rows, [["mode", "mode"], ["k", "k"]]);
+    const orDash = (v) => (v === null || v === undefined ? "—" : String(v));
+    endsTable("lowrank", rows, [["mode", "mode"], ["k", "k", orDash], ["fraction", "f", orDash],
+      ["delta_share", "share of ‖ΔW‖²", (v) => (v === null || v === undefined ? "—" : short(v))]]);
     showSources("lowrank", pair().name);
   }
 

@@ -4,12 +4,9 @@ holds them and only the columns of the results contract (:mod:`headgeom.atlas.re
 
 The per-layer profile, the edits' effects and their summary (the mean over corpora) are what
 the page is about, so they must be there; every other table is optional, and its view is left
-out when it is absent (a model without a PLE branch simply has no ``ple`` rows). A table that
-is there must have every column of its contract: otherwise it is refused, naming the file and
-the column.
-
-The two-checkpoint tables are not in the results contract yet: their columns are
-:data:`PROVISIONAL` (a provisional schema), the one place the page spells them out.
+out when it is absent (a model without a PLE branch simply has no ``ple`` rows; a study
+without pairs has no two-checkpoint tables). A table that is there must have every column of
+its contract: otherwise it is refused, naming the file and the column.
 """
 
 from __future__ import annotations
@@ -27,29 +24,9 @@ from headgeom.atlas.paths import TEMPLATES
 from headgeom.hashing import sha256_file
 from headgeom.io import read_table
 
-# Column kinds: "text", "int", "float" (null allowed), "bool".
-_VS_ENDS = {"kl_to_a": "float", "kl_to_b": "float", "retention": "float"}
-
-#: PROVISIONAL (until headgeom.atlas.results has them): each pair's tables
-#: (``atlas/pairs/<pair>/<table>.parquet``, a ``pair`` column on every row).
-PROVISIONAL: dict[str, dict[str, str]] = {
-    "blend": {"pair": "text", "alpha": "float", "corpus": "text", **_VS_ENDS},
-    "probes": {
-        "pair": "text", "alpha": "float", "probe": "text", "prompt": "text", "answer": "text",
-        "expected": "text", "correct": "bool", "lead": "float",
-    },
-    "grafts": {
-        "pair": "text", "direction": "text", "group": "text", "layer": "int", "part": "text",
-        "corpus": "text", **_VS_ENDS,
-    },
-    "drift": {"pair": "text", "tensor": "text", "group": "text", "layer": "int",
-              "drift": "float"},
-    "lowrank": {"pair": "text", "mode": "text", "k": "int", "corpus": "text", **_VS_ENDS},
-}  # fmt: skip
-PAIR_TABLES = ("blend", "probes", "grafts", "drift", "lowrank")
-
 
 def _kind(type_: pa.DataType) -> str:
+    """A column's kind: text, int, float (null allowed) or bool."""
     if pa.types.is_string(type_) or pa.types.is_large_string(type_):
         return "text"
     if pa.types.is_integer(type_):
@@ -72,6 +49,11 @@ MODEL_TABLES: dict[str, dict[str, str]] = {
     "retention": _spec(results.RETENTION),
     "summary": _spec(results.SUMMARY),
     "compression": _spec(results.COMPRESSION),
+}
+#: table -> {column: kind}, one pair's (atlas/pairs/<pair>/<table>.parquet, a ``pair`` column
+#: on every row): the results contract's.
+PAIR_TABLES: dict[str, dict[str, str]] = {
+    name: _spec(table) for name, table in results.PAIR_TABLES.items()
 }
 #: The model's tables the page cannot do without.
 REQUIRED = ("profile", "effects", "summary")
@@ -159,7 +141,7 @@ def standard_paths(results_dir: str | os.PathLike) -> dict[str, Path]:
 
 
 def pair_dir(results_dir: str | os.PathLike, pair: str) -> Path:
-    """Where a pair's (provisional) tables are: ``results/<study>/atlas/pairs/<pair>/``."""
+    """Where a pair's tables are: ``results/<study>/atlas/pairs/<pair>/``."""
     return Path(results_dir) / "atlas" / "pairs" / pair
 
 
@@ -191,10 +173,10 @@ def gather(
     read_pairs = []
     for name, folder in (pairs or {}).items():
         pair = Pair(name)
-        for table in PAIR_TABLES:
+        for table, spec in PAIR_TABLES.items():
             path = Path(folder) / f"{table}.parquet"
             if path.is_file():
-                pair.tables[table] = read(path, PROVISIONAL[table], name)
+                pair.tables[table] = read(path, spec, name)
                 sources.append(Source(table, str(path), sha256_file(path), name))
         if not pair.tables:
             raise AtlasPageInputError(

@@ -27,17 +27,15 @@ from headgeom import datafile, results
 from headgeom.atlas import artifacts, corpora
 from headgeom.atlas import compression_view as view
 from headgeom.atlas import results as atlas_results
+from headgeom.atlas.model_source import load_tokenizer
 from headgeom.atlas.tensor_groups import Weights
-from headgeom.model.causal_import import source_of
-from headgeom.model.sources import load_tokenizer
 from headgeom.runtime import pick_device, set_threads
 
 
 def count_tokens(model_spec: dict, corpus: dict, n_tokens: int, n_vocab: int) -> np.ndarray:
     """Token counts of the first ``n_tokens`` tokens of a corpus's documents, encoded with
     the model's tokenizer (as the inputs stage cuts windows)."""
-    tokenizer, _ = load_tokenizer(source_of(model_spec))
-    encode = corpora.hf_encoder(tokenizer)
+    encode = load_tokenizer(model_spec).encode
     (spec,) = corpora.specs_from_config([corpus])
     ids: list[int] = []
     for text in corpora.documents(spec):
