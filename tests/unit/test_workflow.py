@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +16,42 @@ from tests.helpers import smollm2
 
 CONFIGS = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "config").glob("*.yaml"))
 SNAKEFMT = Path(sys.executable).with_name("snakefmt")
+
+
+def _rules(text: str) -> dict[str, str]:
+    """Each ``rule NAME:`` of a Snakefile with its block (up to the next line at its indent)."""
+    rules, lines = {}, text.splitlines()
+    for i, line in enumerate(lines):
+        head = re.match(r"^(\s*)rule (\w+):", line)
+        if head:
+            indent, block = len(head.group(1)), []
+            for body in lines[i + 1 :]:
+                if body.strip() and len(body) - len(body.lstrip()) <= indent:
+                    break
+                block.append(body)
+            rules[head.group(2)] = "\n".join(block)
+    return rules
+
+
+def test_every_rule_has_a_log_and_a_benchmark():
+    files = [REPO / "Snakefile", *sorted((REPO / "workflow").rglob("*.smk"))]
+    rules = {name: block for f in files for name, block in _rules(f.read_text()).items()}
+    assert len(rules) > 50  # the parser found the rules
+    runs = {name: block for name, block in rules.items()  # target rules (input only) run nothing
+            if re.search(r"^\s+(shell|run|script|wrapper):", block, re.M)}  # fmt: skip
+    assert "all" in rules and "all" not in runs
+    missing = [name for name, block in runs.items()
+               if not re.search(r"^\s+log:", block, re.M)
+               or not re.search(r"^\s+benchmark:", block, re.M)]  # fmt: skip
+    assert not missing, f"rules without log: or benchmark: {missing}"
+
+
+def test_the_rule_parser_sees_a_missing_benchmark():
+    text = "rule a:\n    log:\n        'x'\n    shell:\n        'y'\n\n\n"
+    text += "rule b:\n    log:\n        'x'\n    benchmark:\n        'z'\n"
+    rules = _rules(text)
+    assert set(rules) == {"a", "b"}
+    assert "benchmark:" not in rules["a"] and "benchmark:" in rules["b"]
 
 
 def test_every_study_config_is_linted():

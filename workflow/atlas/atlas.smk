@@ -84,6 +84,8 @@ rule atlas_report:
         report=PATHS["report"],
     log:
         log_of("atlas_report"),
+    benchmark:
+        benchmark_of("atlas_report")
     conda:
         "../../envs/headgeom.yaml"
     shell:

@@ -16,6 +16,8 @@ rule atlas_page:
         PATHS["page"],
     log:
         log_of("atlas_page"),
+    benchmark:
+        benchmark_of("atlas_page")
     params:
         model=STUDY.model_name,
         pairs=pair_folders(),
