@@ -166,9 +166,12 @@ def test_the_report_says_where_the_probes_switch(run):
     _, _, out = run
     text = open(out["timeline"]["report"], encoding="utf-8").read()
     headings = ("# Two checkpoints: timeline", "## The blend dial", "## Where the probes switch",
-                "## Drift", "## Grafts", "## Is it a low-rank change?")  # fmt: skip
+                "## Drift", "## Grafts", "## Is it a low-rank change?",
+                "## The article's two-checkpoint numbers")  # fmt: skip
     for heading in headings:
         assert heading in text
+    assert "near α ≈ 0.4" in text and "36.2%" in text  # the article's switch and drift, quoted
+    assert "4.70 → 1.32 GB" not in text  # compression's records stay in the compression report
 
 
 def test_a_changed_byte_of_b_is_refused_naming_the_file(run, tmp_path):

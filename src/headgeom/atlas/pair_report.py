@@ -19,6 +19,9 @@ import pandas as pd
 
 from headgeom.atlas.report import md_table
 
+#: The reference records (references.yaml ``method``) that are two-checkpoint views.
+PAIR_METHODS = ("blend", "graft", "drift", "low_rank_delta")
+
 
 def _fmt(value, digits: int = 3) -> str:
     return "–" if value is None or pd.isna(value) else f"{value:.{digits}g}"
@@ -103,8 +106,10 @@ def markdown(
     grafts: pd.DataFrame | None,
     lowrank: pd.DataFrame | None,
     top: int = 10,
+    references: dict | None = None,
 ) -> str:
-    """The report of one pair (tables as the pair stages write them)."""
+    """The report of one pair (tables as the pair stages write them); ``references`` (the
+    atlas's references.yaml) adds the article's two-checkpoint numbers, quoted as text."""
     mean = blend[blend["corpus"] == "mean"].sort_values("alpha")
     at = mean.set_index("alpha")
     kl_ab, kl_ba = float(at.loc[1.0, "kl_to_a"]), float(at.loc[0.0, "kl_to_b"])
@@ -176,4 +181,11 @@ def markdown(
                 for r in lr.itertuples()]  # fmt: skip
         out.append(md_table(["mode", "k", "f", "share of ‖ΔW‖²", "KL to B", "gap closed",
                              "accuracy"], rows))  # fmt: skip
+    if references:
+        pair_views = [r for r in references["records"] if r["method"] in PAIR_METHODS]
+        out += ["## The article's two-checkpoint numbers (not reproducible without the weights)",
+                "", f"{references['why']}; quoted beside this pair, not compared.", ""]  # fmt: skip
+        out.append(md_table(["model", "view", "group", "setting", "article"],
+                            [[r["model"], r["method"], r["group"], r["setting"], r["value"]]
+                             for r in pair_views]))  # fmt: skip
     return "\n".join(out) + "\n"

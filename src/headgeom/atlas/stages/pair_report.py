@@ -13,6 +13,7 @@ import argparse
 import json
 import sys
 
+from headgeom import datafile
 from headgeom.atlas import pair_report
 from headgeom.io import read_parquet_metadata, read_table, write_text
 
@@ -29,8 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     frames = {t: read_table(getattr(args, t)).to_pandas() if getattr(args, t) else None
               for t in ("blend", "probes", "drift", "grafts", "lowrank")}  # fmt: skip
     sources = json.loads(read_parquet_metadata(args.drift)["sources"])
+    references = datafile.read("headgeom.atlas", "references.yaml")
     text = pair_report.markdown(args.name, sources, frames["blend"], frames["probes"],
-                                frames["drift"], frames["grafts"], frames["lowrank"])  # fmt: skip
+                                frames["drift"], frames["grafts"], frames["lowrank"],
+                                references=references)  # fmt: skip
     write_text(args.out, text)
     return 0
 
