@@ -12,44 +12,24 @@ The prompts and answers are decoded with A's tokenizer.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 
 import pandas as pd
 from tqdm import tqdm
 
-from headgeom import results
-from headgeom.atlas import artifacts
 from headgeom.atlas import checkpoints as ck
+from headgeom.atlas import pair_scoring
 from headgeom.atlas import pair_views as views
 from headgeom.atlas import results as atlas_results
 from headgeom.atlas.model_source import load_tokenizer
-from headgeom.runtime import pick_device, set_threads
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--config-json", required=True, help="AtlasStudy.pair_config(pair)")
-    p.add_argument("--windows", required=True, help="the pair's atlas_windows Parquet")
-    p.add_argument("--probes", required=True, help="the pair's atlas_probes Parquet")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    p.add_argument("--out-blend", required=True)
-    p.add_argument("--out-probes", required=True)
-    args = p.parse_args(argv)
-    cfg = json.loads(args.config_json)
-    run = cfg["sweep"]
-    set_threads(args.threads)
+    args = pair_scoring.parser(__doc__, ("--out-blend", "--out-probes")).parse_args(argv)
     started = time.perf_counter()
-    try:
-        model, a, b, sources = views.load_pair(cfg, pick_device(run["device"]))
-        _, scored, windows_meta = artifacts.read_windows(args.windows)
-        skills = artifacts.read_skills(args.probes)
-        scorer = views.PairScorer(model, a, b, scored, skills, run["batch_size"], run["kl_chunk"],
-                                  run["probe_rows"])  # fmt: skip
-    except (views.PairError, ValueError) as err:
-        sys.exit(f"atlas_pair_blend: {err}")
+    pair = pair_scoring.open_pair(args, "atlas_pair_blend")
+    cfg, scorer, a, b, skills = pair.cfg, pair.scorer, pair.a, pair.b, pair.skills
     decode = load_tokenizer(cfg["a"]).decode
     blend, answers = [], []
     for alpha in tqdm(cfg["alphas"], desc=f"blend {cfg['name']}", unit="α", file=sys.stderr):
@@ -58,14 +38,11 @@ def main(argv: list[str] | None = None) -> int:
         blend += views.scored_rows(scores, scorer.base_correct, keys)
         answers += views.probe_rows(scores, skills, decode, keys)
     scorer.restore()
-    metadata = {
-        **results.file_metadata("atlas_pair_blend"),
-        "pair": cfg["name"],
-        "sources": sources,
-        "windows_corpora": windows_meta.get("corpora"),
-        "threads": args.threads,
-        "dtype": "blended weights in the model's dtype (float32), float64 KL",
-    }
+    metadata = pair.metadata(
+        "atlas_pair_blend",
+        args.threads,
+        dtype="blended weights in the model's dtype (float32), float64 KL",
+    )
     atlas_results.PAIR_BLEND.write(args.out_blend, pd.DataFrame(blend), metadata)
     atlas_results.PAIR_PROBES.write(args.out_probes, pd.DataFrame(answers), metadata)
     print(f"{len(cfg['alphas'])} blends in {time.perf_counter() - started:.1f} s", file=sys.stderr)
